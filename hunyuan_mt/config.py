@@ -1,0 +1,375 @@
+"""Typed settings: YAML file, then `HMT_*` environment variables, then CLI overrides.
+
+Precedence (later wins): dataclass defaults < `configs/<name>.yaml` < env `HMT_SECTION__KEY=value`
+< CLI `--set section.key=value` (and the dedicated flags of `app.py`, which become such overrides).
+
+Every value is checked against the field's type and the section's `__post_init__`; a bad value raises one
+`ConfigError` naming the dotted key, e.g. ``cache.slots: expected an integer >= 1, got 0``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .errors import ConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_DIR = PROJECT_ROOT / "configs"
+DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
+
+_DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+
+
+def _check(ok: bool, key: str, expected: str, value: Any) -> None:
+    if not ok:
+        raise ConfigError(f"{key}: expected {expected}, got {value!r}")
+
+
+@dataclass
+class ModelConfig:
+    #: Folder with config.json, tokenizer and safetensors weights. Relative paths resolve from the project root.
+    path: str = "models/demo"
+    #: "auto" reads the model's own config (is_encoder_decoder); or force "decoder-only" / "encoder-decoder".
+    arch: str = "auto"
+    #: "auto" → bfloat16 on CUDA, float32 on CPU.
+    dtype: str = "auto"
+    #: "auto" → cuda:0 when available, else cpu.
+    device: str = "auto"
+    #: "none", "8bit" or "4bit" (bitsandbytes; CUDA only).
+    quantization: str = "none"
+    #: "auto" lets transformers pick (sdpa when available); or "sdpa", "flash_attention_2", "eager".
+    attn_implementation: str = "auto"
+    #: accelerate device map for multi-GPU ("auto", "balanced", ...) or None for a single device.
+    device_map: str | None = None
+    #: Off by default: loading .bin/.pt pickles can execute code.
+    allow_pickle: bool = False
+    trust_remote_code: bool = False
+    #: Refuse to start unless CUDA is present (the GPU profiles set this).
+    require_cuda: bool = False
+    #: Run a short generation at start so the first user request is not the slow one.
+    warmup: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.arch in ("auto", "decoder-only", "encoder-decoder"), "model.arch",
+               "one of auto, decoder-only, encoder-decoder", self.arch)
+        _check(self.dtype in ("auto", "float32", "bfloat16", "float16"), "model.dtype",
+               "one of auto, float32, bfloat16, float16", self.dtype)
+        _check(bool(_DEVICE.match(self.device)), "model.device", "auto, cpu, cuda or cuda:N", self.device)
+        _check(self.quantization in ("none", "8bit", "4bit"), "model.quantization", "one of none, 8bit, 4bit",
+               self.quantization)
+        _check(self.attn_implementation in ("auto", "sdpa", "flash_attention_2", "eager"),
+               "model.attn_implementation", "one of auto, sdpa, flash_attention_2, eager", self.attn_implementation)
+
+    @property
+    def resolved_path(self) -> Path:
+        p = Path(self.path).expanduser()
+        return p if p.is_absolute() else PROJECT_ROOT / p
+
+
+@dataclass
+class CacheConfig:
+    #: Folder of PEFT LoRA adapters, one per direction, named <src>2<tgt>.
+    adapters_dir: str = "adapters"
+    #: Non-pinned adapters attached at once.
+    slots: int = 3
+    #: Pairs attached at start, never evicted, not counted in `slots` (e.g. ["en2es", "es2en"]).
+    pinned: list[str] = field(default_factory=list)
+    #: Evicted adapters kept as host-RAM state dicts, so re-attaching skips the disk.
+    ram_tier: int = 8
+    #: How long a request waits for a slot when every slot is leased, before `Busy`.
+    lease_timeout_s: float = 10.0
+    #: How long a failed load is remembered (fails fast) before it is tried again.
+    failure_ttl_s: float = 30.0
+    #: Re-attach from the RAM tier by copying weights into a free preallocated slot when shapes match.
+    hotswap: bool = True
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.slots, int) and self.slots >= 1, "cache.slots", "an integer >= 1", self.slots)
+        _check(isinstance(self.ram_tier, int) and self.ram_tier >= 0, "cache.ram_tier", "an integer >= 0",
+               self.ram_tier)
+        _check(self.lease_timeout_s > 0, "cache.lease_timeout_s", "a number > 0", self.lease_timeout_s)
+        _check(self.failure_ttl_s >= 0, "cache.failure_ttl_s", "a number >= 0", self.failure_ttl_s)
+        _check(len(set(self.pinned)) == len(self.pinned), "cache.pinned", "distinct pairs", self.pinned)
+
+    @property
+    def resolved_dir(self) -> Path:
+        p = Path(self.adapters_dir).expanduser()
+        return p if p.is_absolute() else PROJECT_ROOT / p
+
+
+@dataclass
+class RoutingConfig:
+    #: Language used for two-hop routes when no direct adapter exists.
+    pivot: str = "zh"
+    #: Whether the bare backbone may translate a pair that has no adapter and no pivot route.
+    allow_base: bool = False
+    #: Languages the auto-detector chooses among: "model" (those with adapters) or "all" (the whole table).
+    detect_among: str = "model"
+
+    def __post_init__(self) -> None:
+        _check(self.detect_among in ("model", "all"), "routing.detect_among", "model or all", self.detect_among)
+
+
+@dataclass
+class LimitsConfig:
+    max_chars: int = 5000
+    max_batch_items: int = 64
+    max_new_tokens: int = 256
+    max_file_bytes: int = 10 * 1024 * 1024
+    max_doc_chars: int = 200_000
+    max_segments: int = 5000
+    #: Decompressed-size cap for zip containers (docx), against zip bombs.
+    max_unzipped_bytes: int = 100 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        for name in ("max_chars", "max_batch_items", "max_new_tokens", "max_file_bytes", "max_doc_chars",
+                     "max_segments", "max_unzipped_bytes"):
+            value = getattr(self, name)
+            _check(isinstance(value, int) and value >= 1, f"limits.{name}", "an integer >= 1", value)
+
+
+@dataclass
+class GenerationConfig:
+    num_beams: int = 1
+    do_sample: bool = False
+    repetition_penalty: float = 1.0
+    #: Hunyuan-MT's card recommends sampling (top_k 20, top_p 0.6, temperature 0.7); greedy keeps outputs
+    #: reproducible and batch-independent, which the invariants need. Profiles may opt in.
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 50
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.num_beams, int) and self.num_beams >= 1, "generation.num_beams", "an integer >= 1",
+               self.num_beams)
+        _check(self.repetition_penalty > 0, "generation.repetition_penalty", "a number > 0", self.repetition_penalty)
+
+
+@dataclass
+class EngineConfig:
+    #: How long the scheduler waits to fill a batch after the first row arrives.
+    max_wait_ms: float = 5.0
+    max_rows: int = 32
+    #: Token budget of one batch (rows × padded input length).
+    max_tokens: int = 8192
+    #: A row may be passed over this many times (its pair had no free slot) before it blocks new pairs.
+    fairness_max_skips: int = 4
+    #: Split long inputs into sentences and translate them as separate rows.
+    split_sentences: bool = True
+
+    def __post_init__(self) -> None:
+        _check(self.max_wait_ms >= 0, "engine.max_wait_ms", "a number >= 0", self.max_wait_ms)
+        _check(isinstance(self.max_rows, int) and self.max_rows >= 1, "engine.max_rows", "an integer >= 1",
+               self.max_rows)
+        _check(isinstance(self.max_tokens, int) and self.max_tokens >= 16, "engine.max_tokens", "an integer >= 16",
+               self.max_tokens)
+
+
+@dataclass
+class MemoryConfig:
+    enabled: bool = True
+    #: Enter light mode above this fraction of memory in use.
+    high_watermark: float = 0.88
+    #: Return to normal below this fraction.
+    low_watermark: float = 0.75
+    poll_interval_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        _check(0 < self.low_watermark < self.high_watermark <= 1, "memory.low_watermark",
+               "0 < low_watermark < high_watermark <= 1", (self.low_watermark, self.high_watermark))
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 7860
+    share: bool = False
+    #: "user:pass" for the Gradio UI, or None.
+    auth: str | None = None
+    #: REST API keys; empty means the API is open.
+    api_keys: list[str] = field(default_factory=list)
+    #: Key for admin routes (rescan, pin, unload). None disables admin routes.
+    admin_key: str | None = None
+    #: Allowed CORS origins; empty disables CORS.
+    cors_origins: list[str] = field(default_factory=list)
+    #: Requests per minute per API key (or per client address when keys are off); 0 disables.
+    rate_limit_per_min: int = 0
+    #: Characters per request and key, in the LibreTranslate style; 0 means limits.max_chars only.
+    char_limit: int = 0
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.port, int) and 0 <= self.port <= 65535, "server.port", "a port number", self.port)
+        _check(self.auth is None or (":" in self.auth and not self.auth.startswith(":")), "server.auth",
+               "'user:pass'", "***")
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    #: Free-form profile name, shown in the status tab.
+    name: str = "custom"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Loading
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Convert a YAML/env value to the annotated type, or raise ConfigError naming `key`."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        if isinstance(value, str) and value.lower() in ("none", "null", "") and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], key)
+    if origin is list:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        try:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+    if tp is float:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected a number, got {value!r}") from None
+    if tp is str:
+        if isinstance(value, (dict, list)):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return str(value)
+    return value
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown key (known: {', '.join(sorted(names))})")
+    kwargs: dict[str, Any] = {}
+    for name, value in data.items():
+        tp = hints[name]
+        key = f"{prefix}{name}"
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+            kwargs[name] = _build(tp, value, f"{key}.")
+        else:
+            kwargs[name] = _coerce(value, tp, key)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except TypeError as exc:  # pragma: no cover - defensive, unknown keys are caught above
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: {exc}") from None
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = [p for p in dotted.split(".") if p]
+    if not parts:
+        raise ConfigError(f"{dotted!r}: empty key")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{dotted}: {part} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def resolve_config_path(name_or_path: str | os.PathLike[str] | None) -> Path:
+    """`None` → default.yaml; a bare name (`hunyuan-mt-7b`) → configs/<name>.yaml; else a path."""
+    if name_or_path is None:
+        return DEFAULT_CONFIG
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        return p
+    return CONFIG_DIR / f"{name_or_path}.yaml"
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Load and validate the configuration. `overrides` maps dotted keys (``cache.slots``) to values."""
+    cfg_path = resolve_config_path(path)
+    if not cfg_path.exists():
+        raise ConfigError(f"config: file {cfg_path} not found (profiles: "
+                          f"{', '.join(sorted(p.stem for p in CONFIG_DIR.glob('*.yaml')))})")
+    try:
+        data = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config: {cfg_path.name} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {cfg_path.name} must hold a mapping at the top level")
+    env = os.environ if env is None else env
+    env_tree: dict[str, Any] = {}
+    for var, value in env.items():
+        if var.startswith("HMT_") and "__" in var:
+            dotted = ".".join(part.lower() for part in var[4:].split("__"))
+            _set_dotted(env_tree, dotted, value)
+    # The shorthand HMT_CONFIG selects the file itself, it is not a key.
+    data = _deep_merge(data, env_tree)
+    override_tree: dict[str, Any] = {}
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(override_tree, dotted, value)
+    data = _deep_merge(data, override_tree)
+    return _build(Config, data, "")
+
+
+def parse_set_args(items: list[str] | None) -> dict[str, str]:
+    """`["cache.slots=4", "routing.pivot=en"]` → {"cache.slots": "4", ...}; YAML-typed values are coerced later."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value, e.g. cache.slots=4")
+        key, value = item.split("=", 1)
+        out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+    return out

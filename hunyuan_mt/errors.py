@@ -1,0 +1,108 @@
+"""Typed domain errors.
+
+Everything below the edges (REST API, Gradio UI, CLI) raises these. The edges map them to HTTP status codes,
+`gr.Error` or an exit code; `http_status` is the single place that mapping lives.
+"""
+
+from __future__ import annotations
+
+
+class TranslationError(Exception):
+    """Base class. `message` is safe to show to a caller: no paths, no tracebacks."""
+
+    http_status: int = 500
+    #: True when the caller may simply retry later (busy, replica gone, ...).
+    retryable: bool = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(TranslationError):
+    """The configuration is invalid. The message names the offending key."""
+
+    http_status = 500
+
+
+class InvalidInput(TranslationError):
+    """The request is malformed: empty text, bad field, bad encoding."""
+
+    http_status = 400
+
+
+class InputTooLarge(InvalidInput):
+    """Text, batch or file over a configured limit. The message quotes both numbers."""
+
+    http_status = 413
+
+
+class UnsupportedLanguage(InvalidInput):
+    """A language code that is not in the table (or malformed)."""
+
+    http_status = 400
+
+
+class UnreachablePair(TranslationError):
+    """No direct adapter, no pivot route, and the bare backbone is not allowed."""
+
+    http_status = 400
+
+    def __init__(self, message: str, reachable: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.reachable = reachable or []
+
+
+class AdapterNotFound(TranslationError):
+    """The registry has no adapter for this pair."""
+
+    http_status = 404
+
+
+class AdapterUnusable(TranslationError):
+    """The adapter exists but failed validation or loading; the message carries the reason."""
+
+    http_status = 503
+
+
+class Busy(TranslationError):
+    """Every slot is leased and the bounded wait ran out."""
+
+    http_status = 503
+    retryable = True
+
+
+class OutOfMemory(TranslationError):
+    """A single row could not fit even after the batch was split."""
+
+    http_status = 507
+
+
+class ModelUnavailable(TranslationError):
+    """The backbone cannot be loaded (missing weights, no CUDA for a GPU profile, no download allowed)."""
+
+    http_status = 503
+
+
+class UnsupportedDocument(InvalidInput):
+    """A document whose format is not supported, lies about its type, or is corrupt."""
+
+    http_status = 415
+
+
+class Unauthorized(TranslationError):
+    http_status = 403
+
+
+class RateLimited(TranslationError):
+    http_status = 429
+    retryable = True
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+def http_status(exc: BaseException) -> int:
+    """HTTP status for any exception; unknown exceptions are 500."""
+    return exc.http_status if isinstance(exc, TranslationError) else 500

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# ./start.sh [app flags]   set up .venv on first run, install, serve the web app (embedded demo model by default)
+# ./start.sh test [args]   install the test extras too and run the whole test suite (args go to pytest)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+if [ ! -x .venv/bin/python ]; then
+  echo "[start.sh] creating .venv with $($PY --version 2>&1)"
+  "$PY" -m venv .venv
+fi
+VPY=.venv/bin/python
+
+# Reinstall only when a requirements file changed: the stamp holds their checksum.
+install() {
+  local stamp=".venv/.installed-$1" files=("${@:2}") sum
+  sum=$(cat "${files[@]}" | sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then
+    echo "[start.sh] installing ${files[*]} (first run takes a few minutes)"
+    "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip
+    for f in "${files[@]}"; do "$VPY" -m pip install -q --disable-pip-version-check -r "$f"; done
+    echo "$sum" > "$stamp"
+  fi
+}
+
+install runtime requirements.txt
+# Nothing may be fetched from a model hub at run time: fail fast and clearly instead of hanging on the network.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 GRADIO_ANALYTICS_ENABLED=False
+
+if [ "${1:-}" = "test" ]; then
+  shift
+  install test requirements.txt requirements-test.txt
+  exec "$VPY" -m pytest "$@"
+fi
+exec "$VPY" app.py "$@"
