@@ -1,0 +1,40 @@
+"""Language table and the Hunyuan-MT prompt format."""
+
+import pytest
+
+from hunyuan_mt.errors import UnsupportedLanguage
+from hunyuan_mt.languages import LANGUAGES, hunyuan_prompt, normalize_code, parse_hunyuan_prompt
+
+
+def test_table_has_38_codes_including_minority_languages() -> None:
+    assert len(LANGUAGES) == 38
+    for code in ("zh-Hant", "yue", "bo", "kk", "mn", "ug"):
+        assert code in LANGUAGES
+
+
+@pytest.mark.parametrize(("given", "expected"), [("zh-hant", "zh-Hant"), ("EN", "en"), ("zh-TW", "zh-Hant"),
+                                                 ("zh_CN", "zh"), (" es ", "es")])
+def test_case_variants_and_aliases_are_accepted(given: str, expected: str) -> None:
+    assert normalize_code(given) == expected
+
+
+@pytest.mark.parametrize("bad", ["xx", "english", "../en", "en/../../etc", "", "e", "%2e%2e"])
+def test_unknown_or_malformed_codes_are_refused(bad: str) -> None:
+    with pytest.raises(UnsupportedLanguage):
+        normalize_code(bad)
+
+
+def test_chinese_instruction_when_zh_is_involved() -> None:
+    assert hunyuan_prompt("Hello", "en", "zh") == "把下面的文本翻译成中文，不要额外解释。\n\nHello"
+    assert hunyuan_prompt("你好", "zh", "en") == "把下面的文本翻译成英语，不要额外解释。\n\n你好"
+
+
+def test_english_instruction_otherwise() -> None:
+    assert hunyuan_prompt("Hola", "es", "de") == (
+        "Translate the following segment into German, without additional explanation.\n\nHola")
+
+
+def test_prompt_parses_back() -> None:
+    for src, tgt in (("en", "zh"), ("es", "de"), ("zh", "yue")):
+        assert parse_hunyuan_prompt(hunyuan_prompt("Some text\nwith lines", src, tgt)) == (tgt, "Some text\nwith lines")
+    assert parse_hunyuan_prompt("just text") == (None, "just text")
