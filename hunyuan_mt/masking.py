@@ -1,0 +1,136 @@
+"""Do-not-translate spans: mask them before translation, put them back verbatim after.
+
+Placeholders (`%s`, `%(name)s`, `{0}`, `{name}`), markup tags, URLs, e-mail addresses, numbers and `code spans`
+are replaced by sentinel tokens `⟦0⟧`, `⟦1⟧`, ... that a model copies (the demo model is trained on text masked
+this way and its tokenizer knows the sentinels as whole tokens). Any backbone works: `restore` does not trust the
+model, it puts every span back exactly once, removes duplicated or invented sentinels and appends dropped ones.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+SENTINEL_OPEN = "⟦"
+SENTINEL_CLOSE = "⟧"
+#: How many distinct sentinels the demo tokenizer learns as whole tokens; more spans still work, as plain text.
+SENTINEL_VOCAB = 16
+
+
+def sentinel(index: int) -> str:
+    return f"{SENTINEL_OPEN}{index}{SENTINEL_CLOSE}"
+
+
+def sentinel_tokens(count: int = SENTINEL_VOCAB) -> list[str]:
+    return [sentinel(i) for i in range(count)]
+
+
+# One alternation, tried left to right at each position, so the longer constructs (a URL that holds digits, a tag
+# that holds an attribute with a number) win over the pieces inside them.
+_PATTERNS: tuple[str, ...] = (
+    r"⟦\d+⟧",                                                  # sentinel-looking text already in the input
+    r"`[^`\n]+`",                                              # `code spans`
+    r"<!--.*?-->",                                             # markup comments
+    r"</?[A-Za-z][\w:.-]*(?:\s+[^<>]*?)?\s*/?>",               # markup tags
+    r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#\d{1,7}|#x[0-9A-Fa-f]{1,6});",  # character entities
+    r"(?:https?|ftp|file)://[^\s<>\"'`]+",                     # URLs with a scheme
+    r"www\.[^\s<>\"'`]+",                                      # bare www URLs
+    r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+",                           # e-mail addresses
+    r"%\([\w.-]+\)[-+ #0]*\d*(?:\.\d+)?[diouxXeEfFgGcrsa]",    # %(name)s
+    r"%(?:\d+\$)?[-+ #0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t|I64|I32)?[diouxXeEfFgGcrsaApn@]",  # printf
+    r"%\d+",                                                   # Qt-style %1
+    r"%%",                                                     # literal percent in format strings
+    r"\$\{[^{}\s]+\}",                                         # ${var}
+    r"\{\{|\}\}",                                              # escaped braces of str.format
+    r"\{[\w.\[\]]*(?:![rsa])?(?::[^{}]*)?\}",                  # {0}, {name}, {name:>8}, {}
+    r"(?<![\w.,])[-+]?\d+(?:[.,:/]\d+)*(?:%)?(?![\w])",        # numbers, times, dates, percentages
+)
+_SPAN = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.S)
+# URLs and e-mails do not end on sentence punctuation; give that back to the text.
+_TRAILING_PUNCT = re.compile(r"[.,;:!?)\]'\"]+$")
+# Tolerant of what models do to the sentinels: spaces inside, full-width or ASCII brackets.
+_FOUND = re.compile(r"(?:⟦|\[\[|［［)\s*(\d{1,3})\s*(?:⟧|\]\]|］］)")
+
+
+@dataclass(frozen=True)
+class Protected:
+    """Masked text plus the original spans; `spans[i]` is what `⟦i⟧` stands for."""
+
+    text: str
+    spans: list[str] = field(default_factory=list)
+
+    @property
+    def has_words(self) -> bool:
+        """False when nothing but spans, whitespace and punctuation is left: no need to run a model."""
+        rest = _FOUND.sub("", self.text)
+        return any(ch.isalpha() for ch in rest)
+
+
+def protect(text: str) -> Protected:
+    """Replace every do-not-translate span of `text` by a sentinel, numbered in order of appearance."""
+    spans: list[str] = []
+    out: list[str] = []
+    pos = 0
+    for match in _SPAN.finditer(text):
+        span = match.group(0)
+        start, end = match.start(), match.end()
+        if span[0] not in "<`&%{$⟦" and not span[0].isdigit() and span[0] not in "+-":
+            # URL or e-mail: trailing punctuation belongs to the sentence.
+            trail = _TRAILING_PUNCT.search(span)
+            if trail:
+                span = span[: trail.start()]
+                end = start + len(span)
+        if not span:
+            continue
+        out.append(text[pos:start])
+        out.append(sentinel(len(spans)))
+        spans.append(span)
+        pos = end
+    out.append(text[pos:])
+    return Protected("".join(out), spans)
+
+
+def restore(translated: str, protected: Protected) -> str:
+    """Put every span of `protected` back into `translated`, verbatim and exactly once.
+
+    A sentinel the model repeated keeps its first occurrence; one it invented is removed; one it dropped is
+    appended where it stood relative to the end in the source: before the final punctuation when the source had
+    it there, else at the end.
+    """
+    spans = protected.spans
+    seen: set[int] = set()
+
+    def put_back(match: re.Match[str]) -> str:
+        index = int(match.group(1))
+        if index >= len(spans) or index in seen:
+            return ""
+        seen.add(index)
+        return spans[index]
+
+    result = _FOUND.sub(put_back, translated)
+    if len(_FOUND.findall(translated)) > len(seen):
+        result = _collapse_spaces(result)
+    for index, span in enumerate(spans):
+        if index not in seen:
+            result = _append(result, span, protected.text, index)
+    return result
+
+
+def _append(result: str, span: str, masked_source: str, index: int) -> str:
+    # Where did the sentinel sit in the source? Right before closing punctuation → keep that order.
+    tail = masked_source.split(sentinel(index), 1)[1] if sentinel(index) in masked_source else ""
+    trail_match = re.search(r"[.!?。！？:：…]+\s*$", result)
+    if tail.strip() and all(not ch.isalnum() for ch in tail) and trail_match:
+        cut = trail_match.start()
+        return f"{result[:cut].rstrip()} {span}{result[cut:]}"
+    if not result:
+        return span
+    if result[-1].isspace():
+        return result + span
+    return f"{result} {span}"
+
+
+def _collapse_spaces(text: str) -> str:
+    # Removing a duplicated sentinel can leave two spaces or a space before punctuation behind.
+    text = re.sub(r"[ \t]{2,}", " ", text)
+    return re.sub(r" +([.,;:!?])", r"\1", text).strip()
