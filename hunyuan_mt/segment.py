@@ -1,0 +1,140 @@
+"""Sentence splitting (pysbd) that keeps the exact layout for reassembly.
+
+A text becomes an alternating list of *gaps* (whitespace, line and paragraph breaks, exactly as given) and
+*segments* (sentences to translate). `Segmented.render(translations)` puts translations back between the original
+gaps, so the output keeps the input's paragraphs and spacing. Whitespace-only input has no segments at all.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+
+import pysbd
+
+from .languages import ZH_GROUP
+
+#: A sentence longer than this is cut at whitespace, so one run-on line cannot exceed the model's context.
+MAX_SEGMENT_CHARS = 1000
+
+_SEGMENTERS: dict[str, tuple[pysbd.Segmenter, threading.Lock]] = {}
+_SEGMENTERS_LOCK = threading.Lock()
+_LINES = re.compile(r"([^\n]*)(\n|$)")
+
+
+def pysbd_language(code: str) -> str:
+    """pysbd's rule set for a table code: its own where pysbd has one, zh for the Chinese group, else en."""
+    if code in ZH_GROUP:
+        return "zh"
+    return code if code in pysbd.languages.LANGUAGE_CODES else "en"
+
+
+def _segmenter(code: str) -> tuple[pysbd.Segmenter, threading.Lock]:
+    lang = pysbd_language(code)
+    with _SEGMENTERS_LOCK:
+        entry = _SEGMENTERS.get(lang)
+        if entry is None:
+            # A pysbd Segmenter keeps the text being split on itself, so each one gets its own lock.
+            entry = (pysbd.Segmenter(language=lang, clean=False), threading.Lock())
+            _SEGMENTERS[lang] = entry
+    return entry
+
+
+@dataclass
+class Segmented:
+    """Alternating layout pieces; `is_segment[i]` says whether `parts[i]` is translated."""
+
+    parts: list[str] = field(default_factory=list)
+    is_segment: list[bool] = field(default_factory=list)
+
+    @property
+    def segments(self) -> list[str]:
+        return [p for p, s in zip(self.parts, self.is_segment) if s]
+
+    def render(self, translations: list[str]) -> str:
+        """The original layout with each segment replaced by its translation, in order."""
+        wanted = sum(self.is_segment)
+        if len(translations) != wanted:
+            raise ValueError(f"render: expected {wanted} translations, got {len(translations)}")
+        it = iter(translations)
+        return "".join(next(it) if seg else part for part, seg in zip(self.parts, self.is_segment))
+
+    def _gap(self, text: str) -> None:
+        if not text:
+            return
+        if self.parts and not self.is_segment[-1]:
+            self.parts[-1] += text
+        else:
+            self.parts.append(text)
+            self.is_segment.append(False)
+
+    def _segment(self, text: str) -> None:
+        self.parts.append(text)
+        self.is_segment.append(True)
+
+
+def _sentences(line: str, code: str) -> list[str]:
+    segmenter, lock = _segmenter(code)
+    with lock:
+        found = segmenter.segment(line)
+    return [s.strip() for s in found if s.strip()]
+
+
+def _cut_long(sentence: str, limit: int) -> list[str]:
+    """Cut an over-long sentence at the last whitespace before `limit` (or hard at `limit` without any)."""
+    out: list[str] = []
+    rest = sentence
+    while len(rest) > limit:
+        cut = rest.rfind(" ", 0, limit)
+        cut = cut if cut > 0 else limit
+        out.append(rest[:cut])
+        rest = rest[cut:]
+    out.append(rest)
+    return out
+
+
+def split_text(text: str, lang: str, *, sentences: bool = True, max_segment_chars: int = MAX_SEGMENT_CHARS) -> Segmented:
+    """Split `text` into segments and the whitespace between them. `sentences=False` keeps one segment per line."""
+    out = Segmented()
+    for match in _LINES.finditer(text):
+        line, newline = match.group(1), match.group(2)
+        if not line and not newline:
+            continue
+        body = line.strip()
+        if not body:
+            out._gap(line + newline)
+            continue
+        start = line.index(body)
+        out._gap(line[:start])
+        pieces = _sentences(body, lang) if sentences else [body]
+        cursor = 0
+        located: list[tuple[int, int]] = []
+        for piece in pieces:
+            pos = body.find(piece, cursor)
+            if pos < 0:  # pysbd changed the text (rare); keep the line whole rather than lose characters
+                located = [(0, len(body))]
+                break
+            located.append((pos, pos + len(piece)))
+            cursor = pos + len(piece)
+        prev = 0
+        for i, (a, b) in enumerate(located):
+            out._gap(body[prev:a])
+            end = len(body) if i == len(located) - 1 else b  # trailing characters pysbd dropped stay with the last
+            chunk = body[a:end]
+            for part in _cut_long(chunk, max_segment_chars):
+                core = part.strip()
+                if not core:
+                    out._gap(part)
+                    continue
+                lead = part.index(core)
+                out._gap(part[:lead])
+                out._segment(core)
+                out._gap(part[lead + len(core):])
+            prev = end
+        out._gap(line[start + len(body):] + newline)
+    return out
+
+
+def join(segmented: Segmented, translations: list[str]) -> str:
+    return segmented.render(translations)
