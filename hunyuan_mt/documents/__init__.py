@@ -1,0 +1,13 @@
+"""Documents: one reader/writer per format (txt, md, srt, docx, pdf, html), plus upload checks and limits.
+
+    document = read_document(data, "report.docx", limits)   # segments to translate, in order
+    rendered = document.render(translations)                  # RenderedDocument(data, filename, media_type, note)
+
+or in one call, with the service's `translate_segments` bound to a pair: `translate_document(...)`.
+"""
+
+from .base import Document, RenderedDocument
+from .reader import SUPPORTED_EXTENSIONS, accepted_types, read_document, translate_document
+
+__all__ = ["Document", "RenderedDocument", "SUPPORTED_EXTENSIONS", "accepted_types", "read_document",
+           "translate_document"]

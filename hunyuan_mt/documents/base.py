@@ -1,0 +1,109 @@
+"""What every format module shares: the `Document` interface, the rendered result and the segment rules."""
+
+from __future__ import annotations
+
+import unicodedata
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Sequence
+
+from ..errors import InputTooLarge, InvalidInput
+from ..config import LimitsConfig
+
+
+@dataclass(frozen=True)
+class RenderedDocument:
+    """A translated document ready to download."""
+
+    data: bytes
+    filename: str
+    media_type: str
+    #: One sentence for the user about what was kept or changed (e.g. "PDF text layer → .docx"); may be empty.
+    note: str = ""
+
+
+def needs_translation(text: str) -> bool:
+    """True when `text` holds at least one letter; numbers, punctuation, symbols and whitespace are kept as they are."""
+    return any(unicodedata.category(ch).startswith("L") for ch in text)
+
+
+def split_outer_whitespace(text: str) -> tuple[str, str, str]:
+    """`"  Hello \\n"` → ("  ", "Hello", " \\n"): the translator sees the core, the layout keeps the rest."""
+    core = text.strip()
+    if not core:
+        return text, "", ""
+    start = text.index(core)
+    return text[:start], core, text[start + len(core):]
+
+
+def output_filename(filename: str, ext: str, target: str | None) -> str:
+    """`report.pdf` → `report.es.docx` (or `report.translated.docx` without a target); never a path."""
+    stem = PurePath(filename.replace("\\", "/")).stem or "document"
+    return f"{stem}.{target or 'translated'}{ext}"
+
+
+def check_segment_limits(filename: str, segments: Sequence[str], limits: LimitsConfig) -> None:
+    """Refuse documents over the segment or character limits, quoting both numbers."""
+    if len(segments) > limits.max_segments:
+        raise InputTooLarge(f"{filename}: {len(segments)} segments to translate, the limit is {limits.max_segments}")
+    chars = sum(len(s) for s in segments)
+    if chars > limits.max_doc_chars:
+        raise InputTooLarge(f"{filename}: {chars} characters to translate, the limit is {limits.max_doc_chars}")
+
+
+def check_not_empty(filename: str, segments: Sequence[str], what: str = "text") -> None:
+    if not segments:
+        raise InvalidInput(f"{filename}: no {what} to translate was found")
+
+
+class Document(ABC):
+    """A parsed upload: the `segments` to translate, in order, and how to put translations back."""
+
+    #: Short format name ("txt", "md", "srt", "docx", "pdf", "html").
+    kind: str = ""
+
+    def __init__(self, filename: str, segments: list[str]) -> None:
+        self.filename = filename
+        #: Stripped, non-empty texts that hold letters; never code blocks, timings or markup.
+        self.segments = segments
+
+    def render(self, translations: Sequence[str], target: str | None = None) -> RenderedDocument:
+        """The translated document; `translations[i]` replaces `segments[i]`."""
+        if len(translations) != len(self.segments):
+            raise ValueError(f"{self.filename}: got {len(translations)} translations for {len(self.segments)} segments")
+        return self._render([t.strip() for t in translations], target)
+
+    @abstractmethod
+    def _render(self, translations: list[str], target: str | None) -> RenderedDocument: ...
+
+
+class TextTemplate:
+    """A source text with some spans marked for replacement; the text formats render through this.
+
+    Spans are (start, end) offsets into the source; everything outside them is copied byte for byte, which is how
+    markup, code and layout survive a translation untouched.
+    """
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self._spans: list[tuple[int, int, int]] = []  # (start, end, segment index)
+        self.segments: list[str] = []
+
+    def add(self, start: int, end: int, segment: str) -> int:
+        """Mark source[start:end] to be replaced by the translation of `segment`; returns the segment index."""
+        if self._spans and start < self._spans[-1][1]:
+            raise ValueError("spans must be added in order and must not overlap")
+        self.segments.append(segment)
+        self._spans.append((start, end, len(self.segments) - 1))
+        return len(self.segments) - 1
+
+    def render(self, replacements: Sequence[str]) -> str:
+        out: list[str] = []
+        pos = 0
+        for start, end, index in self._spans:
+            out.append(self.source[pos:start])
+            out.append(replacements[index])
+            pos = end
+        out.append(self.source[pos:])
+        return "".join(out)

@@ -1,0 +1,165 @@
+"""Markdown (.md): the text of paragraphs, headings, list items and table cells is translated in place.
+
+markdown-it-py parses; the output is the original source with only those text spans replaced (found through the
+parser's line maps), so every bit of markdown syntax, code blocks, inline HTML blocks and front matter stays byte for
+byte. Inline code and link targets travel inside their sentence, where the service's masking keeps them verbatim;
+inline runs that are nothing but code, links or HTML are not sent at all.
+"""
+
+from __future__ import annotations
+
+import re
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from ..config import LimitsConfig
+from .base import Document, RenderedDocument, TextTemplate, needs_translation, output_filename
+from .encoding import DecodedText, decode_text
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+_FRONT_MATTER_FENCES = {"---": ("---", "..."), "+++": ("+++",)}
+# A translation that starts like this would turn a paragraph into a heading, list, quote or rule.
+_BLOCK_MARKER = re.compile(r"^(?:#{1,6}(?:\s|$)|[-+*]\s|\d{1,9}[.)]\s|>|=+\s*$|-+\s*$|`{3,}|~{3,})")
+_TRANSLATED_PARENTS = {"paragraph_open", "heading_open", "th_open", "td_open"}
+
+
+def _line_spans(source: str) -> list[tuple[int, int]]:
+    """(start, end) of each line's content without its line break, numbered as markdown-it numbers lines."""
+    spans = []
+    for m in _LINE.finditer(source):
+        text = m.group(0)
+        spans.append((m.start(), m.start() + len(text.rstrip("\r\n"))))
+    return spans
+
+
+def _front_matter_lines(lines: list[str]) -> int:
+    """Number of leading lines that form YAML (---) or TOML (+++) front matter; 0 when there is none."""
+    if not lines or lines[0].strip() not in _FRONT_MATTER_FENCES:
+        return 0
+    closers = _FRONT_MATTER_FENCES[lines[0].strip()]
+    for i in range(1, len(lines)):
+        if lines[i].strip() in closers:
+            return i + 1
+    return 0
+
+
+def _prose_of(inline: Token) -> str:
+    """The plain text of an inline run, without code spans, HTML and bare autolinks."""
+    out: list[str] = []
+    in_autolink = False
+    for child in inline.children or []:
+        if child.type == "link_open" and child.markup == "autolink":
+            in_autolink = True
+        elif child.type == "link_close" and in_autolink:
+            in_autolink = False
+        elif child.type == "text" and not in_autolink:
+            out.append(child.content)
+        elif child.type == "image":
+            out.append(_prose_of(child))
+    return " ".join(out)
+
+
+class MarkdownDocument(Document):
+    kind = "md"
+
+    def __init__(self, filename: str, decoded: DecodedText) -> None:
+        self._decoded = decoded
+        source = decoded.text
+        self._template = TextTemplate(source)
+        #: Segment index → what its translation must be escaped against ("cell" or "block").
+        self._escapes: dict[int, str] = {}
+        self._build(source)
+        super().__init__(filename, self._template.segments)
+
+    def _build(self, source: str) -> None:
+        spans = _line_spans(source)
+        lines = [source[a:b] for a, b in spans]
+        skip = _front_matter_lines(lines)
+        # Blank the front matter for the parser but keep the line count, so its line maps still fit `spans`.
+        parse_source = "\n" * skip + "\n".join(lines[skip:])
+        tokens = MarkdownIt("commonmark").enable(["table", "strikethrough"]).parse(parse_source)
+        cursor = {i: a for i, (a, _) in enumerate(spans)}
+        parent = ""
+        for token in tokens:
+            if token.type.endswith("_open"):
+                parent = token.type
+            if token.type != "inline" or parent not in _TRANSLATED_PARENTS or not token.map:
+                continue
+            if not needs_translation(_prose_of(token)):
+                continue
+            in_cell = parent in ("th_open", "td_open")
+            located = self._locate(source, spans, cursor, token, in_cell)
+            if located is None:
+                continue  # the parser normalised this text beyond recognition: keep the original rather than guess
+            hard_break = any(c.type == "hardbreak" for c in token.children or [])
+            if hard_break:
+                pieces = located
+            else:
+                pieces = [(located[0][0], located[-1][1])]
+            for n, (a, b) in enumerate(pieces):
+                if hard_break:
+                    a, b = _strip_span(source, a, b)
+                    text = source[a:b]
+                elif in_cell:
+                    text = token.content  # the parser already dropped the escapes of "\\|"
+                else:
+                    text = " ".join(source[x:y].strip() for x, y in located) if len(located) > 1 else source[a:b]
+                if not needs_translation(text) or a >= b:
+                    continue
+                index = self._template.add(a, b, text)
+                if in_cell:
+                    self._escapes[index] = "cell"
+                elif n == 0:
+                    self._escapes[index] = "block"
+
+    @staticmethod
+    def _locate(source: str, spans: list[tuple[int, int]], cursor: dict[int, int], token: Token,
+                in_cell: bool) -> list[tuple[int, int]] | None:
+        """Absolute (start, end) of each content line of `token` in the source, or None when one is not found."""
+        first = token.map[0]
+        found: list[tuple[int, int]] = []
+        for i, content in enumerate(token.content.split("\n")):
+            line_no = first + i
+            if line_no >= len(spans):
+                return None
+            start, end = cursor[line_no], spans[line_no][1]
+            candidates = [content, content.replace("|", "\\|")] if in_cell else [content]
+            pos = -1
+            for candidate in candidates:
+                # Table cells share a line: search left to right; elsewhere the content is the line's tail.
+                pos = source.find(candidate, start, end) if in_cell else source.rfind(candidate, start, end)
+                if pos >= 0:
+                    content = candidate
+                    break
+            if pos < 0:
+                return None
+            found.append((pos, pos + len(content)))
+            cursor[line_no] = pos + len(content)
+        return found
+
+    def _escape(self, index: int, text: str) -> str:
+        kind = self._escapes.get(index)
+        if kind == "cell":
+            return re.sub(r"(?<!\\)\|", r"\\|", text.replace("\n", " "))
+        if kind == "block" and _BLOCK_MARKER.match(text) and not _BLOCK_MARKER.match(self.segments[index]):
+            return "\\" + text
+        return text
+
+    def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
+        escaped = [self._escape(i, t) for i, t in enumerate(translations)]
+        return RenderedDocument(self._decoded.encode(self._template.render(escaped)),
+                                output_filename(self.filename, ".md", target), "text/markdown; charset=utf-8",
+                                self._decoded.note)
+
+
+def _strip_span(source: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and source[start].isspace():
+        start += 1
+    while end > start and source[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def read_markdown(data: bytes, filename: str, limits: LimitsConfig) -> MarkdownDocument:
+    return MarkdownDocument(filename, decode_text(data, filename))

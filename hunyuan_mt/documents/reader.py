@@ -1,0 +1,112 @@
+"""The entry points: check an upload (size, type, content), parse it, and translate it through a callback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import PurePath
+
+from ..config import LimitsConfig
+from ..errors import InputTooLarge, InvalidInput, UnsupportedDocument
+from .base import Document, RenderedDocument, check_not_empty, check_segment_limits
+from .htmlpage import read_html
+from .markdown import read_markdown
+from .pdf import read_pdf
+from .plaintext import read_text
+from .sniff import describe_text_content, magic_kind
+from .subtitles import read_subtitles
+from .word import read_word
+
+Progress = Callable[[int, int], None]
+TranslateSegments = Callable[[list[str], Progress | None], list[str]]
+
+
+@dataclass(frozen=True)
+class _Format:
+    label: str
+    read: Callable[[bytes, str, LimitsConfig], Document]
+    #: "text", "zip" or "pdf": what the bytes must look like.
+    content: str
+
+
+_FORMATS: dict[str, _Format] = {
+    ".txt": _Format("a plain-text file", read_text, "text"),
+    ".md": _Format("a Markdown file", read_markdown, "text"),
+    ".markdown": _Format("a Markdown file", read_markdown, "text"),
+    ".srt": _Format("an SRT subtitle file", read_subtitles, "text"),
+    ".docx": _Format("a Word document", read_word, "zip"),
+    ".pdf": _Format("a PDF", read_pdf, "pdf"),
+    ".html": _Format("an HTML page", read_html, "text"),
+    ".htm": _Format("an HTML page", read_html, "text"),
+}
+
+#: Extensions the upload widgets accept, in the order they are listed to users.
+SUPPORTED_EXTENSIONS: tuple[str, ...] = tuple(_FORMATS)
+
+
+def _extension(filename: str) -> str:
+    return PurePath(filename.replace("\\", "/")).suffix.lower()
+
+
+def _check_content(data: bytes, filename: str, ext: str, fmt: _Format) -> None:
+    """Refuse a file whose bytes are not what its extension claims, saying what they look like instead."""
+    actual = magic_kind(data)
+    if fmt.content == "text":
+        actual = describe_text_content(data)
+        ok = actual is None
+    elif fmt.content == "zip":
+        ok = data.startswith(b"PK\x03\x04")
+        if actual is None:
+            actual = "text" if describe_text_content(data) is None else "binary data"
+        if actual.startswith("a legacy Office"):
+            raise UnsupportedDocument(f"{filename}: this is a legacy Word .doc file, not a .docx; save it as .docx "
+                                      "and upload it again")
+    else:
+        ok = actual == "a PDF document"
+        if actual is None:
+            actual = "text" if describe_text_content(data) is None else "binary data"
+    if not ok:
+        raise UnsupportedDocument(f"{filename}: the file's content is {actual}, not {fmt.label} as its {ext} "
+                                  "extension says; upload the real file or give it the right extension")
+
+
+def read_document(data: bytes, filename: str, limits: LimitsConfig) -> Document:
+    """Parse an upload into segments. UnsupportedDocument / InputTooLarge / InvalidInput carry a readable reason."""
+    name = PurePath((filename or "").replace("\\", "/")).name or "upload"
+    ext = _extension(name)
+    fmt = _FORMATS.get(ext)
+    if fmt is None:
+        shown = f"'{ext}'" if ext else "(no extension)"
+        raise UnsupportedDocument(f"{name}: unsupported file type {shown}; supported: "
+                                  f"{', '.join(SUPPORTED_EXTENSIONS)}")
+    if not data:
+        raise InvalidInput(f"{name}: the file is empty")
+    if len(data) > limits.max_file_bytes:
+        raise InputTooLarge(f"{name}: the file is {len(data)} bytes, the limit is {limits.max_file_bytes} bytes")
+    _check_content(data, name, ext, fmt)
+    document = fmt.read(data, name, limits)
+    check_not_empty(name, document.segments)
+    check_segment_limits(name, document.segments, limits)
+    return document
+
+
+def translate_document(data: bytes, filename: str, limits: LimitsConfig, translate_segments: TranslateSegments,
+                       progress: Progress | None = None, target: str | None = None) -> RenderedDocument:
+    """Read, translate and render an upload in one call (what the web layer and the CLI use).
+
+    `translate_segments(segments, progress)` is the service's `translate_segments` bound to a language pair.
+    Repeated segments (table headers, running footers) are sent once. `target` names the output file
+    (`report.es.docx`).
+    """
+    document = read_document(data, filename, limits)
+    unique = list(dict.fromkeys(document.segments))
+    translated = translate_segments(unique, progress)
+    if len(translated) != len(unique):
+        raise RuntimeError(f"translate_segments returned {len(translated)} texts for {len(unique)} segments")
+    by_source = dict(zip(unique, translated))
+    return document.render([by_source[s] for s in document.segments], target=target)
+
+
+def accepted_types() -> Sequence[str]:
+    """For upload widgets (`gr.File(file_types=...)`)."""
+    return list(SUPPORTED_EXTENSIONS)

@@ -1,0 +1,216 @@
+"""Word documents (.docx): paragraphs, headings, table cells, headers and footers, translated in place.
+
+python-docx opens and saves the package; the text is changed at the level of the `w:t` elements so that paragraph
+styles, run formatting (bold, italic, fonts, colours, hyperlinks) and everything that is not text (images, fields,
+tabs, breaks) stay where they are. A paragraph is cut at tabs and line breaks into separate segments; a segment's
+translation is spread over its runs in proportion to their original lengths, snapped to word boundaries, with
+runs of identical formatting merged first, so a bold word stays bold at about the same place in the sentence.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import zipfile
+from dataclasses import dataclass, field
+
+import docx
+from docx.document import Document as DocxDocument
+from docx.opc.exceptions import PackageNotFoundError
+from docx.oxml.ns import qn
+from docx.parts.hdrftr import FooterPart, HeaderPart
+from lxml import etree
+
+from ..config import LimitsConfig
+from ..errors import InputTooLarge, InvalidInput, UnsupportedDocument
+from .base import Document, RenderedDocument, needs_translation, output_filename
+
+log = logging.getLogger(__name__)
+
+DOCX_MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+#: More zip members than any real document has; refused before anything is unpacked.
+MAX_ZIP_MEMBERS = 10_000
+
+_P, _R, _T = qn("w:p"), qn("w:r"), qn("w:t")
+_RPR = qn("w:rPr")
+# Elements that end a segment: the translation cannot move them, so the text on each side is translated apart.
+_BOUNDARIES = {qn("w:tab"), qn("w:br"), qn("w:cr"), qn("w:ptab"), qn("w:noBreakHyphen")}
+# Subtrees whose text is not the paragraph's visible text (deleted revisions, field codes) or is another paragraph.
+_SKIP = {qn("w:del"), qn("w:moveFrom"), qn("w:instrText"), qn("w:delText"), qn("w:txbxContent"), _P}
+_IMAGES = (qn("w:drawing"), qn("w:pict"), qn("w:object"))
+_XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
+
+
+def check_zip(data: bytes, filename: str, limits: LimitsConfig) -> None:
+    """Refuse zip bombs from the central directory's declared sizes, before any member is decompressed.
+
+    zipfile never yields more than a member's declared size (a member that inflates further fails its CRC check),
+    so the declared total bounds what parsing can unpack.
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            infos = zf.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        raise UnsupportedDocument(f"{filename}: the .docx is damaged (not a readable zip archive)") from None
+    if len(infos) > MAX_ZIP_MEMBERS:
+        raise InputTooLarge(f"{filename}: the archive holds {len(infos)} files, the limit is {MAX_ZIP_MEMBERS}")
+    total = sum(info.file_size for info in infos)
+    if total > limits.max_unzipped_bytes:
+        raise InputTooLarge(f"{filename}: unpacks to {total} bytes, the limit is {limits.max_unzipped_bytes} bytes")
+    names = {info.filename for info in infos}
+    if "word/document.xml" not in names:
+        raise UnsupportedDocument(f"{filename}: not a Word document: the archive has no word/document.xml "
+                                  f"({_zip_kind(names)})")
+
+
+def _zip_kind(names: set[str]) -> str:
+    if "xl/workbook.xml" in names:
+        return "it is an Excel workbook"
+    if "ppt/presentation.xml" in names:
+        return "it is a PowerPoint presentation"
+    if "mimetype" in names and "content.xml" in names:
+        return "it is an OpenDocument file; save it as .docx"
+    return "it is some other zip archive"
+
+
+@dataclass
+class _Chunk:
+    """The text between two boundaries of one paragraph: `w:t` elements grouped by identical formatting."""
+
+    groups: list[list[etree._Element]] = field(default_factory=list)
+    keys: list[tuple[int, bytes]] = field(default_factory=list)
+
+    def add(self, t: etree._Element) -> None:
+        run = t.getparent()
+        rpr = run.find(_RPR) if run is not None else None
+        # Same container (paragraph, hyperlink, ...) and same run properties: text may move freely between them.
+        key = (id(run.getparent()) if run is not None else 0,
+               etree.tostring(rpr) if rpr is not None else b"")
+        if self.keys and self.keys[-1] == key:
+            self.groups[-1].append(t)
+        else:
+            self.groups.append([t])
+            self.keys.append(key)
+
+    @property
+    def texts(self) -> list[str]:
+        return ["".join(t.text or "" for t in group) for group in self.groups]
+
+
+def _walk(element: etree._Element, chunks: list[_Chunk]) -> None:
+    for child in element:
+        tag = child.tag
+        if tag in _SKIP:
+            continue
+        if tag == _T:
+            chunks[-1].add(child)
+        elif tag in _BOUNDARIES:
+            chunks.append(_Chunk())
+        else:
+            _walk(child, chunks)
+
+
+def paragraph_chunks(p: etree._Element) -> list[_Chunk]:
+    chunks = [_Chunk()]
+    _walk(p, chunks)
+    return [c for c in chunks if c.groups]
+
+
+def _is_word_boundary(text: str, pos: int) -> bool:
+    return pos <= 0 or pos >= len(text) or text[pos - 1].isspace() or text[pos].isspace()
+
+
+def distribute(original: list[str], new_text: str) -> list[str]:
+    """Split `new_text` over the groups in proportion to the `original` group lengths.
+
+    A cut that fell between words in the original is moved to the nearest space of the new text; a cut inside a
+    word (or a language without spaces) stays proportional.
+    """
+    if len(original) == 1:
+        return [new_text]
+    total = sum(len(t) for t in original) or 1
+    whole = "".join(original)
+    cuts: list[int] = []
+    done = 0
+    for text in original[:-1]:
+        done += len(text)
+        pos = round(len(new_text) * done / total)
+        if _is_word_boundary(whole, done) and not _is_word_boundary(new_text, pos):
+            window = max(4, len(new_text) // (2 * len(original)))
+            for delta in range(1, window + 1):
+                if _is_word_boundary(new_text, pos - delta):
+                    pos -= delta
+                    break
+                if _is_word_boundary(new_text, pos + delta):
+                    pos += delta
+                    break
+        cuts.append(max(pos, cuts[-1] if cuts else 0))
+    bounds = [0, *cuts, len(new_text)]
+    return [new_text[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def _set_text(t: etree._Element, text: str) -> None:
+    t.text = text
+    if text != text.strip():
+        t.set(_XML_SPACE, "preserve")
+
+
+class WordDocument(Document):
+    kind = "docx"
+
+    def __init__(self, filename: str, document: DocxDocument) -> None:
+        self._document = document
+        self._chunks: list[_Chunk] = []
+        segments: list[str] = []
+        for root in self._roots():
+            for p in root.iter(_P):
+                for chunk in paragraph_chunks(p):
+                    text = "".join(chunk.texts)
+                    if needs_translation(text):
+                        segments.append(" ".join(text.split()))
+                        self._chunks.append(chunk)
+        if not segments:
+            body = document.element.body
+            if any(True for tag in _IMAGES for _ in body.iter(tag)):
+                raise InvalidInput(f"{filename}: the document holds only images, no text to translate "
+                                   "(text inside images needs OCR first)")
+            raise InvalidInput(f"{filename}: the document has no text to translate")
+        super().__init__(filename, segments)
+
+    def _roots(self) -> list[etree._Element]:
+        """The body first, then every header and footer part (each once, however many sections share it)."""
+        roots = [self._document.element.body]
+        for part in self._document.part.package.iter_parts():
+            if isinstance(part, (HeaderPart, FooterPart)):
+                roots.append(part.element)
+        return roots
+
+    def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
+        for chunk, translation in zip(self._chunks, translations):
+            texts = chunk.texts
+            whole = "".join(texts)
+            lead = whole[:len(whole) - len(whole.lstrip())]
+            trail = whole[len(whole.rstrip()):]
+            for group, text in zip(chunk.groups, distribute(texts, lead + translation + trail)):
+                _set_text(group[0], text)
+                for t in group[1:]:
+                    _set_text(t, "")
+        out = io.BytesIO()
+        self._document.save(out)
+        return RenderedDocument(out.getvalue(), output_filename(self.filename, ".docx", target), DOCX_MEDIA_TYPE,
+                                "Paragraph styles and run formatting are kept; where a sentence mixes formats, the "
+                                "formatting is placed at the matching position of the translation.")
+
+
+def read_word(data: bytes, filename: str, limits: LimitsConfig) -> WordDocument:
+    check_zip(data, filename, limits)
+    try:
+        document = docx.Document(io.BytesIO(data))
+    # Untrusted input reaches the zip, OPC and XML layers; any failure there means a damaged file, and the caller
+    # needs that sentence rather than a parser's internals.
+    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, etree.XMLSyntaxError, EOFError,
+            OSError) as exc:
+        log.info("unreadable docx %r: %s: %s", filename, type(exc).__name__, exc)
+        raise UnsupportedDocument(f"{filename}: the .docx is damaged or not a Word document and cannot be read") \
+            from None
+    return WordDocument(filename, document)
