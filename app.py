@@ -1,0 +1,116 @@
+"""Entry point: configuration + CLI flags → translation service → one web server (REST API + Gradio UI at /ui).
+
+    ./start.sh                                  embedded demo model on 127.0.0.1:7860
+    ./start.sh --config hunyuan-mt-7b           the GPU profile
+    ./start.sh --host 0.0.0.0 --auth me:secret --api-keys k1,k2 --admin-key adm --set cache.slots=4
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+from typing import Any, Sequence
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from hunyuan_mt.config import Config, load_config, parse_set_args  # noqa: E402
+from hunyuan_mt.errors import TranslationError  # noqa: E402
+
+log = logging.getLogger("hunyuan_mt.app")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Hunyuan-MT translation server (REST API + web UI).")
+    parser.add_argument("--config", default=os.environ.get("HMT_CONFIG"),
+                        help="profile name in configs/ (e.g. hunyuan-mt-7b) or a YAML path; default: default.yaml")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override any setting, e.g. --set cache.slots=4 (repeatable)")
+    parser.add_argument("--host", help="bind address (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, help="port (default 7860)")
+    parser.add_argument("--share", action="store_true", default=None,
+                        help="also open a public gradio.live link (needs internet; off by default)")
+    parser.add_argument("--auth", default=os.environ.get("HMT_AUTH"), metavar="USER:PASS",
+                        help="password-protect the web UI (or env HMT_AUTH)")
+    parser.add_argument("--api-keys", metavar="K1,K2", help="require one of these keys on the REST API")
+    parser.add_argument("--admin-key", help="key for the admin routes and the UI's admin actions")
+    return parser.parse_args(argv)
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    overrides: dict[str, Any] = parse_set_args(args.set)
+    flags = {"server.host": args.host, "server.port": args.port, "server.share": args.share,
+             "server.auth": args.auth, "server.api_keys": args.api_keys, "server.admin_key": args.admin_key}
+    overrides.update({key: value for key, value in flags.items() if value is not None})
+    return load_config(args.config, overrides)
+
+
+def startup_lines(cfg: Config, status: dict[str, Any]) -> list[str]:
+    """What the operator needs to see once the server is up."""
+    host = cfg.server.host
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    base = f"http://{shown}:{cfg.server.port}"
+    backbone = status.get("backbone", {}) or {}
+    cache = status.get("cache", {}) or {}
+    pinned = [r.get("key") for r in cache.get("resident", []) or [] if r.get("pinned")] or list(cfg.cache.pinned)
+    lines = [
+        f"web UI:   {base}/ui/" + ("  (password-protected)" if cfg.server.auth else ""),
+        f"REST API: {base}/translate, /languages, /detect, /translate_file, /v1/chat/completions; docs {base}/docs",
+        f"model {backbone.get('name', cfg.model.path)} ({backbone.get('arch', '?')}) on "
+        f"{backbone.get('device', '?')} {backbone.get('dtype', '')}; {cfg.cache.slots} adapter slots, "
+        f"pinned {pinned or 'none'}",
+        "REST API keys: " + ("required" if cfg.server.api_keys else "off (open API)")
+        + (f"; rate limit {cfg.server.rate_limit_per_min}/min" if cfg.server.rate_limit_per_min else "")
+        + "; admin routes: " + ("on (X-Admin-Key)" if cfg.server.admin_key else "off (no admin key)"),
+    ]
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        lines.append(f"listening on {host}: reachable from other machines")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    try:
+        cfg = build_config(args)
+    except TranslationError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+
+    import uvicorn
+
+    from hunyuan_mt.service import get_service
+    from hunyuan_mt.web.server import build_app, open_share_tunnel
+
+    try:
+        service = get_service(cfg)
+    except TranslationError as exc:
+        print(f"error: cannot start the translation service: {exc.message}", file=sys.stderr)
+        return 1
+    app = build_app(service, cfg)
+    server = uvicorn.Server(uvicorn.Config(app, host=cfg.server.host, port=cfg.server.port, log_level="info"))
+
+    def announce() -> None:
+        while not server.started and not server.should_exit:
+            threading.Event().wait(0.1)
+        if not server.started:
+            return
+        for line in startup_lines(cfg, service.status()):
+            log.info(line)
+        if cfg.server.share:
+            try:
+                log.info("public share link: %s", open_share_tunnel(cfg.server.host, cfg.server.port))
+            except RuntimeError as exc:
+                log.error("--share: %s", exc)
+
+    threading.Thread(target=announce, name="hmt-announce", daemon=True).start()
+    server.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,468 @@
+"""The REST API: LibreTranslate-compatible routes, OpenAI chat completions, health, metrics, adapters and admin.
+
+Every blocking service call runs in the threadpool, so slow translations never stall the event loop that also
+serves the Gradio UI. Errors are typed below this layer and rendered here, once, as `{"error": message}` with
+`errors.http_status(exc)`; unknown exceptions become a bare 500 without a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from typing import Any, AsyncIterator, Protocol, Sequence
+from urllib.parse import quote
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import __version__
+from ..adapters.request import Pair
+from ..config import Config
+from ..errors import InputTooLarge, InvalidInput, RateLimited, TranslationError, UnreachablePair, http_status
+from ..languages import LANGUAGES, normalize_code, parse_hunyuan_prompt
+from .auth import AccessPolicy
+from .downloads import DownloadStore, safe_filename
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .metrics import WebMetrics
+from .requests import FORM, JSON, MULTIPART, BodyLimitMiddleware, client_address, read_fields, text_field
+
+log = logging.getLogger(__name__)
+
+#: JSON bodies beyond this are refused before parsing; generous next to the character limit (UTF-8, escapes).
+_JSON_OVERHEAD = 64 * 1024
+
+
+class TranslationServiceLike(Protocol):  # the parts of service.TranslationService the web layer calls
+    def translate_batch(self, texts: list[str], src: str, tgt: str) -> list[Any]: ...
+    def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None) -> list[str]: ...
+    def detect(self, text: str) -> list[Any]: ...
+    def languages(self) -> list[Any]: ...
+    def status(self) -> dict[str, Any]: ...
+    def rescan(self) -> Any: ...
+    def pin(self, pair: Pair) -> Any: ...
+    def unpin(self, pair: Pair) -> Any: ...
+    def unload(self, pair: Pair) -> Any: ...
+
+
+def error_response(exc: BaseException) -> JSONResponse:
+    """The one rendering of an error for REST callers."""
+    status = http_status(exc)
+    if isinstance(exc, TranslationError):
+        body: dict[str, Any] = {"error": exc.message}
+        if isinstance(exc, UnreachablePair) and exc.reachable:
+            body["reachable"] = exc.reachable
+    else:
+        body = {"error": "Internal server error."}
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, RateLimited) else None
+    if isinstance(exc, TranslationError) and exc.retryable and headers is None:
+        headers = {"Retry-After": "1"}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def detection_json(detection: Any) -> dict[str, Any]:
+    """LibreTranslate reports confidence as a percentage."""
+    return {"confidence": round(float(detection.confidence) * 100.0, 1), "language": detection.code}
+
+
+def resolve_model_id(model: str | None) -> tuple[str | None, str | None]:
+    """OpenAI `model` → (source or None, target or None): "es" names a target, "en2es"/"en-es" a pair.
+
+    Anything else (e.g. "hunyuan-mt") names neither; the Hunyuan prompt then has to say the target.
+    """
+    if not model:
+        return None, None
+    name = model.strip()
+    try:
+        return None, normalize_code(name)
+    except InvalidInput:
+        pass
+    if "2" in name:
+        try:
+            pair = Pair.parse(name)
+            return pair.src, pair.tgt
+        except InvalidInput:
+            pass
+    for sep in ("-", ":", "_", ">"):
+        # Try both splits: "en-zh-Hant" and "zh-Hant-en" each have one that parses.
+        for left, right in (name.split(sep, 1), name.rsplit(sep, 1)) if sep in name else ():
+            try:
+                return normalize_code(left), normalize_code(right)
+            except InvalidInput:
+                continue
+    return None, None
+
+
+class RestApi:
+    """Route handlers over one service; kept as a class so the handlers share the policy, store and metrics."""
+
+    def __init__(self, service: TranslationServiceLike, cfg: Config, metrics: WebMetrics) -> None:
+        self.service = service
+        self.cfg = cfg
+        self.metrics = metrics
+        self.policy = AccessPolicy(cfg.server, cfg.limits)
+        self.downloads = DownloadStore()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _authorize(self, request: Request, fields: dict[str, Any]) -> None:
+        key = fields.get("api_key") if isinstance(fields.get("api_key"), str) else None
+        auth = request.headers.get("authorization", "")
+        if not key and auth.lower().startswith("bearer "):
+            key = auth[7:].strip()
+        self.policy.authorize(key, client_address(request))
+
+    def _texts(self, q: Any) -> tuple[list[str], bool]:
+        if q is None or q == "" or q == []:
+            raise InvalidInput("Invalid request: missing q parameter")
+        if isinstance(q, str):
+            return [q], False
+        if isinstance(q, list) and all(isinstance(item, str) for item in q):
+            return list(q), True
+        raise InvalidInput("Invalid request: q must be a string or a list of strings")
+
+    def _observe(self, results: Sequence[Any], started: float, front: str) -> None:
+        elapsed = time.perf_counter() - started
+        for result in results:
+            self.metrics.observe_translation(result.source, result.target, result.route_kind,
+                                             elapsed / max(1, len(results)), front)
+
+    def _translate_html(self, text: str, source: str, target: str) -> tuple[str, Any]:
+        """format=html: translate the text nodes only; tags and attributes come back untouched."""
+        from ..documents import read_document
+
+        document = read_document(text.encode("utf-8"), "fragment.html", self.cfg.limits)
+        detected = None
+        if source == "auto":
+            detections = self.service.detect(" ".join(document.segments)[: self.policy.max_chars])
+            if not detections:
+                raise InvalidInput("Could not detect the source language; pass source explicitly.")
+            detected = detections[0]
+            source = detected.code
+        translations = self.service.translate_segments(document.segments, source, target)
+        html = document.render(translations, target).data.decode("utf-8")
+        return html, detected
+
+    # ------------------------------------------------------------------ LibreTranslate routes
+
+    async def translate(self, request: Request) -> JSONResponse:
+        try:
+            fields = await read_fields(request)
+            self._authorize(request, fields)
+            texts, as_list = self._texts(fields.get("q"))
+            source = text_field(fields, "source", required=False, default="auto")
+            target = text_field(fields, "target")
+            fmt = text_field(fields, "format", required=False, default="text")
+            if fmt not in ("text", "html"):
+                raise InvalidInput(f"Invalid request: format must be 'text' or 'html', got {fmt[:20]!r}")
+            self.policy.check_chars(texts)
+            started = time.perf_counter()
+            if fmt == "html":
+                pairs = [await run_in_threadpool(self._translate_html, t, source, target) for t in texts]
+                translated = [html for html, _ in pairs]
+                detected = [d for _, d in pairs]
+            else:
+                results = await run_in_threadpool(self.service.translate_batch, texts, source, target)
+                self._observe(results, started, "rest")
+                translated = [r.text for r in results]
+                detected = [r.detected for r in results]
+        finally:
+            await request.close()
+        body: dict[str, Any] = {"translatedText": translated if as_list else translated[0]}
+        if source.lower() == "auto":
+            found = [detection_json(d) if d else {"confidence": 0.0, "language": None} for d in detected]
+            body["detectedLanguage"] = found if as_list else found[0]
+        return JSONResponse(body)
+
+    async def detect(self, request: Request) -> JSONResponse:
+        try:
+            fields = await read_fields(request)
+            self._authorize(request, fields)
+            q = text_field(fields, "q")
+            self.policy.check_chars([q])
+            detections = await run_in_threadpool(self.service.detect, q)
+        finally:
+            await request.close()
+        return JSONResponse([detection_json(d) for d in detections])
+
+    async def languages(self) -> JSONResponse:
+        infos = await run_in_threadpool(self.service.languages)
+        return JSONResponse([{"code": i.code, "name": i.english, "native": i.native, "targets": list(i.targets)}
+                             for i in infos])
+
+    async def translate_file(self, request: Request) -> JSONResponse:
+        try:
+            fields = await read_fields(request, allow=(MULTIPART,))
+            self._authorize(request, fields)
+            upload = fields.get("file")
+            if not isinstance(upload, UploadFile):
+                raise InvalidInput("Invalid request: missing file parameter")
+            source = text_field(fields, "source", required=False, default="auto")
+            target = text_field(fields, "target")
+            data = await upload.read(self.cfg.limits.max_file_bytes + 1)
+            if len(data) > self.cfg.limits.max_file_bytes:
+                raise InputTooLarge(f"File too large: more than {self.cfg.limits.max_file_bytes} bytes "
+                                    f"(limit {self.cfg.limits.max_file_bytes}).")
+            filename = safe_filename(upload.filename or "document.txt")
+        finally:
+            await request.close()  # removes python-multipart's spooled temp file
+        rendered = await run_in_threadpool(self._translate_document, data, filename, source, target)
+        token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type)
+        url = str(request.url_for("download_file", token=token, filename=safe_filename(rendered.filename)))
+        body: dict[str, Any] = {"translatedFileUrl": url}
+        if rendered.note:
+            body["note"] = rendered.note
+        return JSONResponse(body)
+
+    def _translate_document(self, data: bytes, filename: str, source: str, target: str) -> Any:
+        from ..documents import read_document
+
+        document = read_document(data, filename, self.cfg.limits)
+        if source == "auto":
+            detections = self.service.detect(" ".join(document.segments)[:2000])
+            if not detections:
+                raise InvalidInput("Could not detect the document's language; pass source explicitly.")
+            source = detections[0].code
+        translations = self.service.translate_segments(document.segments, source, target)
+        return document.render(translations, normalize_code(target))
+
+    async def download_file(self, token: str, filename: str) -> Response:
+        stored = self.downloads.get(token)
+        if stored is None or filename != stored.filename:
+            return JSONResponse({"error": "File not found or expired."}, status_code=404)
+        disposition = f"attachment; filename*=UTF-8''{quote(stored.filename)}"
+        return Response(stored.data, media_type=stored.media_type,
+                        headers={"Content-Disposition": disposition})
+
+    # ------------------------------------------------------------------ service routes
+
+    async def health(self) -> JSONResponse:
+        status = await run_in_threadpool(self.service.status)
+        backbone = status.get("backbone", {}) or {}
+        memory = status.get("memory", {}) or {}
+        return JSONResponse({"status": "ok", "version": __version__, "model": backbone.get("name"),
+                             "device": backbone.get("device"), "light_mode": bool(memory.get("light_mode"))})
+
+    async def metrics_route(self) -> Response:
+        data = await run_in_threadpool(self.metrics.render)
+        return Response(data, media_type=METRICS_CONTENT_TYPE)
+
+    async def adapters(self) -> JSONResponse:
+        status = await run_in_threadpool(self.service.status)
+        cache = status.get("cache", {}) or {}
+        return JSONResponse({"adapters": status.get("adapters", []), "resident": cache.get("resident", []),
+                             "ram_tier": cache.get("ram_tier", []), "slots": cache.get("slots")})
+
+    # ------------------------------------------------------------------ admin
+
+    async def admin(self, request: Request, action: str) -> JSONResponse:
+        try:
+            has_body = request.headers.get("content-type") or request.headers.get("content-length", "0") != "0"
+            fields = await read_fields(request) if has_body else {}
+        finally:
+            await request.close()
+        given = request.headers.get("x-admin-key") or (fields.get("admin_key") if isinstance(
+            fields.get("admin_key"), str) else None)
+        self.policy.check_admin(given)
+        if action == "rescan":
+            await run_in_threadpool(self.service.rescan)
+            return JSONResponse({"ok": True, "action": "rescan"})
+        name = text_field(fields, "pair")
+        pair = Pair.parse(name)  # pure string parsing: a path or "../" never gets further than this
+        changed = await run_in_threadpool(getattr(self.service, action), pair)
+        return JSONResponse({"ok": True, "action": action, "pair": pair.key, "changed": bool(changed)})
+
+    # ------------------------------------------------------------------ OpenAI-compatible
+
+    def _chat_request(self, fields: dict[str, Any]) -> tuple[str, str, str, str]:
+        model = fields.get("model")
+        if not isinstance(model, str) or not model:
+            raise InvalidInput("Invalid request: missing model (a target such as 'es' or a pair such as 'en2es')")
+        messages = fields.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise InvalidInput("Invalid request: messages must be a non-empty list")
+        last_user = None
+        for message in reversed(messages):
+            if isinstance(message, dict) and message.get("role") == "user":
+                last_user = message
+                break
+        if last_user is None:
+            raise InvalidInput("Invalid request: no user message to translate")
+        content = last_user.get("content")
+        if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        if not isinstance(content, str) or not content.strip():
+            raise InvalidInput("Invalid request: the last user message has no text")
+        prompt_target, text = parse_hunyuan_prompt(content)
+        source, target = resolve_model_id(model)
+        target = target or prompt_target
+        if target is None:
+            raise InvalidInput(f"Unknown model {model[:40]!r}: use a target language ('es') or a pair ('en2es'); "
+                               f"see GET /v1/models")
+        return model, source or "auto", target, text
+
+    async def chat_completions(self, request: Request) -> Response:
+        try:
+            fields = await read_fields(request, allow=(JSON,))
+        finally:
+            await request.close()
+        self._authorize(request, fields)
+        model, source, target, text = self._chat_request(fields)
+        self.policy.check_chars([text])
+        started = time.perf_counter()
+        results = await run_in_threadpool(self.service.translate_batch, [text], source, target)
+        self._observe(results, started, "openai")
+        result = results[0]
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        if fields.get("stream"):
+            return StreamingResponse(_stream_chunks(completion_id, created, model, result.text),
+                                     media_type="text/event-stream")
+        usage = {"prompt_tokens": len(text.split()), "completion_tokens": len(result.text.split())}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return JSONResponse({
+            "id": completion_id, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
+                         "finish_reason": "stop"}],
+            "usage": usage,
+            "route": result.route_label,
+        })
+
+    async def models(self) -> JSONResponse:
+        infos = await run_in_threadpool(self.service.languages)
+        ids: list[str] = []
+        targets = sorted({t for info in infos for t in info.targets})
+        ids.extend(targets)
+        ids.extend(f"{info.code}2{t}" for info in infos for t in info.targets)
+        return JSONResponse({"object": "list", "data": [
+            {"id": model_id, "object": "model", "created": 0, "owned_by": "hunyuan-mt"} for model_id in ids]})
+
+
+async def _stream_chunks(completion_id: str, created: int, model: str, text: str) -> AsyncIterator[bytes]:
+    def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
+        payload = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model,
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode("utf-8")
+
+    yield chunk({"role": "assistant", "content": ""}, None)
+    yield chunk({"content": text}, None)
+    yield chunk({}, "stop")
+    yield b"data: [DONE]\n\n"
+
+
+_TRANSLATE_SCHEMA = {
+    "type": "object",
+    "required": ["q", "target"],
+    "properties": {
+        "q": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}],
+              "description": "Text to translate, or a list of texts."},
+        "source": {"type": "string", "default": "auto", "description": "Source code, or 'auto' to detect."},
+        "target": {"type": "string", "description": "Target language code."},
+        "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
+        "api_key": {"type": "string"},
+    },
+}
+
+
+def _body_doc(schema: dict[str, Any], types: tuple[str, ...] = (JSON, FORM)) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {t: {"schema": schema} for t in types}}}
+
+
+def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics | None = None) -> FastAPI:
+    """The REST app. `app.state.metrics` and `app.state.api` are exposed for the UI and the tests."""
+    metrics = metrics or WebMetrics(service)
+    api = RestApi(service, cfg, metrics)
+    app = FastAPI(title="Hunyuan-MT translation server", version=__version__,
+                  description="LibreTranslate-compatible translation API, OpenAI-compatible chat completions, "
+                              "adapter administration and metrics. The web UI is at /ui.")
+    app.state.metrics = metrics
+    app.state.api = api
+
+    json_cap = cfg.limits.max_chars * 4 * max(1, min(cfg.limits.max_batch_items, 16)) + _JSON_OVERHEAD
+    file_cap = cfg.limits.max_file_bytes + _JSON_OVERHEAD
+    app.add_middleware(BodyLimitMiddleware, limits={
+        "/translate": json_cap, "/detect": json_cap, "/v1": json_cap, "/admin": _JSON_OVERHEAD,
+        "/translate_file": file_cap,
+    })
+    if cfg.server.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(cfg.server.cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["*"])
+
+    @app.middleware("http")
+    async def count_requests(request: Request, call_next: Any) -> Response:
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", None)
+        if path is None:
+            path = "/ui" if request.url.path.startswith("/ui") else "unmatched"
+        if path != "/ui":  # the UI's own polling would drown the API's numbers
+            metrics.http_requests.labels(path, request.method, str(response.status_code)).inc()
+        return response
+
+    @app.exception_handler(TranslationError)
+    async def on_translation_error(request: Request, exc: TranslationError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else "Request failed."
+        if exc.status_code == 404:
+            message = f"Not found: {request.url.path[:80]}"
+        elif exc.status_code == 405:
+            message = f"Method {request.method} not allowed on {request.url.path[:80]}"
+        return JSONResponse({"error": message}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return JSONResponse({"error": f"Invalid request: {where} {first.get('msg', '')}".strip()}, status_code=400)
+
+    @app.exception_handler(Exception)
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(exc)
+
+    app.add_api_route("/translate", api.translate, methods=["POST"], tags=["LibreTranslate"],
+                      summary="Translate text", openapi_extra=_body_doc(_TRANSLATE_SCHEMA))
+    app.add_api_route("/detect", api.detect, methods=["POST"], tags=["LibreTranslate"],
+                      summary="Detect the language of a text",
+                      openapi_extra=_body_doc({"type": "object", "required": ["q"], "properties": {
+                          "q": {"type": "string"}, "api_key": {"type": "string"}}}))
+    app.add_api_route("/languages", api.languages, methods=["GET"], tags=["LibreTranslate"],
+                      summary="Languages and the targets each one can reach")
+    app.add_api_route("/translate_file", api.translate_file, methods=["POST"], tags=["LibreTranslate"],
+                      summary="Translate a document (.txt .md .srt .docx .pdf .html)",
+                      openapi_extra=_body_doc({"type": "object", "required": ["file", "target"], "properties": {
+                          "file": {"type": "string", "format": "binary"}, "source": {"type": "string"},
+                          "target": {"type": "string"}, "api_key": {"type": "string"}}}, (MULTIPART,)))
+    app.add_api_route("/download_file/{token}/{filename}", api.download_file, methods=["GET"],
+                      name="download_file", tags=["LibreTranslate"], summary="Download a translated document")
+    app.add_api_route("/health", api.health, methods=["GET"], tags=["Service"], summary="Liveness and model")
+    app.add_api_route("/metrics", api.metrics_route, methods=["GET"], tags=["Service"],
+                      summary="Prometheus metrics")
+    app.add_api_route("/adapters", api.adapters, methods=["GET"], tags=["Service"],
+                      summary="Known adapters and the resident ones")
+
+    pair_doc = _body_doc({"type": "object", "required": ["pair"], "properties": {"pair": {"type": "string"}}})
+    for action in ("rescan", "pin", "unpin", "unload"):
+        async def handler(request: Request, _action: str = action) -> JSONResponse:
+            return await api.admin(request, _action)
+
+        app.add_api_route(f"/admin/{action}", handler, methods=["POST"], tags=["Admin"],
+                          summary=f"{action.capitalize()} (needs the X-Admin-Key header)",
+                          openapi_extra=None if action == "rescan" else pair_doc)
+
+    app.add_api_route("/v1/chat/completions", api.chat_completions, methods=["POST"], tags=["OpenAI"],
+                      summary="Translate the last user message; model = target ('es') or pair ('en2es')")
+    app.add_api_route("/v1/models", api.models, methods=["GET"], tags=["OpenAI"], summary="Targets and pairs")
+    return app
+
+
+__all__ = ["create_app", "error_response", "resolve_model_id", "RestApi", "LANGUAGES"]

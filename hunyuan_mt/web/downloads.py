@@ -1,0 +1,64 @@
+"""Translated documents waiting to be downloaded (`translatedFileUrl`).
+
+Held in memory with a time limit and a size cap, so that no temporary file outlives a request and a forgotten
+download cannot fill the disk.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from cachetools import TTLCache
+
+_TOKEN = re.compile(r"^[0-9a-f]{32}$")
+_UNSAFE = re.compile(r"[^\w.\- ]+", re.UNICODE)
+
+
+def safe_filename(name: str, fallback: str = "document") -> str:
+    """A download name without directories or characters that break a Content-Disposition header."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    base = _UNSAFE.sub("_", base).strip(" .")
+    return base[:120] or fallback
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    data: bytes
+    filename: str
+    media_type: str
+
+
+class DownloadStore:
+    """token → translated file, for `ttl_s` seconds; at most `max_files` files and `max_bytes` in all."""
+
+    def __init__(self, ttl_s: float = 900.0, max_files: int = 64, max_bytes: int = 256 * 1024 * 1024,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._files: TTLCache[str, StoredFile] = TTLCache(max_files, ttl_s, timer=clock)
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+
+    def put(self, data: bytes, filename: str, media_type: str) -> str:
+        token = secrets.token_hex(16)
+        with self._lock:
+            self._files.expire()
+            # Oldest first out when the byte budget would be exceeded.
+            while self._files and sum(len(f.data) for f in self._files.values()) + len(data) > self.max_bytes:
+                self._files.popitem()
+            self._files[token] = StoredFile(data, safe_filename(filename), media_type)
+        return token
+
+    def get(self, token: str) -> StoredFile | None:
+        if not _TOKEN.match(token):
+            return None
+        with self._lock:
+            return self._files.get(token)
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._files.expire()
+            return len(self._files)

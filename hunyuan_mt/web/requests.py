@@ -1,0 +1,142 @@
+"""Reading request bodies the way LibreTranslate clients send them: JSON, url-encoded form or multipart.
+
+Bodies are size-capped before they are parsed (`BodyLimitMiddleware`), wrong content types are refused with 415,
+and malformed JSON is a 400, all as typed errors that the API edge renders as `{"error": ...}`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import InputTooLarge, InvalidInput
+
+JSON = "application/json"
+FORM = "application/x-www-form-urlencoded"
+MULTIPART = "multipart/form-data"
+
+
+class UnsupportedMediaType(InvalidInput):
+    """The request body is not in a content type the route accepts."""
+
+    http_status = 415
+
+
+def content_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+async def read_fields(request: Request, *, allow: tuple[str, ...] = (JSON, FORM, MULTIPART)) -> dict[str, Any]:
+    """The request's fields as a dict. Form fields repeated (q=a&q=b) become lists; files stay UploadFile.
+
+    Call `await request.close()` afterwards (the routes do, in `finally`) so multipart temp files are removed.
+    """
+    ctype = content_type(request)
+    if ctype == "" and request.method == "POST":
+        body = await request.body()
+        if not body:
+            return {}
+        # curl -d '{"q": ...}' without a header: accept a JSON object, refuse anything else.
+        try:
+            return _json_object(body)
+        except InvalidInput:
+            raise UnsupportedMediaType(
+                "Missing Content-Type: send application/json, application/x-www-form-urlencoded or "
+                "multipart/form-data."
+            ) from None
+    if ctype not in allow:
+        raise UnsupportedMediaType(f"Unsupported Content-Type {ctype[:60]!r}: send one of {', '.join(allow)}.")
+    if ctype == JSON:
+        return _json_object(await request.body())
+    form = await request.form(max_files=1, max_fields=200)
+    fields: dict[str, Any] = {}
+    for key in form.keys():
+        values = form.getlist(key)
+        fields[key] = values[0] if len(values) == 1 else list(values)
+    return fields
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    if not body:
+        raise InvalidInput("Invalid request: empty JSON body.")
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidInput(f"Invalid JSON body: {str(exc)[:120]}") from None
+    except RecursionError:
+        raise InvalidInput("Invalid JSON body: nested too deeply.") from None
+    if not isinstance(data, dict):
+        raise InvalidInput("Invalid JSON body: expected an object such as {\"q\": ..., \"target\": ...}.")
+    return data
+
+
+def text_field(fields: dict[str, Any], name: str, *, required: bool = True, default: str | None = None) -> str | None:
+    """A string field; LibreTranslate's wording for missing ones ("Invalid request: missing q parameter")."""
+    value = fields.get(name)
+    if value is None or value == "":
+        if required:
+            raise InvalidInput(f"Invalid request: missing {name} parameter")
+        return default
+    if isinstance(value, UploadFile) or not isinstance(value, str):
+        raise InvalidInput(f"Invalid request: {name} must be a string")
+    return value
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+class BodyLimitMiddleware:
+    """Refuse request bodies over a cap before anything parses them (huge JSON, oversized uploads).
+
+    `limits` maps a path prefix to its cap in bytes; the longest matching prefix wins; paths with no matching
+    prefix are not capped here (the Gradio app enforces its own `max_file_size`).
+    """
+
+    def __init__(self, app: ASGIApp, limits: dict[str, int]) -> None:
+        self.app = app
+        self.limits = sorted(limits.items(), key=lambda kv: len(kv[0]), reverse=True)
+
+    def _cap(self, path: str) -> int | None:
+        for prefix, cap in self.limits:
+            if path == prefix or path.startswith(prefix.rstrip("/") + "/"):
+                return cap
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        cap = self._cap(scope.get("path", ""))
+        if cap is None:
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            await _send_413(send, int(declared), cap)
+            return
+        seen = 0
+
+        async def counted_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > cap:
+                    # Surfaces in the route as a typed error (rendered 413 by the API's handler).
+                    raise InputTooLarge(f"Request body too large: more than {cap} bytes.")
+            return message
+
+        await self.app(scope, counted_receive, send)
+
+
+async def _send_413(send: Send, size: int, cap: int) -> None:
+    body = json.dumps({"error": f"Request body too large: {size} bytes, at most {cap}."}).encode()
+    await send({"type": "http.response.start", "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})

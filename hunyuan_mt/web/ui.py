@@ -1,0 +1,365 @@
+"""The Gradio Blocks page: Text, Document and Status tabs over the shared translation service.
+
+Handlers are plain sync functions; Gradio runs them in its worker threads under the queue's concurrency limit,
+and they call the same thread-safe service as the REST API. Domain errors become `gr.Error` with the error's own
+message; anything unexpected is logged and shown as a short generic message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+import weakref
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import gradio as gr
+import pandas as pd
+
+from ..config import Config
+from ..errors import TranslationError
+from ..languages import LANGUAGES
+from .auth import AccessPolicy
+from .downloads import safe_filename
+from .metrics import WebMetrics
+
+log = logging.getLogger(__name__)
+
+AUTO = "auto"
+DOC_TYPES = [".txt", ".md", ".srt", ".docx", ".pdf", ".html"]
+#: Rendered documents older than this are removed from the UI's output folder (Gradio keeps its own copy).
+_OUTPUT_TTL_S = 600.0
+
+#: Ctrl+Enter (Cmd+Enter on macOS) in the source box clicks Translate; Gradio's textbox has no such binding.
+UI_HEAD = """
+<script>
+document.addEventListener("keydown", (event) => {
+  if ((event.ctrlKey || event.metaKey) && event.key === "Enter") {
+    const box = document.getElementById("hmt-source");
+    if (box && box.contains(document.activeElement)) {
+      event.preventDefault();
+      document.getElementById("hmt-translate")?.click();
+    }
+  }
+});
+</script>
+"""
+UI_CSS = "#hmt-info { min-height: 2.5em; } #hmt-pair-note { font-size: 0.9em; }"
+
+
+def _run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call into the service, turning domain errors into readable `gr.Error`s."""
+    try:
+        return fn(*args, **kwargs)
+    except TranslationError as exc:
+        raise gr.Error(exc.message, print_exception=False) from None
+    except gr.Error:
+        raise
+    except Exception:
+        log.exception("UI action failed")
+        raise gr.Error("Internal error; the server log has the details.", print_exception=False) from None
+
+
+class TranslatorUI:
+    """State shared by the handlers: the service, settings, reachability table and output folder."""
+
+    def __init__(self, service: Any, cfg: Config, metrics: WebMetrics | None = None) -> None:
+        self.service = service
+        self.cfg = cfg
+        self.metrics = metrics
+        infos = service.languages()
+        self.targets: dict[str, list[str]] = {info.code: list(info.targets) for info in infos}
+        # Languages the model can read or write; the dropdowns list these first.
+        self.model_codes = [i.code for i in infos if i.targets] + sorted(
+            {t for i in infos for t in i.targets} - {i.code for i in infos if i.targets})
+        self.outputs = Path(tempfile.mkdtemp(prefix="hmt-ui-"))
+        # Removed when the UI is garbage-collected or the process exits, whichever comes first.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.outputs), True)
+        self.policy = AccessPolicy(cfg.server, cfg.limits)
+
+    # ------------------------------------------------------------------ choices
+
+    def source_choices(self) -> list[tuple[str, str]]:
+        return [("Auto-detect", AUTO)] + [(LANGUAGES[c].label, c) for c in self._ordered_codes()]
+
+    def target_choices(self, source: str) -> list[tuple[str, str]]:
+        """Every language; those unreachable from `source` are marked so the user sees why before clicking."""
+        reachable = self._reachable(source)
+        out = []
+        for code in self._ordered_codes():
+            label = LANGUAGES[code].label
+            if reachable is not None and code not in reachable and code != source:
+                label += " — unreachable"
+            out.append((label, code))
+        return out
+
+    def _ordered_codes(self) -> list[str]:
+        rest = [c for c in LANGUAGES if c not in self.model_codes]
+        return self.model_codes + rest
+
+    def _reachable(self, source: str) -> set[str] | None:
+        if source == AUTO:
+            return None  # depends on what is detected; the service refuses with a reason if needed
+        return set(self.targets.get(source, []))
+
+    def pair_note(self, source: str, target: str) -> str:
+        if source == AUTO or not target:
+            return ""
+        if source == target:
+            return "Source and target are the same: the text is returned unchanged."
+        reachable = self._reachable(source) or set()
+        if target in reachable:
+            return ""
+        src, tgt = LANGUAGES[source].english, LANGUAGES[target].english
+        if not reachable:
+            return f"⚠ {src} → {tgt} is unreachable: this model has no adapter from {src}."
+        return (f"⚠ {src} → {tgt} is unreachable: no adapter and no pivot route. "
+                f"From {src} you can reach: {', '.join(sorted(reachable))}.")
+
+    # ------------------------------------------------------------------ text tab
+
+    def translate_text(self, text: str, source: str, target: str) -> tuple[str, str]:
+        """Returns (translation, info line with route, detected language and latency)."""
+        if not text or not text.strip():
+            raise gr.Error("Type or paste some text to translate.", print_exception=False)
+        started = time.perf_counter()
+        results = _run(self.service.translate_batch, [text], source or AUTO, target)
+        result = results[0]
+        elapsed = time.perf_counter() - started
+        if self.metrics is not None:
+            self.metrics.observe_translation(result.source, result.target, result.route_kind, elapsed, "ui")
+        parts = [f"**Route:** {result.route_label}"]
+        if result.detected is not None:
+            lang = LANGUAGES.get(result.detected.code)
+            name = lang.label if lang else result.detected.code
+            parts.append(f"**Detected:** {name} ({result.detected.confidence:.0%})")
+        total_ms = result.timings_ms.get("total", elapsed * 1000.0)
+        parts.append(f"**Latency:** {total_ms:.0f} ms")
+        return result.text, " · ".join(parts)
+
+    def swap(self, source: str, target: str, text: str, result: str) -> tuple[Any, Any, str, str]:
+        if source == AUTO:
+            raise gr.Error("Choose a source language before swapping.", print_exception=False)
+        return (gr.update(value=target), gr.update(value=source, choices=self.target_choices(target)),
+                result or text, "")
+
+    def on_source_change(self, source: str, target: str) -> tuple[Any, str]:
+        return gr.update(choices=self.target_choices(source), value=target), self.pair_note(source, target)
+
+    # ------------------------------------------------------------------ document tab
+
+    def translate_document(self, path: str | None, source: str, target: str,
+                           progress: gr.Progress = gr.Progress()) -> tuple[str, str]:
+        if not path:
+            raise gr.Error("Drop a document first (.txt .md .srt .docx .pdf .html).", print_exception=False)
+        from ..documents import read_document
+
+        upload = Path(path)
+        limits = self.cfg.limits
+        size = upload.stat().st_size
+        if size > limits.max_file_bytes:
+            raise gr.Error(f"File too large: {size} bytes, the limit is {limits.max_file_bytes}.",
+                           print_exception=False)
+        data = upload.read_bytes()
+        name = safe_filename(upload.name)
+        document = _run(read_document, data, name, limits)
+        if source == AUTO:
+            detections = _run(self.service.detect, " ".join(document.segments)[:2000])
+            if not detections:
+                raise gr.Error("Could not detect the document's language; choose the source.",
+                               print_exception=False)
+            source = detections[0].code
+        total = len(document.segments)
+        progress((0, total), desc="Translating", unit="segments")
+
+        def report(done: int, of: int) -> None:
+            progress((done, of), desc="Translating", unit="segments")
+
+        translations = _run(self.service.translate_segments, document.segments, source, target, progress=report)
+        rendered = _run(document.render, translations, target)
+        self._sweep_outputs()
+        folder = Path(tempfile.mkdtemp(dir=self.outputs))
+        out = folder / safe_filename(rendered.filename)
+        out.write_bytes(rendered.data)
+        note = f"Translated {total} segments, {LANGUAGES[source].english} → {LANGUAGES[target].english}."
+        if rendered.note:
+            note += f" {rendered.note}"
+        return str(out), note
+
+    def _sweep_outputs(self) -> None:
+        cutoff = time.time() - _OUTPUT_TTL_S
+        for folder in self.outputs.iterdir():
+            if folder.stat().st_mtime < cutoff:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def close(self) -> None:
+        self._cleanup()
+
+    # ------------------------------------------------------------------ status tab
+
+    def status_view(self) -> tuple[str, pd.DataFrame, str, pd.DataFrame, pd.DataFrame]:
+        status = self.service.status()
+        return (_overview_markdown(status), _adapters_frame(status), _cache_markdown(status),
+                _history_frame(status, "latency_ms"), _history_frame(status, "hit_rate"))
+
+    def admin(self, action: str, key: str, pair: str) -> str:
+        from ..adapters.request import Pair
+
+        _run(self.policy.check_admin, key or None)
+        if action == "rescan":
+            _run(self.service.rescan)
+            return "Rescanned the adapters folder."
+        parsed = _run(Pair.parse, pair or "")
+        changed = _run(getattr(self.service, action), parsed)
+        return f"{action} {parsed.key}: {'done' if changed else 'nothing to change'}."
+
+
+def _fmt_bytes(value: Any) -> str:
+    if not isinstance(value, (int, float)):
+        return "–"
+    return f"{value / 2**20:.0f} MiB"
+
+
+def _overview_markdown(status: dict[str, Any]) -> str:
+    backbone = status.get("backbone", {}) or {}
+    memory = status.get("memory", {}) or {}
+    latency = status.get("latency_ms", {}) or {}
+    lines = [
+        f"**Backbone:** {backbone.get('name', '?')} ({backbone.get('arch', '?')}) · "
+        f"**device** {backbone.get('device', '?')} · **dtype** {backbone.get('dtype', '?')}",
+        f"**Memory:** RSS {_fmt_bytes(memory.get('rss_bytes'))}",
+    ]
+    if memory.get("gpu_total_bytes"):
+        lines[-1] += (f" · GPU {_fmt_bytes(memory.get('gpu_allocated_bytes'))} allocated of "
+                      f"{_fmt_bytes(memory.get('gpu_total_bytes'))}")
+    mode = "light (memory pressure)" if memory.get("light_mode") else "normal"
+    lines[-1] += f" · **mode** {mode}"
+    p50, p95 = latency.get("p50"), latency.get("p95")
+    if isinstance(p50, (int, float)) and isinstance(p95, (int, float)):
+        lines.append(f"**Latency:** p50 {p50:.0f} ms · p95 {p95:.0f} ms")
+    else:
+        lines.append("**Latency:** no translations yet")
+    return "\n\n".join(lines)
+
+
+def _adapters_frame(status: dict[str, Any]) -> pd.DataFrame:
+    cache = status.get("cache", {}) or {}
+    rows = []
+    for entry in cache.get("resident", []) or []:
+        if entry.get("pinned"):
+            state = "pinned"
+        else:
+            state = f"slot {entry.get('slot')}" if entry.get("slot") is not None else "attached"
+        rows.append({"adapter": entry.get("key"), "state": state, "leases": entry.get("leases", 0)})
+    for key in cache.get("ram_tier", []) or []:
+        rows.append({"adapter": key, "state": "RAM tier", "leases": 0})
+    return pd.DataFrame(rows, columns=["adapter", "state", "leases"])
+
+
+def _cache_markdown(status: dict[str, Any]) -> str:
+    cache = status.get("cache", {}) or {}
+
+    def num(key: str) -> str:
+        value = cache.get(key)
+        return f"{value:.0f}" if isinstance(value, (int, float)) else "–"
+
+    load50, load95 = cache.get("load_ms_p50"), cache.get("load_ms_p95")
+    loads = (f"{load50:.0f} / {load95:.0f} ms" if isinstance(load50, (int, float)) and isinstance(load95, (int, float))
+             else "–")
+    return (f"**Hits** {num('hits')} (pinned {num('pinned_hits')}, RAM tier {num('ram_hits')}) · "
+            f"**misses** {num('misses')} · **disk loads** {num('disk_loads')} · **evictions** {num('evictions')} · "
+            f"**failures** {num('failures')} · **load time p50/p95** {loads} · "
+            f"**LRU** {', '.join(cache.get('lru', []) or []) or '–'}")
+
+
+def _history_frame(status: dict[str, Any], field: str) -> pd.DataFrame:
+    rows = []
+    for point in status.get("history", []) or []:
+        value = point.get(field)
+        stamp = point.get("t")
+        if isinstance(value, (int, float)) and isinstance(stamp, (int, float)):
+            rows.append({"time": datetime.fromtimestamp(stamp, tz=timezone.utc).replace(tzinfo=None),
+                         field: float(value)})
+    return pd.DataFrame(rows, columns=["time", field])
+
+
+def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None) -> gr.Blocks:
+    """The Blocks page. Mount it with `gr.mount_gradio_app(app, blocks, "/ui", head=UI_HEAD, css=UI_CSS)`."""
+    ui = TranslatorUI(service, cfg, metrics)
+    default_target = "es" if "es" in ui.model_codes else (ui.model_codes[0] if ui.model_codes else "en")
+    limits = cfg.limits
+    with gr.Blocks(title="Hunyuan-MT translation", delete_cache=(600, 1800)) as demo:
+        gr.Markdown("## Hunyuan-MT translation server")
+        with gr.Tab("Text", id="text"):
+            with gr.Row(equal_height=True):
+                src = gr.Dropdown(ui.source_choices(), value=AUTO, label="From", elem_id="hmt-src", scale=4)
+                swap = gr.Button("⇄", elem_id="hmt-swap", scale=0, min_width=60)
+                tgt = gr.Dropdown(ui.target_choices(AUTO), value=default_target, label="To", elem_id="hmt-tgt",
+                                  scale=4)
+            pair_note = gr.Markdown("", elem_id="hmt-pair-note")
+            with gr.Row():
+                source_box = gr.Textbox(lines=8, max_lines=30, label="Text", elem_id="hmt-source",
+                                        placeholder="Type or paste text. Ctrl+Enter translates.",
+                                        max_length=limits.max_chars)
+                result_box = gr.Textbox(lines=8, max_lines=30, label="Translation", elem_id="hmt-result",
+                                        interactive=False, buttons=["copy"])
+            translate_btn = gr.Button("Translate", variant="primary", elem_id="hmt-translate")
+            info = gr.Markdown("", elem_id="hmt-info")
+
+            translate_btn.click(ui.translate_text, [source_box, src, tgt], [result_box, info],
+                                api_name="translate", api_visibility="public")
+            swap.click(ui.swap, [src, tgt, source_box, result_box], [src, tgt, source_box, result_box],
+                       api_name="swap", api_visibility="undocumented")
+            src.change(ui.on_source_change, [src, tgt], [tgt, pair_note], api_name="source_changed",
+                       api_visibility="undocumented")
+            tgt.change(ui.pair_note, [src, tgt], [pair_note], api_name="pair_note", api_visibility="undocumented")
+
+        with gr.Tab("Document", id="document"):
+            gr.Markdown(
+                f"Drop a **.txt, .md, .srt, .docx, .pdf or .html** file (up to {limits.max_file_bytes // 2**20} MiB, "
+                f"{limits.max_doc_chars:,} characters, {limits.max_segments:,} segments). The result keeps the "
+                f"format; a PDF's text layer comes back as a .docx."
+            )
+            with gr.Row(equal_height=True):
+                doc_src = gr.Dropdown(ui.source_choices(), value=AUTO, label="From", elem_id="hmt-doc-src")
+                doc_tgt = gr.Dropdown(ui.target_choices(AUTO), value=default_target, label="To",
+                                      elem_id="hmt-doc-tgt")
+            with gr.Row():
+                doc_in = gr.File(label="Document", file_types=DOC_TYPES, type="filepath", elem_id="hmt-doc-in")
+                doc_out = gr.File(label="Translated document", interactive=False, elem_id="hmt-doc-out")
+            doc_btn = gr.Button("Translate document", variant="primary", elem_id="hmt-doc-translate")
+            doc_note = gr.Markdown("", elem_id="hmt-doc-note")
+            doc_btn.click(ui.translate_document, [doc_in, doc_src, doc_tgt], [doc_out, doc_note],
+                          api_name="translate_document", api_visibility="public")
+
+        with gr.Tab("Status", id="status"):
+            overview = gr.Markdown("", elem_id="hmt-overview")
+            adapters = gr.Dataframe(headers=["adapter", "state", "leases"], label="Resident adapters",
+                                    interactive=False, elem_id="hmt-adapters")
+            counters = gr.Markdown("", elem_id="hmt-counters")
+            with gr.Row():
+                latency_plot = gr.LinePlot(x="time", y="latency_ms", title="Latency (ms)", elem_id="hmt-latency",
+                                           height=220)
+                hit_plot = gr.LinePlot(x="time", y="hit_rate", title="Adapter cache hit rate", y_lim=[0, 1],
+                                       elem_id="hmt-hitrate", height=220)
+            with gr.Accordion("Admin (needs the admin key)", open=False):
+                admin_key = gr.Textbox(label="Admin key", type="password", elem_id="hmt-admin-key")
+                admin_pair = gr.Textbox(label="Pair (e.g. en2es)", elem_id="hmt-admin-pair")
+                with gr.Row():
+                    buttons = {a: gr.Button(a.capitalize(), elem_id=f"hmt-admin-{a}")
+                               for a in ("rescan", "pin", "unpin", "unload")}
+                admin_out = gr.Markdown("", elem_id="hmt-admin-out")
+            for action, button in buttons.items():
+                button.click(lambda k, p, _a=action: ui.admin(_a, k, p), [admin_key, admin_pair], [admin_out],
+                             api_name=f"admin_{action}", api_visibility="undocumented")
+            status_outputs = [overview, adapters, counters, latency_plot, hit_plot]
+            timer = gr.Timer(2.0)
+            timer.tick(ui.status_view, None, status_outputs, api_name="status", api_visibility="public",
+                       show_progress="hidden", concurrency_limit=None)
+        demo.load(ui.status_view, None, status_outputs, api_visibility="private", show_progress="hidden")
+    demo.queue(default_concurrency_limit=max(4, cfg.engine.max_rows))
+    demo.hmt_ui = ui  # type: ignore[attr-defined]  # the server closes it on shutdown
+    return demo
