@@ -1,0 +1,371 @@
+"""The shared backbone: loaded once per process (counted in LOAD_COUNT), warmed up, and run with per-row adapters.
+
+`load_backbone(cfg)` returns the process-wide instance for that resolved configuration; every service object, UI
+or CLI call asking again gets the same object. Nothing is ever downloaded: models load with
+`local_files_only=True` from a folder (or the local Hugging Face cache for a hub id).
+
+`Backbone.generate` builds the inputs for each row the way the model family expects (Hunyuan prompt + chat
+template for decoder-only models, source text + target-language token for encoder-decoder ones) and runs one
+`generate` with per-row `adapter_names`. Padding is chosen so a row's greedy output equals that row run alone:
+left padding for decoder-only models, right padding for encoder-decoder ones (Marian's sinusoidal positions do
+not skip left padding).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .adapters.registry import BackboneSpec
+from .config import GenerationConfig, ModelConfig
+from .errors import ConfigError, ModelUnavailable
+from .languages import LANGUAGES, hunyuan_prompt
+
+log = logging.getLogger(__name__)
+
+BASE = "__base__"
+DECODER_ONLY = "decoder-only"
+ENCODER_DECODER = "encoder-decoder"
+
+#: How many backbones this process has loaded. Tests read it to prove "loaded exactly once" (invariant 1).
+LOAD_COUNT = 0
+_INSTANCES: dict[tuple[Any, ...], Backbone] = {}
+_LOAD_LOCK = threading.Lock()
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# FLORES-200 codes NLLB tokenizers use as language tokens.
+_NLLB = {
+    "zh": "zho_Hans", "zh-Hant": "zho_Hant", "yue": "yue_Hant", "en": "eng_Latn", "fr": "fra_Latn",
+    "pt": "por_Latn", "es": "spa_Latn", "ja": "jpn_Jpan", "tr": "tur_Latn", "ru": "rus_Cyrl", "ar": "arb_Arab",
+    "ko": "kor_Hang", "th": "tha_Thai", "it": "ita_Latn", "de": "deu_Latn", "vi": "vie_Latn", "ms": "zsm_Latn",
+    "id": "ind_Latn", "tl": "tgl_Latn", "hi": "hin_Deva", "pl": "pol_Latn", "cs": "ces_Latn", "nl": "nld_Latn",
+    "km": "khm_Khmr", "my": "mya_Mymr", "fa": "pes_Arab", "gu": "guj_Gujr", "ur": "urd_Arab", "te": "tel_Telu",
+    "mr": "mar_Deva", "he": "heb_Hebr", "bn": "ben_Beng", "ta": "tam_Taml", "uk": "ukr_Cyrl", "bo": "bod_Tibt",
+    "kk": "kaz_Cyrl", "mn": "khk_Cyrl", "ug": "uig_Arab",
+}
+
+
+@dataclass(frozen=True)
+class PromptRow:
+    """One segment to translate: text and canonical language codes."""
+
+    text: str
+    src: str
+    tgt: str
+
+
+def resolve_device(cfg: ModelConfig) -> str:
+    """"auto" → cuda:0 when CUDA is present, else cpu. A CUDA device without CUDA is a ModelUnavailable."""
+    has_cuda = torch.cuda.is_available()
+    if cfg.require_cuda and not has_cuda:
+        raise ModelUnavailable(
+            "This profile requires a CUDA GPU (model.require_cuda: true), but torch sees none. "
+            "Use a CPU profile (e.g. configs/default.yaml) or install the CUDA build of torch."
+        )
+    if cfg.device == "auto":
+        return "cuda:0" if has_cuda else "cpu"
+    if cfg.device.startswith("cuda") and not has_cuda:
+        raise ModelUnavailable(f"model.device is {cfg.device!r}, but torch sees no CUDA device.")
+    return "cuda:0" if cfg.device == "cuda" else cfg.device
+
+
+def resolve_dtype(cfg: ModelConfig, device: str) -> torch.dtype:
+    if cfg.dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return _DTYPES[cfg.dtype]
+
+
+def _model_source(cfg: ModelConfig) -> str:
+    """The folder to load, or a hub id to look up in the local cache only. ModelUnavailable when neither exists."""
+    folder = cfg.resolved_path
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            raise ModelUnavailable(f"Model folder {cfg.path!r} has no config.json; it is not a Hugging Face model.")
+        return str(folder)
+    if _HUB_ID.match(cfg.path) and not Path(cfg.path).expanduser().is_absolute():
+        return cfg.path
+    raise ModelUnavailable(
+        f"Model folder {cfg.path!r} does not exist. Nothing is downloaded by this server: put the model there "
+        "(config.json, tokenizer, *.safetensors) or set model.path."
+    )
+
+
+def _resolved_key(cfg: ModelConfig) -> tuple[Any, ...]:
+    folder = cfg.resolved_path
+    where = str(folder.resolve()) if folder.is_dir() else cfg.path
+    return (where, cfg.arch, cfg.dtype, cfg.device, cfg.quantization, cfg.attn_implementation, cfg.device_map,
+            cfg.allow_pickle, cfg.trust_remote_code)
+
+
+def load_backbone(cfg: ModelConfig) -> Backbone:
+    """The process-wide backbone for this configuration, loading it on first use (invariant 1)."""
+    global LOAD_COUNT
+    key = _resolved_key(cfg)
+    with _LOAD_LOCK:
+        backbone = _INSTANCES.get(key)
+        if backbone is None:
+            backbone = Backbone._load(cfg)
+            _INSTANCES[key] = backbone
+            LOAD_COUNT += 1
+        return backbone
+
+
+def loaded_backbones() -> list[Backbone]:
+    with _LOAD_LOCK:
+        return list(_INSTANCES.values())
+
+
+def _quantization_config(cfg: ModelConfig, device: str, dtype: torch.dtype) -> Any:
+    if cfg.quantization == "none":
+        return None
+    if not device.startswith("cuda"):
+        raise ConfigError(
+            f"model.quantization: {cfg.quantization} needs a CUDA GPU (bitsandbytes); this machine runs on {device}. "
+            "Set model.quantization: none."
+        )
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise ModelUnavailable(
+            f"model.quantization: {cfg.quantization} needs the bitsandbytes package, which is not installed "
+            "(pip install bitsandbytes)."
+        ) from None
+    from transformers import BitsAndBytesConfig
+
+    if cfg.quantization == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_type="nf4")
+
+
+def _has_safetensors(source: str) -> bool:
+    folder = Path(source)
+    if not folder.is_dir():
+        return True  # a hub id in the local cache: transformers checks use_safetensors itself
+    return any(folder.glob("*.safetensors"))
+
+
+class Backbone:
+    """The loaded model and tokenizer. The adapter cache replaces `model` by a PeftModel on its first attach."""
+
+    def __init__(self, model: Any, tokenizer: Any, arch: str, device: str, dtype: torch.dtype, name: str,
+                 cfg: ModelConfig, load_s: float) -> None:
+        self.model = model
+        #: The plain transformers model (what `model` wraps once adapters are attached).
+        self.base_model = model
+        self.tokenizer = tokenizer
+        self.arch = arch
+        self.device = device
+        self.dtype = dtype
+        self.name = name
+        self.cfg = cfg
+        self.load_s = load_s
+        self.warmup_ms: float | None = None
+        self.spec = BackboneSpec.from_model(model)
+        self.param_count = sum(p.numel() for p in model.parameters())
+        #: Serialises generate with structural model changes (adapter inject/delete). PEFT's per-row
+        #: adapter_names works through forward hooks registered on the shared modules, so two generates, or a
+        #: generate and an inject, must not overlap.
+        self.model_lock = threading.RLock()
+        self._target_prefix = self._detect_target_prefix()
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def _load(cls, cfg: ModelConfig) -> Backbone:
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+        t0 = time.perf_counter()
+        device = resolve_device(cfg)
+        dtype = resolve_dtype(cfg, device)
+        quant = _quantization_config(cfg, device, dtype)
+        source = _model_source(cfg)
+        common = {"local_files_only": True, "trust_remote_code": cfg.trust_remote_code}
+        try:
+            hf_config = AutoConfig.from_pretrained(source, **common)
+        except OSError as exc:
+            raise ModelUnavailable(
+                f"Model {cfg.path!r} is not available locally ({type(exc).__name__}). Nothing is downloaded by this "
+                "server: put the model folder in place or set model.path."
+            ) from None
+        except ValueError as exc:
+            raise ModelUnavailable(f"Model {cfg.path!r} cannot be loaded: {str(exc).splitlines()[0][:200]}") from None
+        arch = cfg.arch
+        if arch == "auto":
+            arch = ENCODER_DECODER if getattr(hf_config, "is_encoder_decoder", False) else DECODER_ONLY
+        if not cfg.allow_pickle and not _has_safetensors(source):
+            raise ModelUnavailable(
+                f"Model {cfg.path!r} has no .safetensors weights; pickle checkpoints are refused unless "
+                "model.allow_pickle is true."
+            )
+        kwargs: dict[str, Any] = dict(common, dtype=dtype)
+        kwargs["use_safetensors"] = None if cfg.allow_pickle else True
+        if cfg.attn_implementation != "auto":
+            kwargs["attn_implementation"] = cfg.attn_implementation
+        if quant is not None:
+            kwargs["quantization_config"] = quant
+            kwargs["device_map"] = cfg.device_map or {"": device}
+        elif cfg.device_map:
+            kwargs["device_map"] = cfg.device_map
+        model_cls = AutoModelForSeq2SeqLM if arch == ENCODER_DECODER else AutoModelForCausalLM
+        try:
+            model = model_cls.from_pretrained(source, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(source, **common)
+        except (OSError, ValueError) as exc:
+            raise ModelUnavailable(
+                f"Model {cfg.path!r} could not be loaded: {str(exc).splitlines()[0][:200]}"
+            ) from None
+        if "device_map" not in kwargs:
+            model.to(device)
+        model.eval()
+        model.requires_grad_(False)
+        tokenizer.padding_side = "left" if arch == DECODER_ONLY else "right"
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        name = Path(source).name if Path(source).is_dir() else source
+        backbone = cls(model, tokenizer, arch, device, dtype, name, cfg, load_s=0.0)
+        backbone.load_s = time.perf_counter() - t0
+        log.info("backbone %s loaded: %s, %s, %s, %.1fM params in %.2f s", name, arch, device,
+                 str(dtype).replace("torch.", ""), backbone.param_count / 1e6, backbone.load_s)
+        if cfg.warmup:
+            backbone.warmup()
+        return backbone
+
+    def warmup(self) -> None:
+        """One short generation so the first user request does not pay for lazy initialisation."""
+        t0 = time.perf_counter()
+        self.generate([PromptRow("Hello.", "en", "es")], [BASE], GenerationConfig(), max_new_tokens=4)
+        self.warmup_ms = (time.perf_counter() - t0) * 1000
+        log.info("backbone warm-up generation took %.0f ms", self.warmup_ms)
+
+    # ------------------------------------------------------------------ inputs
+
+    def _detect_target_prefix(self) -> str | None:
+        """How this tokenizer marks the target language: ">>{}<<" source prefix (Marian multi-target), or None."""
+        vocab = self.tokenizer.get_vocab() if hasattr(self.tokenizer, "get_vocab") else {}
+        if any(f">>{c}<<" in vocab for c in LANGUAGES):
+            return ">>{}<<"
+        return None
+
+    def target_token_id(self, tgt: str) -> int | None:
+        """The token that starts a target-language sentence (M2M100 `__es__`, NLLB `spa_Latn`), if the tokenizer
+        defines one. It is forced as the first decoder token per row."""
+        tok = self.tokenizer
+        if self.arch != ENCODER_DECODER:
+            return None
+        lang_map = getattr(tok, "lang_code_to_id", None)
+        if isinstance(lang_map, dict):
+            for code in (tgt, _NLLB.get(tgt, "")):
+                if code in lang_map:
+                    return int(lang_map[code])
+        unk = tok.unk_token_id
+        for token in (f"__{tgt}__", _NLLB.get(tgt)):
+            if token:
+                tid = tok.convert_tokens_to_ids(token)
+                if isinstance(tid, int) and tid != unk and tid is not None:
+                    return tid
+        return None
+
+    def prompt_text(self, row: PromptRow) -> str:
+        """The exact string fed to the tokenizer for this row."""
+        if self.arch == DECODER_ONLY:
+            prompt = hunyuan_prompt(row.text, row.src, row.tgt)
+            if getattr(self.tokenizer, "chat_template", None):
+                return self.tokenizer.apply_chat_template(
+                    [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+                )
+            return prompt
+        if self._target_prefix:
+            return f"{self._target_prefix.format(row.tgt)} {row.text}"
+        return row.text
+
+    def _encode(self, row: PromptRow) -> list[int]:
+        tok = self.tokenizer
+        templated = self.arch == DECODER_ONLY and bool(getattr(tok, "chat_template", None))
+        if self.arch == ENCODER_DECODER and hasattr(tok, "src_lang"):
+            # NLLB/M2M tokenizers prefix the source-language token from `src_lang`; rows differ, so set it per row.
+            for code in (_NLLB.get(row.src), row.src):
+                if code and tok.convert_tokens_to_ids(code) != tok.unk_token_id:
+                    tok.src_lang = code
+                    break
+        return tok(self.prompt_text(row), add_special_tokens=not templated)["input_ids"]
+
+    def prompt_lengths(self, rows: list[PromptRow]) -> list[int]:
+        """Token count of each row's model input (the engine's token budget uses it)."""
+        with self.model_lock:
+            return [len(self._encode(r)) for r in rows]
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, rows: list[PromptRow], adapter_names: list[str], gen: GenerationConfig,
+                 max_new_tokens: int) -> list[str]:
+        """Translate `rows` in one batch, row i with adapter `adapter_names[i]` ("__base__" = bare backbone)."""
+        if len(rows) != len(adapter_names):
+            raise ValueError(f"{len(rows)} rows but {len(adapter_names)} adapter names")
+        if not rows:
+            return []
+        with self.model_lock:
+            model = self.model
+            is_peft = model is not self.base_model
+            if not is_peft and any(n != BASE for n in adapter_names):
+                raise ValueError(f"no adapter is attached, cannot run {sorted(set(adapter_names) - {BASE})}")
+            tok = self.tokenizer
+            encoded = [{"input_ids": self._encode(r)} for r in rows]
+            batch = tok.pad(encoded, padding=True, return_tensors="pt")
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            kwargs = self._generation_kwargs(gen, max_new_tokens)
+            prefix_len = 0
+            if self.arch == ENCODER_DECODER:
+                forced = [self.target_token_id(r.tgt) for r in rows]
+                if any(f is not None for f in forced):
+                    # Per-row target token as the second decoder input: one generate serves mixed targets,
+                    # which a single forced_bos_token_id cannot.
+                    start = self.base_model.config.decoder_start_token_id
+                    ids = [[start, f if f is not None else start] for f in forced]
+                    batch["decoder_input_ids"] = torch.tensor(ids, device=self.device)
+                    prefix_len = 2
+            else:
+                prefix_len = batch["input_ids"].shape[1]
+            if is_peft:
+                kwargs["adapter_names"] = list(adapter_names)
+            with torch.inference_mode():
+                out = model.generate(**batch, **kwargs)
+        if self.arch == ENCODER_DECODER and prefix_len == 0:
+            prefix_len = 1  # decoder_start_token
+        return [s.strip() for s in tok.batch_decode(out[:, prefix_len:], skip_special_tokens=True)]
+
+    def _generation_kwargs(self, gen: GenerationConfig, max_new_tokens: int) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "num_beams": gen.num_beams,
+            "do_sample": gen.do_sample,
+            "repetition_penalty": gen.repetition_penalty,
+            "pad_token_id": self.tokenizer.pad_token_id,
+        }
+        if gen.do_sample:
+            kwargs.update(temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k)
+        else:
+            # Explicit, so a checkpoint's sampling defaults (Hunyuan-MT ships some) do not leak into greedy runs.
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        return kwargs
+
+    # ------------------------------------------------------------------ info
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "arch": self.arch,
+            "device": self.device,
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "quantization": self.cfg.quantization,
+            "params": self.param_count,
+            "load_s": round(self.load_s, 3),
+            "warmup_ms": None if self.warmup_ms is None else round(self.warmup_ms, 1),
+        }
