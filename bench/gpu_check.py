@@ -476,14 +476,15 @@ class Check:
         with torch.inference_mode(), timed(self.s.device, gen_t):
             if kv:
                 try:
+                    cache_config = {"backend": kv} if kv == "fp8" else {"backend": kv, "nbits": 4}
                     self.model.generate(input_ids=ids, adapter_names=names, cache_implementation="quantized",
-                                        cache_config={"backend": kv, "nbits": 4}, **kw)
-                    gen_out["kv_cache"] = f"quantized ({kv}, 4 bit)"
+                                        cache_config=cache_config, **kw)
+                    gen_out["kv_cache"] = f"quantized ({kv})"
                 except Exception as exc:  # report the failure, keep measuring with the default cache
                     gen_out["kv_cache"] = f"quantized failed: {type(exc).__name__}: {exc}"[:200]
                     self.model.generate(input_ids=ids, adapter_names=names, **kw)
             else:
-                gen_out["kv_cache"] = "default (no quanto/hqq installed: quantized KV cache skipped)"
+                gen_out["kv_cache"] = "default (no fp8/quanto/HQQ KV-cache backend here: quantized KV cache skipped)"
                 self.model.generate(input_ids=ids, adapter_names=names, **kw)
         gen_out["generate_ms"] = round(gen_t[0], 1)
 
@@ -567,6 +568,14 @@ def _trim_host() -> None:
 
 
 def _quantized_kv_backend() -> str | None:
+    """The KV-cache quantization backend light mode would use: transformers' built-in fp8 first (what
+    hunyuan_mt.memory selects), else quanto or HQQ when installed."""
+    try:
+        from transformers.cache_utils import Fp8QuantizedLayer  # noqa: F401
+
+        return "fp8"
+    except ImportError:
+        pass
     for module, backend in (("optimum.quanto", "quanto"), ("hqq", "HQQ")):
         try:
             __import__(module)
