@@ -1,0 +1,568 @@
+"""Documents: a round trip per format keeps the structure, and every bad upload gets a clear typed error.
+
+The translator here is a plain function (upper-casing, or a dict): documents do not depend on the model, only on
+`translate_segments(segments, progress) -> translations`.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zipfile
+import zlib
+from dataclasses import replace
+
+import docx
+import pytest
+import srt
+from docx.shared import Inches
+from pypdf import PdfReader, PdfWriter
+from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+
+from hunyuan_mt.config import LimitsConfig
+from hunyuan_mt.documents import SUPPORTED_EXTENSIONS, read_document, translate_document
+from hunyuan_mt.documents.base import needs_translation
+from hunyuan_mt.documents.pdf import paragraphs_of
+from hunyuan_mt.documents.word import distribute
+from hunyuan_mt.errors import InputTooLarge, InvalidInput, UnsupportedDocument
+
+LIMITS = LimitsConfig()
+
+
+def upper(segments: list[str], progress=None) -> list[str]:
+    return [s.upper() for s in segments]
+
+
+def identity(segments: list[str], progress=None) -> list[str]:
+    return list(segments)
+
+
+def assert_clean_segments(segments: list[str]) -> None:
+    """What is sent to the model: stripped, non-empty, with letters (no whitespace, numbers or code alone)."""
+    assert segments
+    for s in segments:
+        assert s == s.strip() and s, repr(s)
+        assert needs_translation(s), repr(s)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Fixture builders: real files made with the real libraries, in memory.
+
+
+def make_docx(*, image_only: bool = False, with_image: bool = False) -> bytes:
+    d = docx.Document()
+    if image_only:
+        d.add_picture(io.BytesIO(tiny_png()), width=Inches(1))
+    else:
+        d.add_heading("Annual report", level=1)
+        p = d.add_paragraph("Sales grew ")
+        bold = p.add_run("much faster")
+        bold.bold = True
+        p.add_run(" than planned.")
+        table = d.add_table(rows=2, cols=2)
+        table.style = "Table Grid"
+        for (r, c), text in {(0, 0): "Region", (0, 1): "Result", (1, 0): "North", (1, 1): "42"}.items():
+            table.cell(r, c).text = text
+        d.add_paragraph("   ")
+        d.sections[0].header.paragraphs[0].text = "Confidential draft"
+        if with_image:
+            d.add_picture(io.BytesIO(tiny_png()), width=Inches(1))
+    buf = io.BytesIO()
+    d.save(buf)
+    return buf.getvalue()
+
+
+def tiny_png() -> bytes:
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    ihdr = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)  # 1×1, 8-bit RGB
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00"))
+            + chunk(b"IEND", b""))
+
+
+def make_pdf(pages: list[list[str]], user_password: str | None = None, owner_password: str | None = None) -> bytes:
+    """A PDF with a real text layer: Helvetica text drawn by a content stream; '' is an empty line (a gap)."""
+    writer = PdfWriter()
+    for lines in pages:
+        page = writer.add_blank_page(612, 792)
+        font = DictionaryObject({NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
+                                 NameObject("/BaseFont"): NameObject("/Helvetica")})
+        page[NameObject("/Resources")] = DictionaryObject(
+            {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
+        ops = ["BT /F1 12 Tf 14 TL 72 720 Td"]
+        ops += ["T*" if not line else f"({line}) Tj T*" for line in lines]
+        ops.append("ET")
+        stream = DecodedStreamObject()
+        stream.set_data(" ".join(ops).encode("latin-1"))
+        page.replace_contents(stream)
+    if user_password is not None or owner_password is not None:
+        writer.encrypt(user_password or "", owner_password=owner_password, algorithm="AES-128")
+    buf = io.BytesIO()
+    writer.write(buf)
+    return buf.getvalue()
+
+
+SRT = """1
+00:00:01,000 --> 00:00:02,500
+Hello there,
+my old friend.
+
+2
+00:00:03,000 --> 00:00:04,250 X1:100 X2:200
+- Are you coming?
+- Not today.
+
+7
+00:01:05,040 --> 00:01:07,999
+♪ ♪
+
+8
+01:02:03,004 --> 01:02:05,000
+<i>The end.</i>
+"""
+
+MARKDOWN = """---
+title: Release notes
+tags: [a, b]
+---
+# Release notes #
+
+Install it with `pip install thing` and read [the guide](https://example.com/guide).
+
+> A quoted remark.
+
+- First item
+- Second item with **bold**
+
+1. Numbered step
+
+| Name | Meaning |
+|------|---------|
+| a \\| b | Pipe inside |
+
+```python
+def hello():
+    return "do not translate"
+```
+
+    indented code stays too
+
+<div class="note">raw html block</div>
+
+`only_code()`
+
+Hard break  
+next line
+"""
+
+HTML = """<!DOCTYPE html>
+<html><head><title>My page</title>
+<style>p { color: red }</style><script>var greeting = "hello";</script></head>
+<body>
+<!-- a comment -->
+<h1 class="t">Welcome &amp; hello</h1>
+<p>Hello <b>world</b>, see <a href="https://x.example/docs">the docs</a>.<br>
+Next line</p>
+<pre>keep this</pre><code>and this</code><p translate="no">BrandName</p>
+<p>Caf&eacute; &lt;tag&gt; 3 &gt; 2</p>
+</body></html>
+"""
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Round trips
+
+
+def test_txt_round_trip_keeps_paragraphs_and_layout():
+    text = "Title line\n\n  Indented paragraph here.\n\n\n- one\n- two\n\n12345\n"
+    doc = read_document(text.encode(), "notes.txt", LIMITS)
+    assert doc.segments == ["Title line", "Indented paragraph here.", "- one", "- two"]
+    assert doc.render(doc.segments).data.decode() == text  # byte-identical when nothing changes
+    out = translate_document(text.encode(), "notes.txt", LIMITS, upper, target="es")
+    assert out.data.decode() == "TITLE LINE\n\n  INDENTED PARAGRAPH HERE.\n\n\n- ONE\n- TWO\n\n12345\n"
+    assert (out.filename, out.media_type) == ("notes.es.txt", "text/plain; charset=utf-8")
+
+
+def test_txt_hard_wrapped_prose_is_one_segment():
+    text = ("This is a long sentence that was wrapped by an editor at\n"
+            "a fixed width and continues here.\r\n\r\nNext.\r\n")
+    doc = read_document(text.encode(), "wrapped.txt", LIMITS)
+    assert doc.segments == ["This is a long sentence that was wrapped by an editor at a fixed width and continues "
+                            "here.", "Next."]
+    assert doc.render(["Uno.", "Dos."]).data.decode() == "Uno.\r\n\r\nDos.\r\n"
+
+
+def test_txt_encodings_utf8_bom_utf16_and_detected_cp1252():
+    text = "Première ligne, déjà vue.\n\nDeuxième paragraphe à traduire.\n"
+    bom = read_document(b"\xef\xbb\xbf" + text.encode(), "a.txt", LIMITS)
+    assert bom.segments[0] == "Première ligne, déjà vue."
+    assert bom.render(bom.segments).data == b"\xef\xbb\xbf" + text.encode()
+    utf16 = read_document(text.encode("utf-16"), "b.txt", LIMITS)
+    assert utf16.segments == bom.segments
+    assert utf16.render(utf16.segments).data == b"\xef\xbb\xbf" + text.encode()  # output is UTF-8
+
+    legacy = ("Le café était très chaud, et la crème brûlée délicieuse. Où êtes-vous allés après le dîner? "
+              "Nous étions à l'hôtel près de la forêt, où l'été dure longtemps.\n").encode("cp1252")
+    doc = read_document(legacy, "c.txt", LIMITS)
+    assert doc.segments[0].startswith("Le café était très chaud")
+    rendered = doc.render(doc.segments)
+    assert rendered.data.decode("utf-8") == legacy.decode("cp1252")
+    assert "saved as UTF-8" in rendered.note
+
+
+def test_markdown_round_trip_leaves_code_front_matter_and_syntax():
+    sent: list[str] = []
+
+    def record(segments, progress=None):
+        sent.extend(segments)
+        return upper(segments)
+
+    out = translate_document(MARKDOWN.encode(), "notes.md", LIMITS, record).data.decode()
+    assert_clean_segments(sent)
+    assert sent == ["Release notes",
+                    "Install it with `pip install thing` and read [the guide](https://example.com/guide).",
+                    "A quoted remark.", "First item", "Second item with **bold**", "Numbered step", "Name", "Meaning",
+                    "a | b", "Pipe inside", "Hard break", "next line"]
+    front_matter = "---\ntitle: Release notes\ntags: [a, b]\n---\n"
+    expected = MARKDOWN.removeprefix(front_matter)
+    for s in sent:
+        expected = expected.replace(s, s.upper(), 1) if s != "a | b" else expected.replace("a \\| b", "A \\| B")
+    assert out == front_matter + expected
+    # The untranslated parts, spelled out: front matter, code blocks, inline-only code, HTML, markup.
+    for kept in ("---\ntitle: Release notes\ntags: [a, b]\n---\n", 'def hello():\n    return "do not translate"',
+                 "    indented code stays too", '<div class="note">raw html block</div>', "`only_code()`",
+                 "|------|---------|", "# RELEASE NOTES #", "HARD BREAK  \nNEXT LINE"):
+        assert kept in out
+
+
+def test_markdown_identity_is_byte_identical_and_escapes_block_markers():
+    doc = read_document(MARKDOWN.encode(), "notes.md", LIMITS)
+    assert doc.render(doc.segments).data.decode() == MARKDOWN
+    # A translation that would start a list or a heading is escaped; a pipe in a cell is escaped.
+    translations = list(doc.segments)
+    translations[doc.segments.index("A quoted remark.")] = "- not a list"
+    translations[doc.segments.index("Pipe inside")] = "x | y"
+    out = doc.render(translations).data.decode()
+    assert "> \\- not a list" in out
+    assert "| a \\| b | x \\| y |" in out
+
+
+def test_markdown_wrapped_paragraph_becomes_one_line():
+    src = "First line of a paragraph\ncontinues on the second line.\n\nNext\n"
+    doc = read_document(src.encode(), "w.md", LIMITS)
+    assert doc.segments == ["First line of a paragraph continues on the second line.", "Next"]
+    assert doc.render(["Uno", "Dos"]).data.decode() == "Uno\n\nDos\n"
+
+
+def test_srt_round_trip_keeps_indices_and_timings_exactly():
+    doc = read_document(SRT.encode(), "movie.srt", LIMITS)
+    assert doc.segments == ["Hello there, my old friend.", "- Are you coming?", "- Not today.",
+                            "<i>The end.</i>"]
+    out = doc.render([s.upper() for s in doc.segments], target="de")
+    assert out.filename == "movie.de.srt"
+    before, after = list(srt.parse(SRT)), list(srt.parse(out.data.decode()))
+    assert [(s.index, s.start, s.end, s.proprietary) for s in after] == \
+           [(s.index, s.start, s.end, s.proprietary) for s in before]
+    assert [s.content for s in after] == ["HELLO THERE,\nMY OLD FRIEND.", "- ARE YOU COMING?\n- NOT TODAY.", "♪ ♪",
+                                          "<I>THE END.</I>"]
+    # The timing lines themselves are unchanged, character for character.
+    timing_lines = [line for line in SRT.splitlines() if "-->" in line]
+    assert timing_lines == [line for line in out.data.decode().splitlines() if "-->" in line]
+
+
+def test_srt_keeps_crlf_line_endings():
+    data = SRT.replace("\n", "\r\n").encode()
+    out = translate_document(data, "a.srt", LIMITS, identity).data
+    assert out.count(b"\r\n") >= SRT.count("\n") - 1 and b"\n\n" not in out
+
+
+def test_docx_round_trip_keeps_heading_bold_run_table_and_header():
+    data = make_docx()
+    doc = read_document(data, "report.docx", LIMITS)
+    assert doc.segments == ["Annual report", "Sales grew much faster than planned.", "Region", "Result", "North",
+                            "Confidential draft"]
+    out = translate_document(data, "report.docx", LIMITS, upper, target="fr")
+    assert out.filename == "report.fr.docx"
+    assert out.media_type == "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+    result = docx.Document(io.BytesIO(out.data))
+    paragraphs = result.paragraphs
+    assert [(p.style.name, p.text) for p in paragraphs[:2]] == [
+        ("Heading 1", "ANNUAL REPORT"), ("Normal", "SALES GREW MUCH FASTER THAN PLANNED.")]
+    assert [(r.text, r.bold) for r in paragraphs[1].runs] == [("SALES GREW ", None), ("MUCH FASTER", True),
+                                                               (" THAN PLANNED.", None)]
+    assert len(result.tables) == 1 and result.tables[0].style.name == "Table Grid"
+    assert [[c.text for c in row.cells] for row in result.tables[0].rows] == [["REGION", "RESULT"], ["NORTH", "42"]]
+    assert result.sections[0].header.paragraphs[0].text == "CONFIDENTIAL DRAFT"
+    assert paragraphs[2].text == "   "  # whitespace-only paragraph untouched, never sent
+
+
+def test_docx_translation_of_another_length_keeps_bold_on_a_word_boundary():
+    data = make_docx()
+    out = translate_document(data, "r.docx", LIMITS, lambda segs, p=None: [
+        {"Sales grew much faster than planned.": "Las ventas crecieron mucho más rápido de lo previsto."}.get(s, s)
+        for s in segs])
+    runs = docx.Document(io.BytesIO(out.data)).paragraphs[1].runs
+    assert "".join(r.text for r in runs) == "Las ventas crecieron mucho más rápido de lo previsto."
+    assert [r.bold for r in runs] == [None, True, None]
+    for r in runs:  # every cut fell between words
+        assert r.text == r.text.strip() or r.text.startswith(" ") or r.text.endswith(" ")
+        assert r.text.strip() and " " + r.text.strip() + " " in " " + "".join(x.text for x in runs) + " "
+
+
+def test_distribute_proportional_and_snapped():
+    assert distribute(["Hello ", "world"], "HELLO WORLD") == ["HELLO ", "WORLD"]
+    assert distribute(["ab", "cd"], "你好世界") == ["你好", "世界"]  # no spaces: proportional
+    assert "".join(distribute(["a ", "bb ", "c"], "one two three four")) == "one two three four"
+
+
+def test_docx_keeps_images_beside_text():
+    data = make_docx(with_image=True)
+    out = translate_document(data, "img.docx", LIMITS, upper)
+    result = docx.Document(io.BytesIO(out.data))
+    assert len(result.inline_shapes) == 1
+    assert result.paragraphs[0].text == "ANNUAL REPORT"
+
+
+def test_pdf_text_layer_becomes_docx_with_paragraphs_and_note():
+    data = make_pdf([["Annual report", "", "This is the first paragraph of the report, and it is long",
+                      "enough to wrap onto a second line. It is hyphen-", "ated there.", "", "Second paragraph."],
+                     ["Page two text."]])
+    doc = read_document(data, "scan.pdf", LIMITS)
+    assert doc.segments == ["Annual report", "This is the first paragraph of the report, and it is long enough to "
+                            "wrap onto a second line. It is hyphenated there.", "Second paragraph.",
+                            "Page two text."]
+    out = doc.render([s.upper() for s in doc.segments])
+    assert out.filename == "scan.translated.docx"
+    assert "Word document (.docx)" in out.note
+    result = docx.Document(io.BytesIO(out.data))
+    assert [p.text for p in result.paragraphs] == [s.upper() for s in doc.segments]
+    assert 'w:br w:type="page"' in result.paragraphs[2]._p.xml  # page break after page 1's last paragraph
+
+
+def test_pdf_encrypted_with_empty_user_password_is_read():
+    data = make_pdf([["Open to read."]], owner_password="owner-secret")
+    assert read_document(data, "locked-edit.pdf", LIMITS).segments == ["Open to read."]
+
+
+def test_pdf_paragraph_heuristics():
+    assert paragraphs_of("A heading\n\nLong line of prose that goes on and on.\nShort end.\nNew one here.\n") == [
+        "A heading", "Long line of prose that goes on and on. Short end.", "New one here."]
+
+
+def test_html_round_trip_translates_text_nodes_only():
+    sent: list[str] = []
+
+    def record(segments, progress=None):
+        sent.extend(segments)
+        return upper(segments)
+
+    out = translate_document(HTML.encode(), "page.html", LIMITS, record).data.decode()
+    assert_clean_segments(sent)
+    assert sent == ["My page", "Welcome & hello", "Hello", "world", ", see", "the docs", "Next line",
+                    "Café <tag> 3 > 2"]
+    assert "<h1 class=\"t\">WELCOME &amp; HELLO</h1>" in out
+    assert '<a href="https://x.example/docs">THE DOCS</a>' in out
+    assert "<p>CAFÉ &lt;TAG&gt; 3 &gt; 2</p>" in out
+    for kept in ('var greeting = "hello";', "p { color: red }", "<pre>keep this</pre>", "<code>and this</code>",
+                 '<p translate="no">BrandName</p>', "<!-- a comment -->"):
+        assert kept in out
+    doc = read_document(HTML.encode(), "page.html", LIMITS)
+    assert doc.render(doc.segments).data.decode() == HTML.replace("Caf&eacute; &lt;tag&gt; 3 &gt; 2",
+                                                                  "Café &lt;tag&gt; 3 &gt; 2")
+
+
+@pytest.mark.parametrize("name,data", [
+    ("a.txt", b"Hello.\n\n   \n\n42\n\nWorld.\n"),
+    ("a.md", MARKDOWN.encode()),
+    ("a.srt", SRT.encode()),
+    ("a.html", HTML.encode()),
+    ("a.docx", None),
+    ("a.pdf", None),
+])
+def test_segments_sent_are_never_blank_numbers_or_code(name, data):
+    if name == "a.docx":
+        data = make_docx()
+    elif name == "a.pdf":
+        data = make_pdf([["Text here.", "", "   ", "", "12 34"]])
+    assert_clean_segments(read_document(data, name, LIMITS).segments)
+
+
+def test_translate_document_sends_repeats_once_and_passes_progress():
+    calls: list[tuple[list[str], object]] = []
+    progress_seen: list[tuple[int, int]] = []
+
+    def fake(segments, progress=None):
+        calls.append((list(segments), progress))
+        for i in range(len(segments)):
+            progress(i + 1, len(segments))
+        return upper(segments)
+
+    out = translate_document(b"Same.\n\nOther.\n\nSame.\n", "r.txt", LIMITS, fake,
+                             progress=lambda d, t: progress_seen.append((d, t)))
+    assert calls[0][0] == ["Same.", "Other."]
+    assert progress_seen == [(1, 2), (2, 2)]
+    assert out.data == b"SAME.\n\nOTHER.\n\nSAME.\n"
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Bad uploads (issue 6, section 3): each a typed error with a readable message.
+
+
+def test_unsupported_extension_lists_supported_ones():
+    with pytest.raises(UnsupportedDocument) as err:
+        read_document(b"a,b\n1,2\n", "table.xlsx", LIMITS)
+    assert err.value.message == ("table.xlsx: unsupported file type '.xlsx'; supported: "
+                                 + ", ".join(SUPPORTED_EXTENSIONS))
+    assert ".docx" in err.value.message and ".srt" in err.value.message
+    with pytest.raises(UnsupportedDocument, match=r"unsupported file type \(no extension\)"):
+        read_document(b"hello", "README", LIMITS)
+
+
+@pytest.mark.parametrize("name,data,says", [
+    ("report.docx", None, "the file's content is a PDF document, not a Word document as its .docx extension says"),
+    ("notes.txt", None, "the file's content is a zip archive, not a plain-text file as its .txt extension says"),
+    ("notes.txt", bytes(range(256)) * 8, "the file's content is binary data, not a plain-text file"),
+    ("photo.md", tiny_png(), "the file's content is a PNG image, not a Markdown file"),
+    ("paper.pdf", b"just some text pretending", "the file's content is text, not a PDF as its .pdf extension says"),
+    ("letter.docx", b"plain text, no zip", "the file's content is text, not a Word document"),
+    ("old.docx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(64), "legacy Word .doc file, not a .docx"),
+])
+def test_extension_that_lies_about_the_content(name, data, says):
+    if data is None:
+        data = make_pdf([["Hello."]]) if name.endswith(".docx") else make_docx()
+    with pytest.raises(UnsupportedDocument) as err:
+        read_document(data, name, LIMITS)
+    assert says in err.value.message
+    assert err.value.message.startswith(name + ": ")
+
+
+def test_zip_that_is_not_a_word_document():
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("xl/workbook.xml", "<workbook/>")
+    with pytest.raises(UnsupportedDocument, match="no word/document.xml .it is an Excel workbook"):
+        read_document(buf.getvalue(), "sheet.docx", LIMITS)
+
+
+def test_corrupt_docx():
+    truncated = make_docx()[:3000]
+    with pytest.raises(UnsupportedDocument, match=r"^broken\.docx: the \.docx is damaged"):
+        read_document(truncated, "broken.docx", LIMITS)
+    # A readable zip whose document part is not XML.
+    buf = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(make_docx())) as src, zipfile.ZipFile(buf, "w") as dst:
+        for item in src.infolist():
+            dst.writestr(item, b"<w:document><not-closed" if item.filename == "word/document.xml"
+                         else src.read(item.filename))
+    with pytest.raises(UnsupportedDocument, match=r"bad-xml\.docx: the \.docx is damaged or not a Word document"):
+        read_document(buf.getvalue(), "bad-xml.docx", LIMITS)
+
+
+def test_zip_bomb_docx_is_refused_from_declared_sizes():
+    buf = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(make_docx())) as src, zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            dst.writestr(item, src.read(item.filename))
+        dst.writestr("word/media/bomb.bin", bytes(4 * 1024 * 1024))  # 4 MiB of zeros, a few KiB packed
+    data = buf.getvalue()
+    assert len(data) < 100_000
+    limits = replace(LIMITS, max_unzipped_bytes=1024 * 1024)
+    with pytest.raises(InputTooLarge) as err:
+        read_document(data, "bomb.docx", limits)
+    declared = sum(i.file_size for i in zipfile.ZipFile(io.BytesIO(data)).infolist())
+    assert err.value.message == f"bomb.docx: unpacks to {declared} bytes, the limit is 1048576 bytes"
+    # The same file is fine under the default limit: the check is about the size, not the member.
+    assert read_document(data, "bomb.docx", LIMITS).segments[0] == "Annual report"
+
+
+def test_docx_with_only_images():
+    with pytest.raises(InvalidInput) as err:
+        read_document(make_docx(image_only=True), "pictures.docx", LIMITS)
+    assert err.value.message == ("pictures.docx: the document holds only images, no text to translate "
+                                 "(text inside images needs OCR first)")
+
+
+def test_encrypted_pdf():
+    with pytest.raises(UnsupportedDocument, match=r"^secret\.pdf: the PDF is password-protected; remove the password"):
+        read_document(make_pdf([["Top secret."]], user_password="pw"), "secret.pdf", LIMITS)
+
+
+def test_pdf_without_text_layer_suggests_ocr():
+    with pytest.raises(UnsupportedDocument) as err:
+        read_document(make_pdf([[], []]), "scan.pdf", LIMITS)
+    assert err.value.message == ("scan.pdf: the PDF has no text layer (it is probably a scanned image); run OCR on "
+                                 "it first, e.g. with ocrmypdf, and upload the result")
+
+
+def test_corrupt_pdf():
+    with pytest.raises(UnsupportedDocument, match=r"^bad\.pdf: the PDF is damaged"):
+        read_document(b"%PDF-1.7\n" + bytes(range(256)) * 4, "bad.pdf", LIMITS)
+
+
+def test_file_over_the_size_limit_quotes_both_numbers():
+    limits = replace(LIMITS, max_file_bytes=100)
+    with pytest.raises(InputTooLarge) as err:
+        read_document(b"word " * 40, "big.txt", limits)
+    assert err.value.message == "big.txt: the file is 200 bytes, the limit is 100 bytes"
+    assert err.value.http_status == 413
+
+
+def test_character_and_segment_limits():
+    text = "\n\n".join(f"Paragraph number {i}." for i in range(10)).encode()
+    with pytest.raises(InputTooLarge) as err:
+        read_document(text, "many.txt", replace(LIMITS, max_segments=5))
+    assert err.value.message == "many.txt: 10 segments to translate, the limit is 5"
+    chars = sum(len(f"Paragraph number {i}.") for i in range(10))
+    with pytest.raises(InputTooLarge) as err:
+        read_document(text, "many.txt", replace(LIMITS, max_doc_chars=50))
+    assert err.value.message == f"many.txt: {chars} characters to translate, the limit is 50"
+
+
+@pytest.mark.parametrize("broken,says", [
+    ("3\n00:00:05,000 -> 00:00:0x,000\nBroken arrow\n",
+     "movie.srt: subtitle block 5 is not valid SRT (it reads '3 / 00:00:05,000 -> 00:00:0x,000')"),
+    ("9\n00:00:09,000 --> 00:00:07,000\nBackwards\n",
+     "movie.srt: subtitle block 5 (index 9) ends at 00:00:07,000, before it starts at 00:00:09,000"),
+])
+def test_srt_with_broken_timings_names_the_block(broken, says):
+    with pytest.raises(InvalidInput) as err:
+        read_document((SRT + "\n" + broken).encode(), "movie.srt", LIMITS)
+    assert err.value.message.startswith(says)
+
+
+def test_srt_that_is_not_srt():
+    with pytest.raises(InvalidInput, match=r"^x\.srt: subtitle block 1 is not valid SRT"):
+        read_document(b"Just a line of prose.\n", "x.srt", LIMITS)
+
+
+@pytest.mark.parametrize("name", ["empty.txt", "empty.docx", "empty.pdf", "empty.srt"])
+def test_empty_file(name):
+    with pytest.raises(InvalidInput) as err:
+        read_document(b"", name, LIMITS)
+    assert err.value.message == f"{name}: the file is empty"
+
+
+@pytest.mark.parametrize("name,data", [("blank.txt", b" \n\n\t\n"), ("code.md", b"```\nx = 1\n```\n"),
+                                       ("numbers.txt", b"1 2 3\n\n4.5\n")])
+def test_nothing_to_translate(name, data):
+    with pytest.raises(InvalidInput, match=f"^{name}: no text to translate was found$"):
+        read_document(data, name, LIMITS)
+
+
+def test_non_utf8_text_that_cannot_be_decoded_is_refused_clearly():
+    # Invalid UTF-8 with a BOM claims to be UTF-8: no guessing.
+    with pytest.raises(InvalidInput, match=r"^bad\.txt: starts with a UTF-8-SIG byte-order mark but is not valid"):
+        read_document(b"\xef\xbb\xbfabc \xff\xfe\xfa broken", "bad.txt", LIMITS)
+
+
+def test_filename_never_becomes_a_path():
+    out = translate_document(b"Hello.", "../../etc/passwd.txt", LIMITS, upper, target="es")
+    assert out.filename == "passwd.es.txt"
+    with pytest.raises(InvalidInput, match=r"^x\.txt: the file is empty"):
+        read_document(b"", "C:\\Users\\me\\x.txt", LIMITS)
+
+
+def test_pdf_reader_sees_what_make_pdf_wrote():
+    # Guards the fixture: the PDFs above really carry a text layer.
+    assert "Hello there" in PdfReader(io.BytesIO(make_pdf([["Hello there"]]))).pages[0].extract_text()
