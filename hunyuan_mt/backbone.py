@@ -179,6 +179,12 @@ class Backbone:
     # ------------------------------------------------------------------ loading
 
     @classmethod
+    def load_uncached(cls, cfg: ModelConfig) -> Backbone:
+        """A new, private backbone (not shared, not counted). For tests and baselines; the service uses
+        `load_backbone`."""
+        return cls._load(cfg)
+
+    @classmethod
     def _load(cls, cfg: ModelConfig) -> Backbone:
         from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -305,8 +311,11 @@ class Backbone:
     # ------------------------------------------------------------------ generation
 
     def generate(self, rows: list[PromptRow], adapter_names: list[str], gen: GenerationConfig,
-                 max_new_tokens: int) -> list[str]:
-        """Translate `rows` in one batch, row i with adapter `adapter_names[i]` ("__base__" = bare backbone)."""
+                 max_new_tokens: int, **extra: Any) -> list[str]:
+        """Translate `rows` in one batch, row i with adapter `adapter_names[i]` ("__base__" = bare backbone).
+
+        `extra` goes to `model.generate` as is (the engine's light mode passes a quantized KV cache setting).
+        """
         if len(rows) != len(adapter_names):
             raise ValueError(f"{len(rows)} rows but {len(adapter_names)} adapter names")
         if not rows:
@@ -314,6 +323,10 @@ class Backbone:
         with self.model_lock:
             model = self.model
             is_peft = model is not self.base_model
+            if is_peft and not getattr(model, "peft_config", None):
+                # Every adapter was deleted (light mode): PeftModel.generate needs an active adapter, and the
+                # emptied LoRA layers compute the base output anyway.
+                model, is_peft = self.base_model, False
             if not is_peft and any(n != BASE for n in adapter_names):
                 raise ValueError(f"no adapter is attached, cannot run {sorted(set(adapter_names) - {BASE})}")
             tok = self.tokenizer
@@ -321,6 +334,7 @@ class Backbone:
             batch = tok.pad(encoded, padding=True, return_tensors="pt")
             batch = {k: v.to(self.device) for k, v in batch.items()}
             kwargs = self._generation_kwargs(gen, max_new_tokens)
+            kwargs.update(extra)
             prefix_len = 0
             if self.arch == ENCODER_DECODER:
                 forced = [self.target_token_id(r.tgt) for r in rows]

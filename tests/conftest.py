@@ -61,3 +61,38 @@ def adapters_copy(tmp_path: Path, marian_adapters: Path) -> Path:
     dest = tmp_path / "adapters"
     shutil.copytree(marian_adapters, dest)
     return dest
+
+
+@pytest.fixture()
+def fresh_backbone():
+    """Factory: a private backbone for a model folder (not the process-wide one), so a test's adapters never
+    leak into another test. `fresh_backbone(marian_dir)`."""
+    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.config import ModelConfig
+
+    def make(model_dir: Path, **kw) -> Backbone:
+        return Backbone.load_uncached(ModelConfig(path=str(model_dir), warmup=False, **kw))
+
+    return make
+
+
+@pytest.fixture()
+def make_cache():
+    """Factory: `make_cache(backbone, adapters_dir, slots=3, pinned=[...], ...)` → started AdapterCache."""
+    from hunyuan_mt.adapters.cache import AdapterCache
+    from hunyuan_mt.adapters.registry import AdapterRegistry
+    from hunyuan_mt.config import CacheConfig
+
+    def make(backbone, adapters_dir: Path, start: bool = True, **cfg) -> AdapterCache:
+        registry = AdapterRegistry(adapters_dir, backbone.spec)
+        registry.scan()
+        cache = AdapterCache(backbone, registry, CacheConfig(adapters_dir=str(adapters_dir), **cfg))
+        if start:
+            cache.start()
+        return cache
+
+    return make
+
+
+# Web tests: the real app on 127.0.0.1 over one session-wide service (tests/web_server.py).
+from web_server import live_server, web_cfg, web_service  # noqa: E402,F401

@@ -108,6 +108,8 @@ class CacheStats:
     evictions: int
     failures: int
     busy: int
+    #: Reservations that found every slot leased and had to wait.
+    slot_waits: int
     load_ms_p50: float | None
     load_ms_p95: float | None
     attach_ms_p50: float | None
@@ -180,10 +182,24 @@ class AdapterCache:
         #: backbone's model_lock, taken inside.
         self._mutate = threading.Lock()
         self._counts = dict(hits=0, pinned_hits=0, ram_hits=0, disk_loads=0, hotswaps=0, injections=0, evictions=0,
-                            failures=0, busy=0)
+                            failures=0, busy=0, slot_waits=0)
         self._load_ms: list[float] = []
+        self._forget_foreign_adapters()
         self._attach_ms: list[float] = []
         self._started = False
+
+    def _forget_foreign_adapters(self) -> None:
+        """This cache owns every adapter on the backbone: drop any left by an earlier cache on the same backbone
+        (tests and benchmarks build several services in one process)."""
+        from peft import PeftModel
+
+        model = self.backbone.model
+        if isinstance(model, PeftModel):
+            names = list(model.peft_config)
+            if names:
+                log.warning("adapter cache: detaching %d adapters left by an earlier cache: %s", len(names), names)
+            for name in names:
+                self._delete(name)
 
     # ------------------------------------------------------------------ start / pins
 
@@ -420,6 +436,7 @@ class AdapterCache:
     def _reserve(self, pair: Pair, deadline: float) -> _Slot:
         """Pick a free slot, else evict the least recently used unleased one; wait while every slot is leased.
         Caller holds _cv; the returned slot is leased once (by the loader) and not ready."""
+        waited = False
         while True:
             slot = next((s for s in self._slots if s.pair is None and s.leases == 0 and not s.detaching), None)
             if slot is None:
@@ -434,6 +451,9 @@ class AdapterCache:
                 self._lru[pair] = slot
                 return slot
             remaining = deadline - time.monotonic()
+            if not waited:
+                waited = True
+                self._counts["slot_waits"] += 1
             if remaining <= 0:
                 self._counts["busy"] += 1
                 leased = sum(1 for s in self._slots if s.leases > 0)

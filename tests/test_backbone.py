@@ -1,0 +1,156 @@
+"""Backbone: loaded once per process, clear load errors, per-row adapters that match single-row runs."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+import tiny_models
+from hunyuan_mt import backbone as backbone_mod
+from hunyuan_mt.adapters.request import Pair
+from hunyuan_mt.backbone import BASE, Backbone, PromptRow, load_backbone
+from hunyuan_mt.config import GenerationConfig, ModelConfig
+from hunyuan_mt.errors import ConfigError, ModelUnavailable
+
+GREEDY = GenerationConfig()
+ROWS = [
+    PromptRow("Hello world, how are you today?", "en", "es"),
+    PromptRow("Open the file, save the document and close the window.", "en", "de"),
+    PromptRow("Hola mundo", "es", "en"),
+    PromptRow("The quick brown fox.", "en", "fr"),
+    PromptRow("你好世界，今天你好吗？", "zh", "en"),
+    PromptRow("Datei öffnen", "de", "en"),
+]
+PAIRS = [Pair("en", "es"), Pair("en", "de"), Pair("es", "en"), None, Pair("zh", "en"), Pair("de", "en")]
+
+
+def test_backbone_loads_once_for_many_callers(tmp_path: Path, marian_dir: Path) -> None:
+    """Services, UIs and CLI calls in many threads, with equivalent configs, share one load (invariant 1)."""
+    model_dir = tmp_path / "private-model"  # a folder no other test loads, so the count delta is exact
+    shutil.copytree(marian_dir, model_dir)
+    before = backbone_mod.LOAD_COUNT
+    barrier = threading.Barrier(8)
+    got: list[Backbone] = []
+
+    def caller() -> None:
+        barrier.wait()
+        got.append(load_backbone(ModelConfig(path=str(model_dir))))
+
+    threads = [threading.Thread(target=caller) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    again = load_backbone(ModelConfig(path=str(model_dir / ".." / "private-model")))  # same folder, spelled differently
+    assert backbone_mod.LOAD_COUNT - before == 1
+    assert len(got) == 8 and all(b is got[0] for b in got) and again is got[0]
+    assert got[0].warmup_ms is not None  # the warm-up generation ran at load
+
+
+def test_architecture_dtype_and_info(fresh_backbone, marian_dir: Path, hunyuan_dir: Path) -> None:
+    marian, hunyuan = fresh_backbone(marian_dir), fresh_backbone(hunyuan_dir)
+    assert (marian.arch, hunyuan.arch) == ("encoder-decoder", "decoder-only")
+    assert marian.device == "cpu" and marian.dtype == torch.float32  # auto on CPU
+    assert (marian.tokenizer.padding_side, hunyuan.tokenizer.padding_side) == ("right", "left")
+    info = hunyuan.info()
+    assert info["arch"] == "decoder-only" and info["params"] > 0 and info["dtype"] == "float32"
+    assert "model.layers.0.self_attn.q_proj" in hunyuan.spec.shapes
+
+
+def test_arch_override_is_respected(fresh_backbone, hunyuan_dir: Path) -> None:
+    assert fresh_backbone(hunyuan_dir, arch="decoder-only").arch == "decoder-only"
+
+
+def test_missing_model_folder_says_nothing_is_downloaded(tmp_path: Path) -> None:
+    with pytest.raises(ModelUnavailable, match="Nothing is downloaded"):
+        Backbone.load_uncached(ModelConfig(path=str(tmp_path / "absent")))
+    with pytest.raises(ModelUnavailable, match="Nothing is downloaded"):
+        Backbone.load_uncached(ModelConfig(path="no-such-org/no-such-model-xyz"))
+
+
+def test_pickle_only_model_is_refused(tmp_path: Path, marian_dir: Path) -> None:
+    model_dir = tmp_path / "pickled"
+    shutil.copytree(marian_dir, model_dir)
+    (model_dir / "model.safetensors").unlink()
+    (model_dir / "pytorch_model.bin").write_bytes(b"not really a pickle")
+    with pytest.raises(ModelUnavailable, match="allow_pickle"):
+        Backbone.load_uncached(ModelConfig(path=str(model_dir)))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA messages")
+def test_gpu_only_settings_fail_clearly_without_cuda(marian_dir: Path) -> None:
+    with pytest.raises(ModelUnavailable, match="requires a CUDA GPU"):
+        Backbone.load_uncached(ModelConfig(path=str(marian_dir), require_cuda=True))
+    with pytest.raises(ModelUnavailable, match="no CUDA"):
+        Backbone.load_uncached(ModelConfig(path=str(marian_dir), device="cuda:0"))
+    with pytest.raises(ConfigError, match="model.quantization: 4bit needs a CUDA GPU"):
+        Backbone.load_uncached(ModelConfig(path=str(marian_dir), quantization="4bit"))
+
+
+def test_decoder_only_prompt_uses_chat_template_and_hunyuan_format(fresh_backbone, hunyuan_dir: Path) -> None:
+    bb = fresh_backbone(hunyuan_dir)
+    en_es = bb.prompt_text(PromptRow("Hello", "en", "es"))
+    zh_en = bb.prompt_text(PromptRow("你好", "zh", "en"))
+    assert en_es == ("<s>user: Translate the following segment into Spanish, without additional explanation."
+                     "\n\nHello</s><s>assistant:")
+    assert zh_en == "<s>user: 把下面的文本翻译成英语，不要额外解释。\n\n你好</s><s>assistant:"
+
+
+def test_encoder_decoder_input_is_source_text_with_target_token(fresh_backbone, marian_dir: Path) -> None:
+    bb = fresh_backbone(marian_dir)
+    assert bb.prompt_text(PromptRow("Hello", "en", "es")) == "Hello"
+    assert bb.target_token_id("es") == bb.tokenizer.convert_tokens_to_ids("__es__")
+    assert bb.target_token_id("de") != bb.target_token_id("es")
+
+
+def test_bare_backbone_generates_without_peft(fresh_backbone, marian_dir: Path) -> None:
+    bb = fresh_backbone(marian_dir)
+    out = bb.generate(ROWS[:2], [BASE, BASE], GREEDY, max_new_tokens=8)
+    assert len(out) == 2 and all(isinstance(o, str) for o in out)
+    with pytest.raises(ValueError, match="no adapter is attached"):
+        bb.generate(ROWS[:1], ["en2es"], GREEDY, max_new_tokens=8)
+
+
+@pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only"])
+def test_mixed_adapter_rows_equal_rows_run_alone(arch, request, fresh_backbone, make_cache) -> None:
+    """Invariant 5: a row's greedy output does not depend on the rows (and adapters) that share its batch."""
+    model_dir = request.getfixturevalue("marian_dir" if arch == "encoder-decoder" else "hunyuan_dir")
+    adapters = request.getfixturevalue("marian_adapters" if arch == "encoder-decoder" else "hunyuan_adapters")
+    bb = fresh_backbone(model_dir)
+    cache = make_cache(bb, adapters, slots=4, pinned=["en2es"])
+    with cache.lease(PAIRS) as lease:
+        mixed = bb.generate(ROWS, lease.adapter_names, GREEDY, max_new_tokens=12)
+    alone = []
+    for row, pair in zip(ROWS, PAIRS):
+        with cache.lease([pair]) as lease:
+            alone.append(bb.generate([row], lease.adapter_names, GREEDY, max_new_tokens=12)[0])
+    assert mixed == alone
+    # The adapters really act: the same text under each adapter and under the base gives distinct outputs.
+    text = ROWS[0]
+    outs = []
+    for pair in (None, Pair("en", "es"), Pair("en", "de"), Pair("en", "fr")):
+        with cache.lease([pair]) as lease:
+            outs.append(bb.generate([text], lease.adapter_names, GREEDY, max_new_tokens=12)[0])
+    assert len(set(outs)) == 4, outs
+
+
+def test_rows_with_one_adapter_and_many_lengths_equal_alone(fresh_backbone, make_cache, hunyuan_dir: Path,
+                                                            hunyuan_adapters: Path) -> None:
+    """Left padding: very different prompt lengths in one batch still match the single-row runs."""
+    bb = fresh_backbone(hunyuan_dir)
+    cache = make_cache(bb, hunyuan_adapters, slots=3)
+    rows = [PromptRow("Hi", "en", "es"), PromptRow(" ".join(["Open the file and save it."] * 6), "en", "es")]
+    with cache.lease([Pair("en", "es")] * 2) as lease:
+        mixed = bb.generate(rows, lease.adapter_names, GREEDY, max_new_tokens=10)
+        alone = [bb.generate([r], lease.adapter_names[:1], GREEDY, max_new_tokens=10)[0] for r in rows]
+    assert mixed == alone
+
+
+def test_prompt_lengths_count_model_tokens(fresh_backbone, hunyuan_dir: Path) -> None:
+    bb = fresh_backbone(hunyuan_dir)
+    short, long = bb.prompt_lengths([PromptRow("Hi", "en", "es"), PromptRow("Hi " * 30, "en", "es")])
+    assert 0 < short < long
