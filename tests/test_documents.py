@@ -350,7 +350,7 @@ def test_pdf_paragraph_heuristics():
         "A heading", "Long line of prose that goes on and on. Short end.", "New one here."]
 
 
-def test_html_round_trip_translates_text_nodes_only():
+def test_html_round_trip_translates_sentences_and_keeps_markup():
     sent: list[str] = []
 
     def record(segments, progress=None):
@@ -359,17 +359,30 @@ def test_html_round_trip_translates_text_nodes_only():
 
     out = translate_document(HTML.encode(), "page.html", LIMITS, record).data.decode()
     assert_clean_segments(sent)
-    assert sent == ["My page", "Welcome & hello", "Hello", "world", ", see", "the docs", "Next line",
+    # A sentence with inline tags is one segment; its tags travel as sentinels, its text unescaped.
+    assert sent == ["My page", "Welcome & hello", "Hello ⟦0⟧world⟦1⟧, see ⟦2⟧the docs⟦3⟧.⟦4⟧ Next line",
                     "Café <tag> 3 > 2"]
-    assert "<h1 class=\"t\">WELCOME &amp; HELLO</h1>" in out
-    assert '<a href="https://x.example/docs">THE DOCS</a>' in out
+    assert "<title>MY PAGE</title>" in out
+    assert '<h1 class="t">WELCOME &amp; HELLO</h1>' in out
+    assert '<p>HELLO <b>WORLD</b>, SEE <a href="https://x.example/docs">THE DOCS</a>.<br> NEXT LINE</p>' in out
     assert "<p>CAFÉ &lt;TAG&gt; 3 &gt; 2</p>" in out
     for kept in ('var greeting = "hello";', "p { color: red }", "<pre>keep this</pre>", "<code>and this</code>",
-                 '<p translate="no">BrandName</p>', "<!-- a comment -->"):
+                 '<p translate="no">BrandName</p>', "<!-- a comment -->", "<!DOCTYPE html>"):
         assert kept in out
+
+
+def test_html_tags_come_back_exactly_once_whatever_the_translator_does():
     doc = read_document(HTML.encode(), "page.html", LIMITS)
-    assert doc.render(doc.segments).data.decode() == HTML.replace("Caf&eacute; &lt;tag&gt; 3 &gt; 2",
-                                                                  "Café &lt;tag&gt; 3 &gt; 2")
+    i = next(n for n, s in enumerate(doc.segments) if "⟦4⟧" in s)
+    translations = list(doc.segments)
+    # Reordered, duplicated, dropped sentinels and markup-looking text from the model.
+    translations[i] = "Bonjour ⟦0⟧monde⟦1⟧ ⟦1⟧, voir ⟦3⟧ les docs <script> & plus"
+    out = doc.render(translations).data.decode()
+    paragraph = out[out.index("<p>Bonjour"):out.index("</p>", out.index("<p>Bonjour"))]
+    assert paragraph.count("<b>") == paragraph.count("</b>") == 1
+    assert paragraph.count('<a href="https://x.example/docs">') == paragraph.count("</a>") == 1
+    assert paragraph.count("<br>") == 1
+    assert "&lt;script&gt; &amp; plus" in paragraph and "<script>" not in paragraph
 
 
 @pytest.mark.parametrize("name,data", [
