@@ -1,0 +1,108 @@
+"""`python -m hunyuan_mt serve-ray`: start (or join) a Ray cluster and run the Serve application."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from ..config import PROJECT_ROOT, parse_set_args
+from ..errors import TranslationError
+from .settings import DEFAULT_SERVE_CONFIG, read_serve_config
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=str(DEFAULT_SERVE_CONFIG),
+                        help="Ray Serve config YAML with replica groups (default: configs/serve_ray.yaml)")
+    parser.add_argument("--replicas", type=int, default=None, metavar="N", help="replicas per group")
+    parser.add_argument("--profile", default=None,
+                        help="service profile every replica loads (configs/<name>.yaml), e.g. hunyuan-mt-7b")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override for every replica, e.g. --set engine.max_rows=16 (repeatable)")
+    parser.add_argument("--host", default=None, help="HTTP bind address (default from the Serve config)")
+    parser.add_argument("--port", type=int, default=None, help="HTTP port (default from the Serve config)")
+    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
+                        help="join this Ray cluster (default: start a local one)")
+    parser.add_argument("--num-cpus", type=float, default=None, help="CPUs of the local Ray node")
+    parser.add_argument("--num-gpus", type=int, default=None, help="GPUs of the local Ray node")
+    parser.set_defaults(handler=run)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    add_arguments(subparsers.add_parser(
+        "serve-ray", help="serve on Ray Serve: replica groups multiplexed by language pair"))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        doc, settings = read_serve_config(args.config)
+        if args.replicas is not None:
+            if args.replicas < 1:
+                raise TranslationError(f"--replicas: expected an integer >= 1, got {args.replicas}")
+            for group in settings.groups:
+                group.replicas = args.replicas
+        if args.profile:
+            settings.profile = args.profile
+        settings.overrides.update(parse_set_args(args.set))
+        settings.profile_config()  # validate the profile here, not in every replica
+        for group in settings.groups:
+            settings.replica_config(group)
+    except TranslationError as exc:
+        print(f"serve-ray: {exc.message}", file=sys.stderr)
+        return 2
+
+    import ray
+    from ray import serve
+
+    from .app import APP_NAME, build_application
+
+    http = dict(doc.get("http_options") or {})
+    if args.host:
+        http["host"] = args.host
+    if args.port:
+        http["port"] = args.port
+    http.setdefault("host", "127.0.0.1")
+    http.setdefault("port", 8000)
+    # Workers of a local cluster inherit this environment: they import hunyuan_mt from the project root and
+    # never reach a model hub.
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ.setdefault(var, "1")
+    init: dict[str, Any] = {"address": args.address} if args.address else {}
+    if not args.address:
+        if args.num_cpus is not None:
+            init["num_cpus"] = args.num_cpus
+        if args.num_gpus is not None:
+            init["num_gpus"] = args.num_gpus
+    ray.init(**init)
+    serve.start(http_options={"host": http["host"], "port": int(http["port"])})
+    app = build_application(settings)
+    print(f"serve-ray: starting {', '.join(f'{g.name} ({g.replicas} x, pinned {g.pinned or []})' for g in settings.groups)}"
+          f" with profile {settings.profile or 'default'}; this takes a while (each replica loads the model)",
+          flush=True)
+    serve.run(app, name=APP_NAME, route_prefix="/")
+    shown = "127.0.0.1" if http["host"] in ("0.0.0.0", "::") else http["host"]
+    print(f"serve-ray: ready. REST API http://{shown}:{http['port']}/translate (LibreTranslate-compatible); "
+          f"responses name their replica in X-Served-By. Ctrl-C stops.", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        print("serve-ray: shutting down", flush=True)
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hunyuan_mt.serve_ray.cli", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,292 @@
+"""The HTTP ingress: the same REST API as the single-process server, over replica groups.
+
+`RemoteService` looks like a TranslationService to `web.api.create_app` (so no route is written twice): each
+call picks a group (the one pinning the pair, or its first pivot hop, else the long tail), sends it with the pair
+as multiplexed model id so Ray routes it to the replica that already holds the adapter, retries when a replica
+dies, and rebuilds typed errors. Responses carry `X-Served-By: <group>#<replica>`.
+
+Pivot routes run both hops on one replica (of the group holding the first hop): the intermediate text never
+crosses the network and the hops share that replica's batches; the price is that the second adapter is loaded
+there too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from typing import Any, Callable, Sequence
+
+from ..adapters.request import Pair
+from ..config import Config
+from ..detect import Detection
+from ..errors import InvalidInput
+from ..languages import normalize_code
+from .settings import ServeSettings, group_for, settings_from_args
+from .transport import ReplicaUnavailable, rebuild_error
+
+log = logging.getLogger(__name__)
+
+AUTO = "auto"
+#: Segments per remote call for documents (progress is reported between calls).
+DOC_CHUNK = 64
+#: The replicas that served the current HTTP request (set per request by ServedByMiddleware).
+SERVED_BY: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("hmt_served_by", default=None)
+
+
+def _retryable_ray_errors() -> tuple[type[BaseException], ...]:
+    from ray.exceptions import RayActorError
+    from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError, ReplicaUnavailableError
+
+    return RayActorError, ReplicaUnavailableError, DeploymentUnavailableError, BackPressureError
+
+
+class RemoteService:
+    """A TranslationService look-alike whose work runs on the replica groups.
+
+    The async methods (`a*`) run on the ingress's event loop; the sync ones are what the REST layer calls from its
+    thread pool, and hand the work to that loop.
+    """
+
+    def __init__(self, handles: dict[str, Any], settings: ServeSettings, cfg: Config,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.handles = handles
+        self.settings = settings
+        self.cfg = cfg
+        self.pivot = normalize_code(cfg.routing.pivot)
+        self.loop = loop
+        self._retry_on = _retryable_ray_errors()
+
+    # ------------------------------------------------------------------ one remote call
+
+    async def acall(self, group: str, method: str, *args: Any, model_id: str | None = None) -> dict[str, Any]:
+        """Call `method` on a replica of `group`; retry on a dead/unreachable replica; typed errors re-raised."""
+        attempts = self.settings.retries
+        last: BaseException | None = None
+        for attempt in range(attempts):
+            handle = self.handles[group]
+            if model_id:
+                handle = handle.options(multiplexed_model_id=model_id)
+            try:
+                reply = await getattr(handle, method).remote(*args)
+            except self._retry_on as exc:
+                # The request is idempotent, so sending it again (to a live replica) cannot double any effect.
+                last = exc
+                log.warning("group %s: %s failed on attempt %d/%d (%s); retrying", group, method, attempt + 1,
+                            attempts, type(exc).__name__)
+                await asyncio.sleep(self.settings.retry_backoff_s * (attempt + 1))
+                continue
+            if "error" in reply:
+                raise rebuild_error(reply["error"])
+            return reply
+        raise ReplicaUnavailable(
+            f"No replica of group {group!r} answered after {attempts} attempts ({type(last).__name__}); "
+            "it is being restarted. Retry shortly."
+        )
+
+    def route(self, src: str, tgt: str) -> tuple[str, str | None]:
+        """(group name, multiplexed model id) for normalized codes."""
+        if src == tgt:
+            return self.settings.long_tail.name, None
+        return group_for(self.settings, src, tgt, self.pivot).name, Pair(src, tgt).key
+
+    # ------------------------------------------------------------------ async API (handles, tests)
+
+    async def atranslate(self, texts: Sequence[str], src: str, tgt: str) -> list[dict[str, Any]]:
+        """One dict per text: the TranslationResult fields plus `replica` and `group`."""
+        texts = list(texts)
+        target = normalize_code(tgt) if isinstance(tgt, str) and tgt.strip() else tgt
+        if not (isinstance(src, str) and src.strip().lower() == AUTO):
+            source = normalize_code(src) if isinstance(src, str) and src.strip() else src
+            return await self._translate_routed(texts, source, target)
+        if not texts:
+            return await self._translate_routed(texts, AUTO, target)  # the replica says why it is invalid
+        # Detect first (on any replica), then send each source language to its own group.
+        reply = await self.acall(self.settings.long_tail.name, "detect", texts, 1)
+        found = reply["detections"]
+        by_source: dict[str, list[int]] = {}
+        for i, ds in enumerate(found):
+            if not ds:
+                raise InvalidInput("Could not detect the language of the text; give the source language.")
+            by_source.setdefault(ds[0]["code"], []).append(i)
+        out: list[dict[str, Any] | None] = [None] * len(texts)
+        parts = await asyncio.gather(*(self._translate_routed([texts[i] for i in idx], code, target)
+                                       for code, idx in by_source.items()))
+        for idx, results in zip(by_source.values(), parts):
+            for i, result in zip(idx, results):
+                result["detected"] = dict(found[i][0])
+                out[i] = result
+        return [r for r in out if r is not None]
+
+    async def _translate_routed(self, texts: list[str], src: str, tgt: str) -> list[dict[str, Any]]:
+        group, model_id = self.route(src, tgt) if src != AUTO else (self.settings.long_tail.name, None)
+        reply = await self.acall(group, "translate", texts, src, tgt, model_id=model_id)
+        for result in reply["results"]:
+            result["replica"], result["group"] = reply["replica"], reply["group"]
+        return reply["results"]
+
+    async def atranslate_segments(self, segments: Sequence[str], src: str, tgt: str,
+                                  progress: Callable[[int, int], None] | None = None) -> tuple[list[str], list[str]]:
+        segments = list(segments)
+        target = normalize_code(tgt)
+        if isinstance(src, str) and src.strip().lower() == AUTO:
+            sample = "\n".join(s for s in segments if isinstance(s, str) and s.strip())[:2000]
+            if sample.strip():
+                reply = await self.acall(self.settings.long_tail.name, "detect", [sample], 1)
+                if not reply["detections"][0]:
+                    raise InvalidInput("Could not detect the language of the text; give the source language.")
+                source = reply["detections"][0][0]["code"]
+            else:
+                source = target
+        else:
+            source = normalize_code(src)
+        group, model_id = self.route(source, target)
+        out: list[str] = []
+        replicas: list[str] = []
+        total = len(segments)
+        for start in range(0, total, DOC_CHUNK) if total else []:
+            reply = await self.acall(group, "translate_segments", segments[start:start + DOC_CHUNK], source, target,
+                                     model_id=model_id)
+            out.extend(reply["texts"])
+            replicas.append(reply["replica"])
+            if progress:
+                progress(len(out), total)
+        return out, replicas
+
+    async def aall_groups(self, method: str, *args: Any) -> dict[str, dict[str, Any]]:
+        names = [g.name for g in self.settings.groups]
+        replies = await asyncio.gather(*(self.acall(name, method, *args) for name in names))
+        return dict(zip(names, replies))
+
+    # ------------------------------------------------------------------ sync API (what web.api calls)
+
+    def _run(self, coro: Any) -> Any:
+        if self.loop is None:
+            raise RuntimeError("RemoteService has no event loop to run on")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    @staticmethod
+    def _served(*replicas: str) -> None:
+        served = SERVED_BY.get()
+        if served is not None:
+            served.extend(replicas)
+
+    def translate_batch(self, texts: list[str], src: str, tgt: str) -> list[Any]:
+        from ..service import TranslationResult
+
+        dicts = self._run(self.atranslate(texts, src, tgt))
+        self._served(*(d["replica"] for d in dicts))
+        return [_result(TranslationResult, d) for d in dicts]
+
+    def translate(self, text: str, src: str, tgt: str) -> Any:
+        return self.translate_batch([text], src, tgt)[0]
+
+    def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None) -> list[str]:
+        texts, replicas = self._run(self.atranslate_segments(segments, src, tgt, progress))
+        self._served(*replicas)
+        return texts
+
+    def detect(self, text: str, top: int = 3) -> list[Detection]:
+        reply = self._run(self.acall(self.settings.long_tail.name, "detect", [text], top))
+        self._served(reply["replica"])
+        return [Detection(**d) for d in reply["detections"][0]]
+
+    def languages(self) -> list[Any]:
+        from ..service import LanguageInfo
+
+        reply = self._run(self.acall(self.settings.long_tail.name, "languages"))
+        self._served(reply["replica"])
+        return [LanguageInfo(**d) for d in reply["languages"]]
+
+    def status(self) -> dict[str, Any]:
+        """The long-tail replica's status (same shape as the single-process server) plus every group's view."""
+        replies = self._run(self.aall_groups("status"))
+        tail = self.settings.long_tail.name
+        status = dict(replies[tail]["status"])
+        status["ray"] = {"groups": [
+            {"name": g.name, "replicas": g.replicas, "pinned": g.pinned, "long_tail": g.long_tail,
+             "answered_by": replies[g.name]["replica"],
+             "resident": replies[g.name]["status"].get("cache", {}).get("resident", [])}
+            for g in self.settings.groups]}
+        self._served(*(r["replica"] for r in replies.values()))
+        return status
+
+    def rescan(self) -> None:
+        # Serve handles reach one replica per call; the other replicas of a group rescan on their next restart.
+        self._run(self.aall_groups("admin", "rescan"))
+
+    def _admin_pair(self, action: str, pair: Pair | str) -> bool:
+        p = pair if isinstance(pair, Pair) else Pair.parse(pair)
+        group, _ = self.route(p.src, p.tgt)
+        reply = self._run(self.acall(group, "admin", action, p.key, model_id=p.key))
+        self._served(reply["replica"])
+        return bool(reply["changed"])
+
+    def pin(self, pair: Pair | str) -> bool:
+        return self._admin_pair("pin", pair)
+
+    def unpin(self, pair: Pair | str) -> bool:
+        return self._admin_pair("unpin", pair)
+
+    def unload(self, pair: Pair | str) -> bool:
+        return self._admin_pair("unload", pair)
+
+
+def _result(cls: type, d: dict[str, Any]) -> Any:
+    fields = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+    if isinstance(fields.get("detected"), dict):
+        fields["detected"] = Detection(**fields["detected"])
+    result = cls(**fields)
+    result.replica = d.get("replica")  # not a field: informational, for callers that want it
+    return result
+
+
+class ServedByMiddleware:
+    """Pure ASGI middleware: `X-Served-By` lists the replicas that answered this request (in order)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        served: list[str] = []
+        token = SERVED_BY.set(served)
+
+        async def send_with_header(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and served:
+                value = ",".join(dict.fromkeys(served)).encode()
+                message = dict(message, headers=list(message.get("headers", [])) + [(b"x-served-by", value)])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_header)
+        finally:
+            SERVED_BY.reset(token)
+
+
+class Ingress:
+    """The ingress deployment: REST routes over `RemoteService`, plus handle methods for Python callers."""
+
+    def __init__(self, handles: dict[str, Any], settings: dict[str, Any]) -> None:
+        self.settings = settings_from_args(settings)
+        self.cfg = self.settings.profile_config()
+        self.remote = RemoteService(handles, self.settings, self.cfg, loop=asyncio.get_running_loop())
+
+    def __serve_build_asgi_app__(self) -> Any:
+        from ..web.api import create_app
+
+        app = create_app(self.remote, self.cfg)
+        app.add_middleware(ServedByMiddleware)
+        return app
+
+    async def translate(self, texts: list[str], src: str, tgt: str) -> list[dict[str, Any]]:
+        return await self.remote.atranslate(texts, src, tgt)
+
+    async def translate_segments(self, segments: list[str], src: str, tgt: str) -> dict[str, Any]:
+        texts, replicas = await self.remote.atranslate_segments(segments, src, tgt)
+        return {"texts": texts, "replicas": replicas}
+
+    async def replicas_info(self) -> dict[str, Any]:
+        return await self.remote.aall_groups("info")
