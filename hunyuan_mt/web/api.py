@@ -28,6 +28,7 @@ from ..config import Config
 from ..errors import InputTooLarge, InvalidInput, RateLimited, TranslationError, UnreachablePair, http_status
 from ..languages import LANGUAGES, normalize_code, parse_hunyuan_prompt
 from .auth import AccessPolicy
+from .doctranslate import translate_upload
 from .downloads import DownloadStore, safe_filename
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import WebMetrics
@@ -212,25 +213,14 @@ class RestApi:
             filename = safe_filename(upload.filename or "document.txt")
         finally:
             await request.close()  # removes python-multipart's spooled temp file
-        rendered = await run_in_threadpool(self._translate_document, data, filename, source, target)
+        rendered, _ = await run_in_threadpool(translate_upload, self.service, data, filename, source, target,
+                                              self.cfg.limits)
         token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type)
         url = str(request.url_for("download_file", token=token, filename=safe_filename(rendered.filename)))
         body: dict[str, Any] = {"translatedFileUrl": url}
         if rendered.note:
             body["note"] = rendered.note
         return JSONResponse(body)
-
-    def _translate_document(self, data: bytes, filename: str, source: str, target: str) -> Any:
-        from ..documents import read_document
-
-        document = read_document(data, filename, self.cfg.limits)
-        if source == "auto":
-            detections = self.service.detect(" ".join(document.segments)[:2000])
-            if not detections:
-                raise InvalidInput("Could not detect the document's language; pass source explicitly.")
-            source = detections[0].code
-        translations = self.service.translate_segments(document.segments, source, target)
-        return document.render(translations, normalize_code(target))
 
     async def download_file(self, token: str, filename: str) -> Response:
         stored = self.downloads.get(token)
@@ -244,10 +234,10 @@ class RestApi:
 
     async def health(self) -> JSONResponse:
         status = await run_in_threadpool(self.service.status)
-        backbone = status.get("backbone", {}) or {}
-        memory = status.get("memory", {}) or {}
+        backbone = status.get("backbone") or {}
+        memory = status.get("memory") or {}
         return JSONResponse({"status": "ok", "version": __version__, "model": backbone.get("name"),
-                             "device": backbone.get("device"), "light_mode": bool(memory.get("light_mode"))})
+                             "device": backbone.get("device"), "mode": memory.get("mode", "normal")})
 
     async def metrics_route(self) -> Response:
         data = await run_in_threadpool(self.metrics.render)
@@ -255,9 +245,9 @@ class RestApi:
 
     async def adapters(self) -> JSONResponse:
         status = await run_in_threadpool(self.service.status)
-        cache = status.get("cache", {}) or {}
-        return JSONResponse({"adapters": status.get("adapters", []), "resident": cache.get("resident", []),
-                             "ram_tier": cache.get("ram_tier", []), "slots": cache.get("slots")})
+        cache = status.get("cache") or {}
+        return JSONResponse({key: cache.get(key) for key in (
+            "registered", "resident", "ram_tier", "lru_order", "failed", "slots")})
 
     # ------------------------------------------------------------------ admin
 

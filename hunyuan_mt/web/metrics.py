@@ -37,64 +37,105 @@ class ServiceCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         status = self.service.status()
-        backbone = status.get("backbone", {}) or {}
+        backbone = status.get("backbone") or {}
         info = GaugeMetricFamily("hmt_backbone_info", "The loaded backbone (value is always 1).",
-                                 labels=["name", "arch", "device", "dtype"])
-        info.add_metric([str(backbone.get("name", "")), str(backbone.get("arch", "")),
-                         str(backbone.get("device", "")), str(backbone.get("dtype", ""))], 1.0)
+                                 labels=["name", "arch", "device", "dtype", "quantization"])
+        info.add_metric([str(backbone.get(k, "")) for k in ("name", "arch", "device", "dtype", "quantization")],
+                        1.0)
         yield info
 
-        cache = status.get("cache", {}) or {}
+        cache = status.get("cache") or {}
         events = CounterMetricFamily("hmt_adapter_cache_events", "Adapter cache events since start.",
                                      labels=["event"])
-        for event in ("hits", "pinned_hits", "ram_hits", "disk_loads", "misses", "evictions", "failures"):
+        for event in ("hits", "pinned_hits", "ram_hits", "disk_loads", "hotswaps", "injections", "evictions",
+                      "failures", "busy", "slot_waits"):
             value = _num(cache.get(event))
             if value is not None:
                 events.add_metric([event], value)
         yield events
-        load = GaugeMetricFamily("hmt_adapter_load_ms", "Adapter load time percentiles (ms).", labels=["quantile"])
-        for key, quantile in (("load_ms_p50", "0.5"), ("load_ms_p95", "0.95")):
+        yield from _gauge("hmt_adapter_cache_hit_rate", "Share of adapter lookups served by an attached adapter.",
+                          cache.get("hit_rate"))
+        yield from _gauge("hmt_adapter_slots", "Non-pinned adapter slots.", cache.get("slots"))
+        timing = GaugeMetricFamily("hmt_adapter_load_ms", "Adapter load and attach time percentiles (ms).",
+                                   labels=["stage", "quantile"])
+        for key, labels in (("load_ms_p50", ["load", "0.5"]), ("load_ms_p95", ["load", "0.95"]),
+                            ("attach_ms_p50", ["attach", "0.5"])):
             value = _num(cache.get(key))
             if value is not None:
-                load.add_metric([quantile], value)
-        yield load
+                timing.add_metric(labels, value)
+        yield timing
 
-        resident = cache.get("resident", []) or []
-        adapters = GaugeMetricFamily("hmt_resident_adapters", "Adapters attached to the backbone.",
+        resident = cache.get("resident") or []
+        adapters = GaugeMetricFamily("hmt_resident_adapters", "Adapters attached (slot, pinned) or in the RAM tier.",
                                      labels=["adapter", "state"])
         for entry in resident:
-            state = "pinned" if entry.get("pinned") else "slot"
-            adapters.add_metric([str(entry.get("key")), state], 1.0)
-        for key in cache.get("ram_tier", []) or []:
+            adapters.add_metric([str(entry.get("key")), "pinned" if entry.get("pinned") else "slot"], 1.0)
+        for key in cache.get("ram_tier") or []:
             adapters.add_metric([str(key), "ram"], 1.0)
         yield adapters
-        leases = GaugeMetricFamily("hmt_adapter_leases", "Live leases (in-flight rows) per adapter.",
+        leases = GaugeMetricFamily("hmt_adapter_leases", "Live leases (in-flight rows) per attached adapter.",
                                    labels=["adapter"])
         for entry in resident:
-            leases.add_metric([str(entry.get("key"))], float(entry.get("leases", 0) or 0))
+            leases.add_metric([str(entry.get("key"))], float(entry.get("leases") or 0))
         yield leases
+        registered = GaugeMetricFamily("hmt_adapters_registered", "Adapter folders found by the last scan.",
+                                       labels=["usable"])
+        infos = cache.get("registered") or []
+        registered.add_metric(["true"], float(sum(1 for i in infos if i.get("usable"))))
+        registered.add_metric(["false"], float(sum(1 for i in infos if not i.get("usable"))))
+        yield registered
 
-        memory = status.get("memory", {}) or {}
+        memory = status.get("memory") or {}
         mem = GaugeMetricFamily("hmt_memory_bytes", "Process and accelerator memory.", labels=["kind"])
-        for key in ("rss_bytes", "gpu_allocated_bytes", "gpu_reserved_bytes", "gpu_total_bytes"):
-            value = _num(memory.get(key))
-            if value is not None:
-                mem.add_metric([key.removesuffix("_bytes")], value)
+        if _num(memory.get("rss_bytes")) is not None:
+            mem.add_metric(["rss"], float(memory["rss_bytes"]))
+        for key, value in (memory.get("gpu") or {}).items():
+            if _num(value) is not None:
+                mem.add_metric([f"gpu_{key.removesuffix('_bytes')}"], float(value))
         yield mem
-        light = _num(memory.get("light_mode"))
-        if light is None and isinstance(memory.get("light_mode"), bool):
-            light = 1.0 if memory["light_mode"] else 0.0
-        if light is not None:
-            yield GaugeMetricFamily("hmt_light_mode", "1 while the memory-pressure light mode is on.", value=light)
+        yield from _gauge("hmt_memory_used_fraction", "Fraction of the watched memory in use (GPU, else host).",
+                          memory.get("used_fraction"))
+        if "mode" in memory:
+            yield GaugeMetricFamily("hmt_light_mode", "1 while the memory-pressure light mode is on.",
+                                    value=1.0 if memory.get("mode") == "light" else 0.0)
+        if _num(memory.get("transitions")) is not None:
+            yield CounterMetricFamily("hmt_light_mode_transitions", "Entries into and exits from light mode.",
+                                      value=float(memory["transitions"]))
 
-        latency = status.get("latency_ms", {}) or {}
-        lat = GaugeMetricFamily("hmt_translation_latency_ms", "Recent translation latency percentiles (ms).",
+        engine = status.get("engine") or {}
+        for key, help_text in (("batches", "Batches generated."), ("rows", "Rows generated."),
+                               ("oom_splits", "Batches split after an out-of-memory error."),
+                               ("oom_failures", "Single rows that still did not fit.")):
+            if _num(engine.get(key)) is not None:
+                yield CounterMetricFamily(f"hmt_engine_{key}", help_text, value=float(engine[key]))
+        yield from _gauge("hmt_engine_queued_rows", "Rows waiting for a batch.", engine.get("queued"))
+        gen = GaugeMetricFamily("hmt_engine_ms", "Engine time percentiles (ms).", labels=["stage", "quantile"])
+        for stage in ("generate", "queue"):
+            for q, quantile in (("p50", "0.5"), ("p95", "0.95")):
+                value = _num(engine.get(f"{stage}_ms_{q}"))
+                if value is not None:
+                    gen.add_metric([stage, quantile], value)
+        yield gen
+
+        latency = status.get("latency") or {}
+        lat = GaugeMetricFamily("hmt_request_latency_ms", "Recent translation request latency percentiles (ms).",
                                 labels=["quantile"])
-        for key, quantile in (("p50", "0.5"), ("p95", "0.95")):
-            value = _num(latency.get(key))
+        for q, quantile in (("p50_ms", "0.5"), ("p95_ms", "0.95")):
+            value = _num(latency.get(q))
             if value is not None:
                 lat.add_metric([quantile], value)
         yield lat
+        counts = status.get("counts") or {}
+        for key in ("requests", "segments", "characters"):
+            if _num(counts.get(key)) is not None:
+                yield CounterMetricFamily(f"hmt_service_{key}", f"{key.capitalize()} translated by the service.",
+                                          value=float(counts[key]))
+
+
+def _gauge(name: str, help_text: str, value: Any) -> Iterable[Metric]:
+    number = _num(value)
+    if number is not None:
+        yield GaugeMetricFamily(name, help_text, value=number)
 
 
 class WebMetrics:

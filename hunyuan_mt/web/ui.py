@@ -23,6 +23,7 @@ from ..config import Config
 from ..errors import TranslationError
 from ..languages import LANGUAGES
 from .auth import AccessPolicy
+from .doctranslate import translate_upload
 from .downloads import safe_filename
 from .metrics import WebMetrics
 
@@ -155,36 +156,24 @@ class TranslatorUI:
                            progress: gr.Progress = gr.Progress()) -> tuple[str, str]:
         if not path:
             raise gr.Error("Drop a document first (.txt .md .srt .docx .pdf .html).", print_exception=False)
-        from ..documents import read_document
-
         upload = Path(path)
         limits = self.cfg.limits
         size = upload.stat().st_size
         if size > limits.max_file_bytes:
             raise gr.Error(f"File too large: {size} bytes, the limit is {limits.max_file_bytes}.",
                            print_exception=False)
-        data = upload.read_bytes()
-        name = safe_filename(upload.name)
-        document = _run(read_document, data, name, limits)
-        if source == AUTO:
-            detections = _run(self.service.detect, " ".join(document.segments)[:2000])
-            if not detections:
-                raise gr.Error("Could not detect the document's language; choose the source.",
-                               print_exception=False)
-            source = detections[0].code
-        total = len(document.segments)
-        progress((0, total), desc="Translating", unit="segments")
+        progress(0.0, desc="Reading the document")
 
-        def report(done: int, of: int) -> None:
-            progress((done, of), desc="Translating", unit="segments")
+        def report(done: int, total: int) -> None:
+            progress((done, total), desc="Translating", unit="segments")
 
-        translations = _run(self.service.translate_segments, document.segments, source, target, progress=report)
-        rendered = _run(document.render, translations, target)
+        rendered, used = _run(translate_upload, self.service, upload.read_bytes(), safe_filename(upload.name),
+                              source, target, limits, report)
         self._sweep_outputs()
         folder = Path(tempfile.mkdtemp(dir=self.outputs))
         out = folder / safe_filename(rendered.filename)
         out.write_bytes(rendered.data)
-        note = f"Translated {total} segments, {LANGUAGES[source].english} → {LANGUAGES[target].english}."
+        note = f"Translated {LANGUAGES[used].english} → {LANGUAGES[target].english}: **{out.name}**."
         if rendered.note:
             note += f" {rendered.note}"
         return str(out), note
@@ -224,66 +213,82 @@ def _fmt_bytes(value: Any) -> str:
 
 
 def _overview_markdown(status: dict[str, Any]) -> str:
-    backbone = status.get("backbone", {}) or {}
-    memory = status.get("memory", {}) or {}
-    latency = status.get("latency_ms", {}) or {}
+    backbone = status.get("backbone") or {}
+    memory = status.get("memory") or {}
+    latency = status.get("latency") or {}
+    engine = status.get("engine") or {}
     lines = [
         f"**Backbone:** {backbone.get('name', '?')} ({backbone.get('arch', '?')}) · "
-        f"**device** {backbone.get('device', '?')} · **dtype** {backbone.get('dtype', '?')}",
-        f"**Memory:** RSS {_fmt_bytes(memory.get('rss_bytes'))}",
+        f"**device** {backbone.get('device', '?')} · **dtype** {backbone.get('dtype', '?')}"
+        + (f" · **quantization** {backbone['quantization']}" if backbone.get("quantization") not in (None, "none")
+           else ""),
     ]
-    if memory.get("gpu_total_bytes"):
-        lines[-1] += (f" · GPU {_fmt_bytes(memory.get('gpu_allocated_bytes'))} allocated of "
-                      f"{_fmt_bytes(memory.get('gpu_total_bytes'))}")
-    mode = "light (memory pressure)" if memory.get("light_mode") else "normal"
-    lines[-1] += f" · **mode** {mode}"
-    p50, p95 = latency.get("p50"), latency.get("p95")
+    mem_line = f"**Memory:** RSS {_fmt_bytes(memory.get('rss_bytes'))}"
+    gpu = memory.get("gpu") or {}
+    if gpu:
+        mem_line += (f" · GPU {_fmt_bytes(gpu.get('allocated_bytes'))} allocated, "
+                     f"{_fmt_bytes(gpu.get('used_bytes'))} used of {_fmt_bytes(gpu.get('total_bytes'))}")
+    mode = memory.get("mode", "normal")
+    mem_line += f" · **mode** {'light (memory pressure)' if mode == 'light' else mode}"
+    if isinstance(memory.get("transitions"), int) and memory["transitions"]:
+        mem_line += f" ({memory['transitions']} transitions)"
+    lines.append(mem_line)
+    p50, p95 = latency.get("p50_ms"), latency.get("p95_ms")
     if isinstance(p50, (int, float)) and isinstance(p95, (int, float)):
-        lines.append(f"**Latency:** p50 {p50:.0f} ms · p95 {p95:.0f} ms")
+        lines.append(f"**Latency:** p50 {p50:.0f} ms · p95 {p95:.0f} ms over {latency.get('count', 0)} requests · "
+                     f"**batches** {engine.get('batches', 0)}, mean {engine.get('mean_batch_rows') or 0} rows")
     else:
         lines.append("**Latency:** no translations yet")
     return "\n\n".join(lines)
 
 
 def _adapters_frame(status: dict[str, Any]) -> pd.DataFrame:
-    cache = status.get("cache", {}) or {}
+    cache = status.get("cache") or {}
     rows = []
-    for entry in cache.get("resident", []) or []:
+    for entry in cache.get("resident") or []:
         if entry.get("pinned"):
             state = "pinned"
         else:
             state = f"slot {entry.get('slot')}" if entry.get("slot") is not None else "attached"
         rows.append({"adapter": entry.get("key"), "state": state, "leases": entry.get("leases", 0)})
-    for key in cache.get("ram_tier", []) or []:
+    for key in cache.get("ram_tier") or []:
         rows.append({"adapter": key, "state": "RAM tier", "leases": 0})
+    for key, reason in (cache.get("failed") or {}).items():
+        rows.append({"adapter": key, "state": f"failed: {reason}", "leases": 0})
     return pd.DataFrame(rows, columns=["adapter", "state", "leases"])
 
 
 def _cache_markdown(status: dict[str, Any]) -> str:
-    cache = status.get("cache", {}) or {}
+    cache = status.get("cache") or {}
 
-    def num(key: str) -> str:
+    def num(key: str) -> int:
         value = cache.get(key)
-        return f"{value:.0f}" if isinstance(value, (int, float)) else "–"
+        return int(value) if isinstance(value, (int, float)) else 0
 
-    load50, load95 = cache.get("load_ms_p50"), cache.get("load_ms_p95")
-    loads = (f"{load50:.0f} / {load95:.0f} ms" if isinstance(load50, (int, float)) and isinstance(load95, (int, float))
-             else "–")
-    return (f"**Hits** {num('hits')} (pinned {num('pinned_hits')}, RAM tier {num('ram_hits')}) · "
-            f"**misses** {num('misses')} · **disk loads** {num('disk_loads')} · **evictions** {num('evictions')} · "
-            f"**failures** {num('failures')} · **load time p50/p95** {loads} · "
-            f"**LRU** {', '.join(cache.get('lru', []) or []) or '–'}")
+    def ms(key: str) -> str:
+        value = cache.get(key)
+        return f"{value:.0f} ms" if isinstance(value, (int, float)) else "–"
+
+    misses = num("ram_hits") + num("disk_loads")
+    rate = cache.get("hit_rate")
+    rate_text = f"{rate:.0%}" if isinstance(rate, (int, float)) else "–"
+    return (f"**Hits** {num('hits') + num('pinned_hits')} (pinned {num('pinned_hits')}) · **misses** {misses} "
+            f"(RAM tier {num('ram_hits')}, disk {num('disk_loads')}) · **hit rate** {rate_text} · "
+            f"**evictions** {num('evictions')} · **failures** {num('failures')} · **busy** {num('busy')}\n\n"
+            f"**Load time** p50 {ms('load_ms_p50')} · p95 {ms('load_ms_p95')} · **attach** p50 {ms('attach_ms_p50')}"
+            f" · **slots** {num('slots')} · **LRU (oldest first)** {', '.join(cache.get('lru_order') or []) or '–'}")
 
 
 def _history_frame(status: dict[str, Any], field: str) -> pd.DataFrame:
+    """status["history"] holds [unix time, latency ms, hit rate or None] per request."""
+    column = 1 if field == "latency_ms" else 2
     rows = []
-    for point in status.get("history", []) or []:
-        value = point.get(field)
-        stamp = point.get("t")
+    for point in status.get("history") or []:
+        stamp, value = point[0], point[column]
         if isinstance(value, (int, float)) and isinstance(stamp, (int, float)):
             rows.append({"time": datetime.fromtimestamp(stamp, tz=timezone.utc).replace(tzinfo=None),
                          field: float(value)})
-    return pd.DataFrame(rows, columns=["time", field])
+    return pd.DataFrame(rows[-200:], columns=["time", field])
 
 
 def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None) -> gr.Blocks:

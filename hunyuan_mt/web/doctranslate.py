@@ -1,0 +1,33 @@
+"""One document translation for the web fronts: detect the source when asked, then documents.translate_document."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ..config import LimitsConfig
+from ..documents import RenderedDocument, translate_document
+from ..errors import InvalidInput
+from ..languages import normalize_code
+
+#: Characters of the document shown to the language detector; enough for a confident guess.
+_DETECT_SAMPLE = 2000
+
+
+def translate_upload(service: Any, data: bytes, filename: str, source: str, target: str, limits: LimitsConfig,
+                     progress: Callable[[int, int], None] | None = None) -> tuple[RenderedDocument, str]:
+    """(rendered document, source code actually used). `source` may be "auto"."""
+    target = normalize_code(target)
+    used = {"source": source}
+
+    def run(segments: list[str], report: Callable[[int, int], None] | None) -> list[str]:
+        src = source
+        if src == "auto":
+            detections = service.detect(" ".join(segments)[:_DETECT_SAMPLE])
+            if not detections:
+                raise InvalidInput("Could not detect the document's language; choose the source language.")
+            src = detections[0].code
+        used["source"] = normalize_code(src)
+        return service.translate_segments(segments, src, target, progress=report)
+
+    rendered = translate_document(data, filename, limits, run, progress=progress, target=target)
+    return rendered, used["source"]

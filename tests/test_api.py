@@ -1,0 +1,334 @@
+"""REST API over HTTP against the real app on 127.0.0.1 (see web_server.py for the model behind it)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import httpx
+import pytest
+
+from hunyuan_mt.documents import read_document
+from hunyuan_mt.web.doctranslate import translate_upload
+from sample_docs import HTML, MD, PDF_LINES, SRT, TXT, docx_structure, make_docx, make_pdf
+from web_server import ADMIN_KEY, LiveServer
+
+
+@pytest.fixture()
+def client(live_server: LiveServer) -> httpx.Client:
+    with httpx.Client(base_url=live_server.url, timeout=120) as c:
+        yield c
+
+
+def assert_error(response: httpx.Response, status: int, contains: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) >= {"error"}, body
+    assert contains in body["error"], body
+    assert "Traceback" not in response.text and 'File "' not in response.text
+
+
+# ---------------------------------------------------------------------------------------------------- translate
+
+
+def test_translate_json_returns_the_services_translation(client: httpx.Client, live_server: LiveServer) -> None:
+    response = client.post("/translate", json={"q": "Open the file.", "source": "en", "target": "es"})
+    assert response.status_code == 200, response.text
+    assert response.json() == {"translatedText": live_server.reference("Open the file.", "en", "es")}
+
+
+def test_translate_form_body_is_accepted(client: httpx.Client, live_server: LiveServer) -> None:
+    response = client.post("/translate", data={"q": "Close the window.", "source": "es", "target": "en"})
+    assert response.status_code == 200, response.text
+    assert response.json()["translatedText"] == live_server.reference("Close the window.", "es", "en")
+
+
+def test_translate_list_with_auto_detect(client: httpx.Client, live_server: LiveServer) -> None:
+    texts = ["Open the file and save the document.", "Close the window now, please."]
+    response = client.post("/translate", json={"q": texts, "source": "auto", "target": "es"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    detected = [live_server.service.detect(t)[0].code for t in texts]
+    assert body["translatedText"] == [live_server.reference(t, d, "es") for t, d in zip(texts, detected)]
+    assert [d["language"] for d in body["detectedLanguage"]] == detected
+    assert all(0 < d["confidence"] <= 100 for d in body["detectedLanguage"])
+
+
+def test_translate_html_keeps_tags(client: httpx.Client, live_server: LiveServer) -> None:
+    html = '<p>Open the <b>file</b> and <a href="https://example.org/x">save it</a>.</p>'
+    response = client.post("/translate", json={"q": html, "source": "en", "target": "es", "format": "html"})
+    assert response.status_code == 200, response.text
+    out = response.json()["translatedText"]
+    assert out.startswith("<p>") and "<b>" in out and 'href="https://example.org/x"' in out
+    document = read_document(html.encode(), "q.html", live_server.cfg.limits)
+    expected = live_server.service.translate_segments(document.segments, "en", "es")
+    assert out == document.render(expected, "es").data.decode("utf-8")
+
+
+def test_same_language_passes_through(client: httpx.Client) -> None:
+    response = client.post("/translate", json={"q": "Open the file.", "source": "en", "target": "en"})
+    assert response.json() == {"translatedText": "Open the file."}
+
+
+def test_case_variants_of_codes_are_accepted(client: httpx.Client, live_server: LiveServer) -> None:
+    response = client.post("/translate", json={"q": "Open the file.", "source": "EN", "target": "Es"})
+    assert response.status_code == 200
+    assert response.json()["translatedText"] == live_server.reference("Open the file.", "en", "es")
+
+
+# ---------------------------------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({"source": "en", "target": "es"}, 400, "missing q parameter"),
+    ({"q": "hi", "source": "en"}, 400, "missing target parameter"),
+    ({"q": "   ", "source": "en", "target": "es"}, 400, ""),
+    ({"q": "hi", "source": "en", "target": "xx"}, 400, "Unsupported language code 'xx'"),
+    ({"q": "hi", "source": "en", "target": "../es"}, 400, "Malformed language code"),
+    ({"q": 5, "source": "en", "target": "es"}, 400, "q must be a string"),
+    ({"q": "hi", "source": "en", "target": "es", "format": "pdf"}, 400, "format must be"),
+])
+def test_bad_translate_requests(client: httpx.Client, body: dict[str, Any], status: int, message: str) -> None:
+    assert_error(client.post("/translate", json=body), status, message)
+
+
+def test_unreachable_pair_is_refused_with_reason(client: httpx.Client, live_server: LiveServer) -> None:
+    reachable = {i.code: set(i.targets) for i in live_server.service.languages()}
+    src = "en"
+    unreachable = next(code for code in ("ko", "ja", "ar", "th") if code not in reachable.get(src, set()))
+    assert_error(client.post("/translate", json={"q": "Hello", "source": src, "target": unreachable}), 400, src)
+
+
+def test_character_and_batch_limits_are_413(client: httpx.Client, live_server: LiveServer) -> None:
+    limits = live_server.cfg.limits
+    too_long = "a" * (limits.max_chars + 1)
+    assert_error(client.post("/translate", json={"q": too_long, "source": "en", "target": "es"}), 413,
+                 f"at most {limits.max_chars}")
+    too_many = ["hi"] * (limits.max_batch_items + 1)
+    assert_error(client.post("/translate", json={"q": too_many, "source": "en", "target": "es"}), 413,
+                 f"at most {limits.max_batch_items}")
+
+
+def test_wrong_content_type_is_415(client: httpx.Client) -> None:
+    response = client.post("/translate", content=b"q=hi", headers={"content-type": "text/plain"})
+    assert_error(response, 415, "Unsupported Content-Type 'text/plain'")
+    response = client.post("/translate_file", json={"q": "hi", "target": "es"})
+    assert_error(response, 415, "multipart/form-data")
+
+
+def test_malformed_and_huge_json(client: httpx.Client) -> None:
+    bad = client.post("/translate", content=b'{"q": "hi", ', headers={"content-type": "application/json"})
+    assert_error(bad, 400, "Invalid JSON body")
+    not_object = client.post("/translate", content=b'["hi"]', headers={"content-type": "application/json"})
+    assert_error(not_object, 400, "expected an object")
+    huge = b'{"q": "' + b"a" * (8 * 1024 * 1024) + b'", "source": "en", "target": "es"}'
+    assert_error(client.post("/translate", content=huge, headers={"content-type": "application/json"}), 413,
+                 "Request body too large")
+
+
+def test_control_characters_and_emoji_are_served(client: httpx.Client, live_server: LiveServer) -> None:
+    text = "Open\x00 the file 😀 \u202eשלום"
+    response = client.post("/translate", json={"q": text, "source": "en", "target": "es"})
+    assert response.status_code in (200, 400), response.text
+    if response.status_code == 200:
+        assert response.json()["translatedText"] == live_server.reference(text, "en", "es")
+    assert client.get("/health").json()["status"] == "ok"
+
+
+def test_unknown_route_and_method_are_json(client: httpx.Client) -> None:
+    assert_error(client.get("/nope"), 404, "Not found: /nope")
+    assert_error(client.get("/translate"), 405, "Method GET not allowed")
+
+
+# ---------------------------------------------------------------------------------------------------- other routes
+
+
+def test_languages_lists_targets(client: httpx.Client, live_server: LiveServer) -> None:
+    body = client.get("/languages").json()
+    expected = {i.code: sorted(i.targets) for i in live_server.service.languages()}
+    assert {entry["code"]: sorted(entry["targets"]) for entry in body} == expected
+    assert all(entry["name"] for entry in body)
+    assert any(entry["targets"] for entry in body)
+
+
+def test_detect(client: httpx.Client, live_server: LiveServer) -> None:
+    text = "Open the file and save the document before you close the window."
+    body = client.post("/detect", json={"q": text}).json()
+    assert body[0]["language"] == live_server.service.detect(text)[0].code
+    assert 0 < body[0]["confidence"] <= 100
+    assert_error(client.post("/detect", json={}), 400, "missing q parameter")
+
+
+def test_health_adapters_and_openapi(client: httpx.Client) -> None:
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and health["model"]
+    adapters = client.get("/adapters").json()
+    resident = {entry["key"] for entry in adapters["resident"]}
+    assert {"en2es", "es2en"} <= resident  # pinned at start in both test profiles
+    assert client.get("/docs").status_code == 200
+    paths = client.get("/openapi.json").json()["paths"]
+    for route in ("/translate", "/languages", "/detect", "/translate_file", "/health", "/metrics", "/adapters",
+                  "/admin/pin", "/v1/chat/completions", "/v1/models"):
+        assert route in paths
+
+
+def test_metrics_count_requests_pairs_and_cache(client: httpx.Client) -> None:
+    client.post("/translate", json={"q": "Save the document.", "source": "en", "target": "es"})
+    text = client.get("/metrics").text
+    assert 'hmt_http_requests_total{method="POST",route="/translate",status="200"}' in text
+    assert 'hmt_translations_total{front="rest",pair="en2es",route_kind="direct"}' in text
+    assert 'hmt_translation_seconds_count{pair="en2es"}' in text
+    assert 'hmt_resident_adapters{adapter="en2es",state="pinned"} 1.0' in text
+    assert 'hmt_adapter_cache_events_total{event="hits"}' in text
+    assert 'hmt_memory_bytes{kind="rss"}' in text
+
+
+# ---------------------------------------------------------------------------------------------------- documents
+
+
+def _round_trip(client: httpx.Client, name: str, data: bytes, media: str) -> httpx.Response:
+    response = client.post("/translate_file", files={"file": (name, data, media)},
+                           data={"source": "en", "target": "es"})
+    assert response.status_code == 200, response.text
+    url = response.json()["translatedFileUrl"]
+    assert url.startswith(str(client.base_url)) and "/download_file/" in url
+    download = client.get(url)
+    assert download.status_code == 200
+    return download
+
+
+@pytest.mark.parametrize("name, data, media", [
+    ("notes.txt", TXT.encode(), "text/plain"),
+    ("readme.md", MD.encode(), "text/markdown"),
+    ("movie.srt", SRT.encode(), "application/x-subrip"),
+    ("page.html", HTML.encode(), "text/html"),
+])
+def test_text_documents_round_trip(client: httpx.Client, live_server: LiveServer, name: str, data: bytes,
+                                   media: str) -> None:
+    download = _round_trip(client, name, data, media)
+    expected, _ = translate_upload(live_server.service, data, name, "en", "es", live_server.cfg.limits)
+    assert download.content == expected.data
+    assert name.rsplit(".", 1)[0] + ".es." in download.headers["content-disposition"]
+    text = download.content.decode("utf-8")
+    if name.endswith(".md"):
+        assert "```python\nprint('keep me')\n```" in text and text.startswith("# ")
+    if name.endswith(".srt"):
+        assert "00:00:01,000 --> 00:00:02,500" in text and "00:00:03,000 --> 00:00:04,000" in text
+    if name.endswith(".html"):
+        assert '<a href="https://example.org/x">' in text and "<h1>" in text
+
+
+def test_docx_round_trip_keeps_heading_bold_and_table(client: httpx.Client, live_server: LiveServer) -> None:
+    data = make_docx()
+    download = _round_trip(client, "report.docx", data, "application/octet-stream")
+    got = docx_structure(download.content)
+    expected, _ = translate_upload(live_server.service, data, "report.docx", "en", "es", live_server.cfg.limits)
+    assert got == docx_structure(expected.data)
+    original = docx_structure(data)
+    assert [style for style, _ in got["paragraphs"]] == [style for style, _ in original["paragraphs"]]
+    assert got["paragraphs"][0][0] == "Heading 1"
+    assert len(got["bold"]) == 1
+    assert [len(row) for row in got["tables"][0]] == [2, 2]
+
+
+def test_pdf_comes_back_as_docx_with_a_note(client: httpx.Client, live_server: LiveServer) -> None:
+    data = make_pdf(PDF_LINES)
+    response = client.post("/translate_file", files={"file": ("scan.pdf", data, "application/pdf")},
+                           data={"source": "en", "target": "es"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert ".docx" in body["note"] or "docx" in body["note"].lower()
+    download = client.get(body["translatedFileUrl"])
+    assert download.headers["content-type"].startswith("application/vnd.openxmlformats")
+    expected, _ = translate_upload(live_server.service, data, "scan.pdf", "en", "es", live_server.cfg.limits)
+    assert docx_structure(download.content)["paragraphs"] == docx_structure(expected.data)["paragraphs"]
+
+
+@pytest.mark.parametrize("name, data, status", [
+    ("virus.exe", b"MZ\x90\x00", 415),
+    ("fake.docx", b"this is not a zip", 415),
+    ("empty.txt", b"", 400),
+])
+def test_bad_uploads(client: httpx.Client, name: str, data: bytes, status: int) -> None:
+    response = client.post("/translate_file", files={"file": (name, data)}, data={"target": "es"})
+    assert response.status_code == status, response.text
+    assert response.json()["error"]
+
+
+def test_upload_limits_and_missing_file(client: httpx.Client, live_server: LiveServer) -> None:
+    assert_error(client.post("/translate_file", files={"other": ("a.txt", b"hi")}, data={"target": "es"}), 400,
+                 "missing file parameter")
+    big = b"a" * (live_server.cfg.limits.max_file_bytes + 1)
+    response = client.post("/translate_file", files={"file": ("big.txt", big)}, data={"target": "es"})
+    assert response.status_code == 413, response.text
+
+
+def test_unknown_download_is_404(client: httpx.Client) -> None:
+    assert_error(client.get("/download_file/" + "0" * 32 + "/x.txt"), 404, "not found")
+    assert_error(client.get("/download_file/..%2F..%2Fetc/passwd"), 404, "")
+
+
+# ---------------------------------------------------------------------------------------------------- admin
+
+
+def test_admin_routes_need_the_key(client: httpx.Client) -> None:
+    assert_error(client.post("/admin/rescan"), 403, "Missing admin key")
+    assert_error(client.post("/admin/rescan", headers={"X-Admin-Key": "wrong"}), 403, "Invalid admin key")
+
+
+def test_admin_pin_unpin_unload(client: httpx.Client, live_server: LiveServer) -> None:
+    headers = {"X-Admin-Key": ADMIN_KEY}
+    client.post("/translate", json={"q": "Open the file.", "source": "en", "target": "de"})
+    assert client.post("/admin/rescan", headers=headers).json() == {"ok": True, "action": "rescan"}
+    pinned = client.post("/admin/pin", headers=headers, json={"pair": "en2de"}).json()
+    assert pinned == {"ok": True, "action": "pin", "pair": "en2de", "changed": True}
+    resident = {e["key"]: e for e in client.get("/adapters").json()["resident"]}
+    assert resident["en2de"]["pinned"] is True
+    assert client.post("/admin/unpin", headers=headers, json={"pair": "en2de"}).json()["changed"] is True
+    state = client.get("/adapters").json()
+    assert "en2de" not in {e["key"] for e in state["resident"]} and "en2de" in state["ram_tier"]
+    client.post("/translate", json={"q": "Open the file.", "source": "en", "target": "de"})  # back into a slot
+    assert "en2de" in {e["key"] for e in client.get("/adapters").json()["resident"]}
+    assert client.post("/admin/unload", headers=headers, data={"pair": "en2de"}).json()["changed"] is True
+    assert "en2de" not in {e["key"] for e in client.get("/adapters").json()["resident"]}
+    assert client.post("/admin/unload", headers=headers, data={"pair": "en2de"}).json()["changed"] is False
+    assert_error(client.post("/admin/pin", headers=headers, json={"pair": "en2ko"}), 404, "en2ko")
+    assert_error(client.post("/admin/pin", headers=headers, json={}), 400, "missing pair parameter")
+
+
+# ---------------------------------------------------------------------------------------------------- concurrency
+
+
+def test_ui_job_does_not_block_rest(live_server: LiveServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """A UI document translation held open inside the service; REST keeps answering meanwhile."""
+    from gradio_client import Client, handle_file
+
+    entered, release = threading.Event(), threading.Event()
+    real = live_server.service.translate_segments
+
+    def held(segments: list[str], src: str, tgt: str, progress: Any = None) -> list[str]:
+        entered.set()
+        assert release.wait(60), "test never released the held job"
+        return real(segments, src, tgt, progress=progress)
+
+    monkeypatch.setattr(live_server.service, "translate_segments", held)
+    ui = Client(live_server.url + "/ui/", verbose=False)
+    upload = tmp_path / "notes.txt"
+    upload.write_text(TXT, encoding="utf-8")
+    job = ui.submit(handle_file(str(upload)), "en", "es", api_name="/translate_document")
+    try:
+        assert entered.wait(60), "the UI job never reached the service"
+        with httpx.Client(base_url=live_server.url, timeout=60) as c:
+            response = c.post("/translate", json={"q": "Close the window.", "source": "en", "target": "es"})
+            assert response.json()["translatedText"] == live_server.reference("Close the window.", "en", "es")
+            assert c.get("/health").status_code == 200
+        assert not job.done()
+    finally:
+        release.set()
+    out_path, note = job.result(timeout=120)
+    assert "Spanish" in note
+    expected, _ = translate_upload(live_server.service, TXT.encode(), "notes.txt", "en", "es",
+                                   live_server.cfg.limits)
+    with open(out_path, "rb") as fh:
+        assert fh.read() == expected.data
