@@ -96,7 +96,3 @@ def make_cache():
 
 # Web tests: the real app on 127.0.0.1 over one session-wide service (tests/web_server.py).
 from web_server import live_server, web_cfg, web_service  # noqa: E402,F401
-
-
-# Web tests: the real app on 127.0.0.1 over one session-wide service (tests/web_server.py).
-from web_server import live_server, web_cfg, web_service  # noqa: E402,F401
