@@ -280,7 +280,8 @@ def test_srt_keeps_crlf_line_endings():
 def test_docx_round_trip_keeps_heading_bold_run_table_and_header():
     data = make_docx()
     doc = read_document(data, "report.docx", LIMITS)
-    assert doc.segments == ["Annual report", "Sales grew much faster than planned.", "Region", "Result", "North",
+    # Where the formatting changes, the segment carries a sentinel the service's masking keeps intact.
+    assert doc.segments == ["Annual report", "Sales grew ⟦0⟧much faster⟦1⟧ than planned.", "Region", "Result", "North",
                             "Confidential draft"]
     out = translate_document(data, "report.docx", LIMITS, upper, target="fr")
     assert out.filename == "report.fr.docx"
@@ -297,21 +298,32 @@ def test_docx_round_trip_keeps_heading_bold_run_table_and_header():
     assert paragraphs[2].text == "   "  # whitespace-only paragraph untouched, never sent
 
 
-def test_docx_translation_of_another_length_keeps_bold_on_a_word_boundary():
-    data = make_docx()
-    out = translate_document(data, "r.docx", LIMITS, lambda segs, p=None: [
-        {"Sales grew much faster than planned.": "Las ventas crecieron mucho más rápido de lo previsto."}.get(s, s)
-        for s in segs])
-    runs = docx.Document(io.BytesIO(out.data)).paragraphs[1].runs
-    assert "".join(r.text for r in runs) == "Las ventas crecieron mucho más rápido de lo previsto."
-    assert [r.bold for r in runs] == [None, True, None]
-    for r in runs:  # every cut fell between words
-        assert r.text == r.text.strip() or r.text.startswith(" ") or r.text.endswith(" ")
-        assert r.text.strip() and " " + r.text.strip() + " " in " " + "".join(x.text for x in runs) + " "
+def _bold_runs_after(translation: str) -> list[tuple[str, bool | None]]:
+    out = translate_document(make_docx(), "r.docx", LIMITS, lambda segs, p=None: [
+        translation if s.startswith("Sales grew") else s for s in segs])
+    return [(r.text, r.bold) for r in docx.Document(io.BytesIO(out.data)).paragraphs[1].runs]
+
+
+def test_docx_bold_words_follow_the_sentinels_the_model_returned():
+    assert _bold_runs_after("Las ventas crecieron ⟦0⟧ mucho más rápido ⟦1⟧ de lo previsto.") == [
+        ("Las ventas crecieron ", None), ("mucho más rápido ", True), ("de lo previsto.", None)]
+    # Reordered by the model (word order differs between languages): still exact.
+    assert _bold_runs_after("⟦0⟧Viel schneller⟦1⟧ als geplant wuchs der Umsatz.") == [
+        ("", None), ("Viel schneller", True), (" als geplant wuchs der Umsatz.", None)]
+
+
+def test_docx_without_usable_sentinels_falls_back_to_proportional_cuts_between_words():
+    # Dropped sentinels: the text is spread by length; cuts land between words, spaces stay on their side.
+    assert _bold_runs_after("Las ventas crecieron mucho más rápido de lo previsto.") == [
+        ("Las ventas ", None), ("crecieron mucho más", True), (" rápido de lo previsto.", None)]
+    # Out of order or duplicated: same fallback, sentinels removed.
+    assert [t for t, _ in _bold_runs_after("Las ventas ⟦1⟧crecieron ⟦0⟧ mucho ⟦0⟧más rápido de lo previsto.")] == [
+        "Las ventas ", "crecieron mucho más", " rápido de lo previsto."]
 
 
 def test_distribute_proportional_and_snapped():
     assert distribute(["Hello ", "world"], "HELLO WORLD") == ["HELLO ", "WORLD"]
+    assert distribute(["Hello", " world"], "HELLO WORLD") == ["HELLO", " WORLD"]
     assert distribute(["ab", "cd"], "你好世界") == ["你好", "世界"]  # no spaces: proportional
     assert "".join(distribute(["a ", "bb ", "c"], "one two three four")) == "one two three four"
 
@@ -487,6 +499,28 @@ def test_zip_bomb_docx_is_refused_from_declared_sizes():
     assert err.value.message == f"bomb.docx: unpacks to {declared} bytes, the limit is 1048576 bytes"
     # The same file is fine under the default limit: the check is about the size, not the member.
     assert read_document(data, "bomb.docx", LIMITS).segments[0] == "Annual report"
+
+
+def test_zip_bomb_that_understates_its_sizes_never_inflates_past_them():
+    # Forge the declared size of word/document.xml (padded with 4 MiB of whitespace) down to 1000 bytes: zipfile
+    # stops at the declared size and the CRC check fails, so the file is refused as damaged, nothing inflated.
+    buf = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(make_docx())) as src, zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            body = src.read(item.filename)
+            if item.filename == "word/document.xml":
+                body = body.replace(b"<w:body>", b"<w:body>" + b" " * (4 * 1024 * 1024), 1)
+            dst.writestr(item.filename, body)
+    data = bytearray(buf.getvalue())
+    directory = data.find(b"PK\x01\x02")
+    while directory >= 0:
+        name_len = struct.unpack_from("<H", data, directory + 28)[0]
+        if data[directory + 46:directory + 46 + name_len] == b"word/document.xml":
+            struct.pack_into("<I", data, directory + 24, 1000)  # uncompressed size in the central directory
+        directory = data.find(b"PK\x01\x02", directory + 4)
+    limits = replace(LIMITS, max_unzipped_bytes=1024 * 1024)
+    with pytest.raises(UnsupportedDocument, match=r"^liar\.docx: the \.docx is damaged"):
+        read_document(bytes(data), "liar.docx", limits)
 
 
 def test_docx_with_only_images():

@@ -2,15 +2,19 @@
 
 python-docx opens and saves the package; the text is changed at the level of the `w:t` elements so that paragraph
 styles, run formatting (bold, italic, fonts, colours, hyperlinks) and everything that is not text (images, fields,
-tabs, breaks) stay where they are. A paragraph is cut at tabs and line breaks into separate segments; a segment's
-translation is spread over its runs in proportion to their original lengths, snapped to word boundaries, with
-runs of identical formatting merged first, so a bold word stays bold at about the same place in the sentence.
+tabs, breaks) stay where they are. A paragraph is cut at tabs and line breaks into separate segments. Runs that
+look the same are merged into one group; where the look changes, the segment carries a masking sentinel
+(`Sales grew ⟦0⟧much faster⟦1⟧ than planned.`), so a model that copies sentinels (as the service's masking asks of
+it) says itself where the bold words went. When the sentinels do not come back complete and in order, the text is
+spread over the groups in proportion to their original lengths, cut at the nearest word boundary.
 """
 
 from __future__ import annotations
 
+import copy
 import io
 import logging
+import re
 import zipfile
 from dataclasses import dataclass, field
 
@@ -21,6 +25,7 @@ from docx.oxml.ns import qn
 from docx.parts.hdrftr import FooterPart, HeaderPart
 from lxml import etree
 
+from .. import masking
 from ..config import LimitsConfig
 from ..errors import InputTooLarge, InvalidInput, UnsupportedDocument
 from .base import Document, RenderedDocument, needs_translation, output_filename
@@ -38,6 +43,9 @@ _BOUNDARIES = {qn("w:tab"), qn("w:br"), qn("w:cr"), qn("w:ptab"), qn("w:noBreakH
 # Subtrees whose text is not the paragraph's visible text (deleted revisions, field codes) or is another paragraph.
 _SKIP = {qn("w:del"), qn("w:moveFrom"), qn("w:instrText"), qn("w:delText"), qn("w:txbxContent"), _P}
 _IMAGES = (qn("w:drawing"), qn("w:pict"), qn("w:object"))
+# Run properties that do not change how text looks; runs differing only in these are one formatting group.
+_INVISIBLE = {qn("w:lang"), qn("w:noProof")}
+_SENTINEL = re.compile(r"⟦(\d+)⟧")
 _XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 
 
@@ -73,6 +81,18 @@ def _zip_kind(names: set[str]) -> str:
     return "it is some other zip archive"
 
 
+def _format_key(run: etree._Element) -> bytes:
+    """The run's formatting, without the properties that do not show (proofing language, no-proof marks)."""
+    rpr = run.find(_RPR)
+    if rpr is None:
+        return b""
+    rpr = copy.deepcopy(rpr)
+    for child in list(rpr):
+        if child.tag in _INVISIBLE:
+            rpr.remove(child)
+    return etree.tostring(rpr)
+
+
 @dataclass
 class _Chunk:
     """The text between two boundaries of one paragraph: `w:t` elements grouped by identical formatting."""
@@ -82,10 +102,8 @@ class _Chunk:
 
     def add(self, t: etree._Element) -> None:
         run = t.getparent()
-        rpr = run.find(_RPR) if run is not None else None
-        # Same container (paragraph, hyperlink, ...) and same run properties: text may move freely between them.
-        key = (id(run.getparent()) if run is not None else 0,
-               etree.tostring(rpr) if rpr is not None else b"")
+        # Same container (paragraph, hyperlink, ...) and same look: text may move freely between these runs.
+        key = (id(run.getparent()), _format_key(run)) if run is not None else (0, b"")
         if self.keys and self.keys[-1] == key:
             self.groups[-1].append(t)
         else:
@@ -95,6 +113,56 @@ class _Chunk:
     @property
     def texts(self) -> list[str]:
         return ["".join(t.text or "" for t in group) for group in self.groups]
+
+    def segment(self) -> str:
+        """The chunk's text with a sentinel where the formatting changes: `Sales grew ⟦0⟧much faster⟦1⟧ than…`."""
+        pieces: list[str] = []
+        for text in self.texts:
+            if text:
+                if pieces:
+                    pieces.append(masking.sentinel(len(pieces) // 2))
+                pieces.append(text)
+        return " ".join("".join(pieces).split())
+
+    def fill(self, translation: str) -> None:
+        """Put a translation back into the runs: at the sentinels when they came back complete and in order,
+        otherwise in proportion to the original lengths."""
+        texts = self.texts
+        filled = [i for i, text in enumerate(texts) if text]
+        whole = "".join(texts)
+        lead = whole[:len(whole) - len(whole.lstrip())]
+        trail = whole[len(whole.rstrip()):]
+        pieces = split_at_sentinels(translation, len(filled) - 1)
+        if pieces is None:
+            plain = re.sub(r"[ \t]{2,}", " ", _SENTINEL.sub("", translation)).strip()
+            pieces = distribute([texts[i] for i in filled], lead + plain + trail)
+        else:
+            pieces[0] = lead + pieces[0]
+            pieces[-1] = pieces[-1] + trail
+        new_texts = [""] * len(texts)
+        for i, piece in zip(filled, pieces):
+            new_texts[i] = piece
+        for group, text in zip(self.groups, new_texts):
+            _set_text(group[0], text)
+            for t in group[1:]:
+                _set_text(t, "")
+
+
+def split_at_sentinels(text: str, count: int) -> list[str] | None:
+    """`text` cut at ⟦0⟧ … ⟦count-1⟧ when each is there once and in order; None otherwise."""
+    matches = list(_SENTINEL.finditer(text))
+    if [int(m.group(1)) for m in matches] != list(range(count)):
+        return None
+    pieces: list[str] = []
+    pos = 0
+    for m in matches:
+        pieces.append(text[pos:m.start()])
+        pos = m.end()
+    pieces.append(text[pos:])
+    for i in range(1, len(pieces)):
+        if pieces[i - 1][-1:].isspace() and pieces[i][:1].isspace():
+            pieces[i] = pieces[i].lstrip()  # "crecieron ⟦0⟧ mucho": one space, not two
+    return pieces
 
 
 def _walk(element: etree._Element, chunks: list[_Chunk]) -> None:
@@ -120,30 +188,42 @@ def _is_word_boundary(text: str, pos: int) -> bool:
     return pos <= 0 or pos >= len(text) or text[pos - 1].isspace() or text[pos].isspace()
 
 
+def _snap(text: str, pos: int, space_left: bool, space_right: bool, window: int) -> int:
+    """The cut nearest `pos` that keeps a space on the side where the original had it."""
+    def ok(q: int) -> bool:
+        if q <= 0 or q >= len(text):
+            return True
+        if space_left:
+            return text[q - 1].isspace()
+        if space_right:
+            return text[q].isspace()
+        return _is_word_boundary(text, q)
+
+    for delta in range(window + 1):
+        for q in (pos - delta, pos + delta):
+            if 0 <= q <= len(text) and ok(q):
+                return q
+    return pos
+
+
 def distribute(original: list[str], new_text: str) -> list[str]:
     """Split `new_text` over the groups in proportion to the `original` group lengths.
 
-    A cut that fell between words in the original is moved to the nearest space of the new text; a cut inside a
-    word (or a language without spaces) stays proportional.
+    A cut that fell between words in the original is moved to the nearest space of the new text, on the same side
+    of the space; a cut inside a word (or a language without spaces) stays proportional.
     """
-    if len(original) == 1:
+    if len(original) <= 1:
         return [new_text]
     total = sum(len(t) for t in original) or 1
     whole = "".join(original)
+    window = max(4, len(new_text) // (2 * len(original)))
     cuts: list[int] = []
     done = 0
     for text in original[:-1]:
         done += len(text)
         pos = round(len(new_text) * done / total)
-        if _is_word_boundary(whole, done) and not _is_word_boundary(new_text, pos):
-            window = max(4, len(new_text) // (2 * len(original)))
-            for delta in range(1, window + 1):
-                if _is_word_boundary(new_text, pos - delta):
-                    pos -= delta
-                    break
-                if _is_word_boundary(new_text, pos + delta):
-                    pos += delta
-                    break
+        if _is_word_boundary(whole, done):
+            pos = _snap(new_text, pos, whole[done - 1].isspace(), whole[done:done + 1].isspace(), window)
         cuts.append(max(pos, cuts[-1] if cuts else 0))
     bounds = [0, *cuts, len(new_text)]
     return [new_text[a:b] for a, b in zip(bounds, bounds[1:])]
@@ -165,9 +245,8 @@ class WordDocument(Document):
         for root in self._roots():
             for p in root.iter(_P):
                 for chunk in paragraph_chunks(p):
-                    text = "".join(chunk.texts)
-                    if needs_translation(text):
-                        segments.append(" ".join(text.split()))
+                    if needs_translation("".join(chunk.texts)):
+                        segments.append(chunk.segment())
                         self._chunks.append(chunk)
         if not segments:
             body = document.element.body
@@ -187,14 +266,7 @@ class WordDocument(Document):
 
     def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
         for chunk, translation in zip(self._chunks, translations):
-            texts = chunk.texts
-            whole = "".join(texts)
-            lead = whole[:len(whole) - len(whole.lstrip())]
-            trail = whole[len(whole.rstrip()):]
-            for group, text in zip(chunk.groups, distribute(texts, lead + translation + trail)):
-                _set_text(group[0], text)
-                for t in group[1:]:
-                    _set_text(t, "")
+            chunk.fill(translation)
         out = io.BytesIO()
         self._document.save(out)
         return RenderedDocument(out.getvalue(), output_filename(self.filename, ".docx", target), DOCX_MEDIA_TYPE,
