@@ -7,7 +7,6 @@ or in one call, with the service's `translate_segments` bound to a pair: `transl
 """
 
 from .base import Document, RenderedDocument
-from .reader import SUPPORTED_EXTENSIONS, accepted_types, read_document, translate_document
+from .reader import SUPPORTED_EXTENSIONS, read_document, translate_document
 
-__all__ = ["Document", "RenderedDocument", "SUPPORTED_EXTENSIONS", "accepted_types", "read_document",
-           "translate_document"]
+__all__ = ["Document", "RenderedDocument", "SUPPORTED_EXTENSIONS", "read_document", "translate_document"]

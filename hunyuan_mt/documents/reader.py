@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -106,7 +106,3 @@ def translate_document(data: bytes, filename: str, limits: LimitsConfig, transla
     by_source = dict(zip(unique, translated))
     return document.render([by_source[s] for s in document.segments], target=target)
 
-
-def accepted_types() -> Sequence[str]:
-    """For upload widgets (`gr.File(file_types=...)`)."""
-    return list(SUPPORTED_EXTENSIONS)
