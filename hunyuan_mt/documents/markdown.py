@@ -21,6 +21,7 @@ _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 _FRONT_MATTER_FENCES = {"---": ("---", "..."), "+++": ("+++",)}
 # A translation that starts like this would turn a paragraph into a heading, list, quote or rule.
 _BLOCK_MARKER = re.compile(r"^(?:#{1,6}(?:\s|$)|[-+*]\s|\d{1,9}[.)]\s|>|=+\s*$|-+\s*$|`{3,}|~{3,})")
+_ALERT = re.compile(r"^\[![A-Za-z]+\]\s*$")
 _TRANSLATED_PARENTS = {"paragraph_open", "heading_open", "th_open", "td_open"}
 
 
@@ -92,6 +93,8 @@ class MarkdownDocument(Document):
             located = self._locate(source, spans, cursor, token, in_cell)
             if located is None:
                 continue  # the parser normalised this text beyond recognition: keep the original rather than guess
+            if len(located) > 1 and _ALERT.match(source[located[0][0]:located[0][1]]):
+                located = located[1:]  # a GitHub alert marker must stay alone on its line
             hard_break = any(c.type == "hardbreak" for c in token.children or [])
             if hard_break:
                 pieces = located
