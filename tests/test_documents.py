@@ -328,6 +328,39 @@ def test_distribute_proportional_and_snapped():
     assert "".join(distribute(["a ", "bb ", "c"], "one two three four")) == "one two three four"
 
 
+def with_footnotes(data: bytes) -> bytes:
+    """Add a footnotes part (python-docx cannot write one) the way Word stores it."""
+    w = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+    notes = (f'<w:footnotes xmlns:w="{w}"><w:footnote w:type="separator" w:id="-1"><w:p><w:r><w:separator/></w:r>'
+             '</w:p></w:footnote><w:footnote w:id="1"><w:p><w:r><w:t>A footnote to translate.</w:t></w:r></w:p>'
+             "</w:footnote></w:footnotes>").encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as src, zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            body = src.read(item.filename)
+            if item.filename == "[Content_Types].xml":
+                body = body.replace(b"</Types>", b'<Override PartName="/word/footnotes.xml" ContentType="application/'
+                                    b'vnd.openxmlformats-officedocument.wordprocessingml.footnotes+xml"/></Types>')
+            elif item.filename == "word/_rels/document.xml.rels":
+                body = body.replace(b"</Relationships>", b'<Relationship Id="rIdNotes" Type="http://schemas.'
+                                    b'openxmlformats.org/officeDocument/2006/relationships/footnotes" '
+                                    b'Target="footnotes.xml"/></Relationships>')
+            dst.writestr(item.filename, body)
+        dst.writestr("word/footnotes.xml", notes)
+    return buf.getvalue()
+
+
+def test_docx_footnotes_are_translated_and_saved_back():
+    data = with_footnotes(make_docx())
+    doc = read_document(data, "notes.docx", LIMITS)
+    assert doc.segments[-1] == "A footnote to translate."
+    out = doc.render([s.upper() for s in doc.segments])
+    with zipfile.ZipFile(io.BytesIO(out.data)) as zf:
+        notes = zf.read("word/footnotes.xml").decode()
+    assert "A FOOTNOTE TO TRANSLATE." in notes and "<w:separator/>" in notes
+    assert docx.Document(io.BytesIO(out.data)).paragraphs[0].text == "ANNUAL REPORT"
+
+
 def test_docx_keeps_images_beside_text():
     data = make_docx(with_image=True)
     out = translate_document(data, "img.docx", LIMITS, upper)

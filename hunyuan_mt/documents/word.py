@@ -1,4 +1,4 @@
-"""Word documents (.docx): paragraphs, headings, table cells, headers and footers, translated in place.
+"""Word documents (.docx): paragraphs, headings, table cells, headers, footers and footnotes, translated in place.
 
 python-docx opens and saves the package; the text is changed at the level of the `w:t` elements so that paragraph
 styles, run formatting (bold, italic, fonts, colours, hyperlinks) and everything that is not text (images, fields,
@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 
 import docx
 from docx.document import Document as DocxDocument
+from docx.opc.constants import CONTENT_TYPE as CT
 from docx.opc.exceptions import PackageNotFoundError
+from docx.opc.part import PartFactory, XmlPart
 from docx.oxml.ns import qn
 from docx.parts.hdrftr import FooterPart, HeaderPart
 from lxml import etree
@@ -31,6 +33,12 @@ from ..errors import InputTooLarge, InvalidInput, UnsupportedDocument
 from .base import Document, RenderedDocument, needs_translation, output_filename
 
 log = logging.getLogger(__name__)
+
+# python-docx 1.2 loads footnotes and endnotes as opaque blobs; registering them as XML parts (its own extension
+# point) makes their paragraphs reachable and saves them back serialised from the edited tree.
+_NOTE_TYPES = (CT.WML_FOOTNOTES, CT.WML_ENDNOTES)
+for _content_type in _NOTE_TYPES:
+    PartFactory.part_type_for.setdefault(_content_type, XmlPart)
 
 DOCX_MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 #: More zip members than any real document has; refused before anything is unpacked.
@@ -257,10 +265,12 @@ class WordDocument(Document):
         super().__init__(filename, segments)
 
     def _roots(self) -> list[etree._Element]:
-        """The body first, then every header and footer part (each once, however many sections share it)."""
+        """The body first, then every header, footer, footnote and endnote part (each once, however many sections
+        share it)."""
         roots = [self._document.element.body]
         for part in self._document.part.package.iter_parts():
-            if isinstance(part, (HeaderPart, FooterPart)):
+            if isinstance(part, (HeaderPart, FooterPart)) or (
+                    isinstance(part, XmlPart) and part.content_type in _NOTE_TYPES):
                 roots.append(part.element)
         return roots
 
