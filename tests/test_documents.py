@@ -7,6 +7,7 @@ The translator here is a plain function (upper-casing, or a dict): documents do 
 from __future__ import annotations
 
 import io
+import random
 import struct
 import zipfile
 import zlib
@@ -634,6 +635,15 @@ def test_non_utf8_text_that_cannot_be_decoded_is_refused_clearly():
     # Invalid UTF-8 with a BOM claims to be UTF-8: no guessing.
     with pytest.raises(InvalidInput, match=r"^bad\.txt: starts with a UTF-8-SIG byte-order mark but is not valid"):
         read_document(b"\xef\xbb\xbfabc \xff\xfe\xfa broken", "bad.txt", LIMITS)
+
+
+def test_non_utf8_text_of_unknown_encoding_is_refused_clearly():
+    # High bytes in no recognisable code page (seeded, so the same bytes every run); no NULs, so not "binary".
+    data = bytes(b | 0x80 for b in random.Random(7).randbytes(600))
+    with pytest.raises(InvalidInput) as err:
+        read_document(data, "mystery.txt", LIMITS)
+    assert err.value.message == ("mystery.txt: the text is not UTF-8 and its encoding could not be detected; save it "
+                                 "as UTF-8 and upload it again")
 
 
 def test_filename_never_becomes_a_path():
