@@ -322,6 +322,21 @@ def test_docx_without_usable_sentinels_falls_back_to_proportional_cuts_between_w
         "Las ventas ", "crecieron mucho más", " rápido de lo previsto."]
 
 
+def test_docx_runs_that_look_alike_are_one_group_without_sentinels():
+    d = docx.Document()
+    p = d.add_paragraph()
+    for text in ("Hel", "lo wor", "ld again"):
+        p.add_run(text)  # how Word splits text after edits and spell checks
+    p.runs[1]._r.get_or_add_rPr().append(docx.oxml.parse_xml(
+        '<w:lang xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main" w:val="en-GB"/>'))
+    buf = io.BytesIO()
+    d.save(buf)
+    doc = read_document(buf.getvalue(), "split.docx", LIMITS)
+    assert doc.segments == ["Hello world again"]
+    runs = docx.Document(io.BytesIO(doc.render(["Hola mundo otra vez"]).data)).paragraphs[0].runs
+    assert [r.text for r in runs] == ["Hola mundo otra vez", "", ""]
+
+
 def test_distribute_proportional_and_snapped():
     assert distribute(["Hello ", "world"], "HELLO WORLD") == ["HELLO ", "WORLD"]
     assert distribute(["Hello", " world"], "HELLO WORLD") == ["HELLO", " WORLD"]

@@ -106,17 +106,19 @@ class _Chunk:
     """The text between two boundaries of one paragraph: `w:t` elements grouped by identical formatting."""
 
     groups: list[list[etree._Element]] = field(default_factory=list)
-    keys: list[tuple[int, bytes]] = field(default_factory=list)
+    #: Per group: the runs' container element (held, so lxml keeps returning the same proxy) and their look.
+    keys: list[tuple[etree._Element | None, bytes]] = field(default_factory=list)
 
     def add(self, t: etree._Element) -> None:
         run = t.getparent()
+        container = run.getparent() if run is not None else None
+        look = _format_key(run) if run is not None else b""
         # Same container (paragraph, hyperlink, ...) and same look: text may move freely between these runs.
-        key = (id(run.getparent()), _format_key(run)) if run is not None else (0, b"")
-        if self.keys and self.keys[-1] == key:
+        if self.keys and self.keys[-1][0] is container and self.keys[-1][1] == look:
             self.groups[-1].append(t)
         else:
             self.groups.append([t])
-            self.keys.append(key)
+            self.keys.append((container, look))
 
     @property
     def texts(self) -> list[str]:
