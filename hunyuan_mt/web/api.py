@@ -52,15 +52,19 @@ class TranslationServiceLike(Protocol):  # the parts of service.TranslationServi
     def unload(self, pair: Pair) -> Any: ...
 
 
-def error_response(exc: BaseException) -> JSONResponse:
-    """The one rendering of an error for REST callers."""
+def error_response(exc: BaseException, openai_style: bool = False) -> JSONResponse:
+    """The one rendering of an error for REST callers: {"error": message}.
+
+    Under /v1 the message sits in OpenAI's shape, {"error": {"message", "type", "code"}}, which its clients read.
+    """
     status = http_status(exc)
-    if isinstance(exc, TranslationError):
-        body: dict[str, Any] = {"error": exc.message}
-        if isinstance(exc, UnreachablePair) and exc.reachable:
-            body["reachable"] = exc.reachable
-    else:
-        body = {"error": "Internal server error."}
+    message = exc.message if isinstance(exc, TranslationError) else "Internal server error."
+    body: dict[str, Any] = {"error": message}
+    if isinstance(exc, UnreachablePair) and exc.reachable:
+        body["reachable"] = exc.reachable
+    if openai_style:
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        body = {"error": {"message": message, "type": kind, "code": status}}
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, RateLimited) else None
     if isinstance(exc, TranslationError) and exc.retryable and headers is None:
         headers = {"Retry-After": "1"}
@@ -397,7 +401,7 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
 
     @app.exception_handler(TranslationError)
     async def on_translation_error(request: Request, exc: TranslationError) -> JSONResponse:
-        return error_response(exc)
+        return error_response(exc, openai_style=request.url.path.startswith("/v1/"))
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -417,7 +421,7 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(exc)
+        return error_response(exc, openai_style=request.url.path.startswith("/v1/"))
 
     app.add_api_route("/translate", api.translate, methods=["POST"], tags=["LibreTranslate"],
                       summary="Translate text", openapi_extra=_body_doc(_TRANSLATE_SCHEMA))

@@ -288,6 +288,8 @@ def _history_frame(status: dict[str, Any], field: str) -> pd.DataFrame:
         if isinstance(value, (int, float)) and isinstance(stamp, (int, float)):
             rows.append({"time": datetime.fromtimestamp(stamp, tz=timezone.utc).replace(tzinfo=None),
                          field: float(value)})
+    if not rows:  # typed, so the plot's x axis is temporal from the first refresh
+        return pd.DataFrame({"time": pd.Series(dtype="datetime64[ns]"), field: pd.Series(dtype="float64")})
     return pd.DataFrame(rows[-200:], columns=["time", field])
 
 

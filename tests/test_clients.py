@@ -1,0 +1,186 @@
+"""Clients written elsewhere, unchanged, against the live server: libretranslatepy, gradio_client, openai."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from gradio_client import Client, handle_file
+from libretranslatepy import LibreTranslateAPI
+
+from hunyuan_mt.languages import hunyuan_prompt
+from hunyuan_mt.web.doctranslate import translate_upload
+from sample_docs import docx_structure, make_docx
+from web_server import ADMIN_KEY, LiveServer
+
+TEXT = "Open the file and save the document."
+
+
+# ---------------------------------------------------------------------------------------------------- LibreTranslate
+
+
+def test_libretranslatepy_translates_detects_and_lists(live_server: LiveServer) -> None:
+    lt = LibreTranslateAPI(live_server.url)
+    assert lt.translate(TEXT, "en", "es") == live_server.reference(TEXT, "en", "es")
+    detected = lt.detect(TEXT)
+    assert detected[0]["language"] == live_server.service.detect(TEXT)[0].code
+    codes = {entry["code"] for entry in lt.languages()}
+    assert {"en", "es"} <= codes
+
+
+def test_libretranslatepy_auto_source(live_server: LiveServer) -> None:
+    lt = LibreTranslateAPI(live_server.url)
+    source = live_server.service.detect(TEXT)[0].code
+    assert lt.translate(TEXT, "auto", "es") == live_server.reference(TEXT, source, "es")
+
+
+# ---------------------------------------------------------------------------------------------------- gradio_client
+
+
+@pytest.fixture(scope="module")
+def ui(live_server: LiveServer) -> Client:
+    return Client(live_server.url + "/ui/", verbose=False)
+
+
+def test_gradio_translate_endpoint(ui: Client, live_server: LiveServer) -> None:
+    text, info = ui.predict(TEXT, "en", "es", api_name="/translate")
+    assert text == live_server.reference(TEXT, "en", "es")
+    assert "en → es (direct)" in info and "ms" in info
+
+
+def test_gradio_auto_detect_and_pivot_route(ui: Client, live_server: LiveServer) -> None:
+    text, info = ui.predict(TEXT, "auto", "es", api_name="/translate")
+    detected = live_server.service.detect(TEXT)[0].code
+    assert text == live_server.reference(TEXT, detected, "es")
+    assert "Detected:" in info
+    # es → de has no direct adapter in either test profile: it goes through the pivot (en).
+    text, info = ui.predict("Abrir el archivo.", "es", "de", api_name="/translate")
+    assert text == live_server.reference("Abrir el archivo.", "es", "de")
+    assert "es → en → de (pivot)" in info
+
+
+def test_gradio_errors_are_readable(ui: Client, live_server: LiveServer) -> None:
+    with pytest.raises(Exception) as empty:
+        ui.predict("   ", "en", "es", api_name="/translate")
+    assert "Type or paste some text" in str(empty.value)
+    reachable = {i.code: set(i.targets) for i in live_server.service.languages()}
+    unreachable = next(c for c in ("ko", "ja", "ar", "th") if c not in reachable["en"])
+    with pytest.raises(Exception) as refused:
+        ui.predict("Hello", "en", unreachable, api_name="/translate")
+    assert "Traceback" not in str(refused.value)
+    assert unreachable in str(refused.value) or "reach" in str(refused.value).lower()
+
+
+def test_gradio_document_endpoint(ui: Client, live_server: LiveServer, tmp_path: Path) -> None:
+    source = tmp_path / "report.docx"
+    source.write_bytes(make_docx())
+    out_path, note = ui.predict(handle_file(str(source)), "en", "es", api_name="/translate_document")
+    assert Path(out_path).name == "report.es.docx"
+    assert "English → Spanish" in note
+    expected, _ = translate_upload(live_server.service, source.read_bytes(), "report.docx", "en", "es",
+                                   live_server.cfg.limits)
+    assert docx_structure(Path(out_path).read_bytes()) == docx_structure(expected.data)
+
+
+def test_gradio_status_endpoint_shows_resident_adapters(ui: Client, live_server: LiveServer) -> None:
+    ui.predict(TEXT, "en", "es", api_name="/translate")
+    overview, adapters, counters, latency, hit_rate = ui.predict(api_name="/status")
+    assert "Backbone:" in overview and "cpu" in overview
+    rows = {row[0]: row[1] for row in adapters["data"]}
+    assert rows["en2es"] == "pinned"
+    assert "Hits" in counters and "LRU" in counters
+    assert latency["data"]  # at least one request plotted
+
+
+def test_rest_job_does_not_block_ui(live_server: LiveServer, ui: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A REST translate held open inside the service; the UI keeps answering meanwhile."""
+    entered, release = threading.Event(), threading.Event()
+    real = live_server.service.translate_batch
+    held_text = "Close the window before you open the file."
+
+    def maybe_held(texts: list[str], src: str, tgt: str, **kw: Any) -> list[Any]:
+        if texts == [held_text]:
+            entered.set()
+            assert release.wait(60), "test never released the held request"
+        return real(texts, src, tgt, **kw)
+
+    monkeypatch.setattr(live_server.service, "translate_batch", maybe_held)
+    result: dict[str, Any] = {}
+
+    def call_rest() -> None:
+        with httpx.Client(base_url=live_server.url, timeout=120) as c:
+            result["response"] = c.post("/translate", json={"q": held_text, "source": "en", "target": "es"})
+
+    thread = threading.Thread(target=call_rest)
+    thread.start()
+    try:
+        assert entered.wait(60)
+        text, _ = ui.predict(TEXT, "en", "es", api_name="/translate")
+        assert text == real([TEXT], "en", "es")[0].text
+        assert "response" not in result  # the REST call is still held
+    finally:
+        release.set()
+        thread.join(120)
+    assert result["response"].json()["translatedText"] == real([held_text], "en", "es")[0].text
+
+
+def test_gradio_admin_needs_the_key(ui: Client) -> None:
+    with pytest.raises(Exception) as refused:
+        ui.predict("wrong", "en2es", api_name="/admin_pin")
+    assert "Invalid admin key" in str(refused.value)
+    assert "Rescanned" in ui.predict(ADMIN_KEY, "", api_name="/admin_rescan")
+    with pytest.raises(Exception) as traversal:
+        ui.predict(ADMIN_KEY, "../../etc/passwd", api_name="/admin_pin")
+    assert "Malformed pair name" in str(traversal.value)
+
+
+# ---------------------------------------------------------------------------------------------------- OpenAI
+
+
+@pytest.fixture(scope="module")
+def oai(live_server: LiveServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=live_server.url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_openai_model_names_target_or_pair(oai: openai.OpenAI, live_server: LiveServer) -> None:
+    pair = oai.chat.completions.create(model="en2es", messages=[{"role": "user", "content": TEXT}])
+    assert pair.choices[0].message.content == live_server.reference(TEXT, "en", "es")
+    dashed = oai.chat.completions.create(model="en-es", messages=[{"role": "user", "content": TEXT}])
+    assert dashed.choices[0].message.content == pair.choices[0].message.content
+    detected = live_server.service.detect(TEXT)[0].code
+    target_only = oai.chat.completions.create(model="es", messages=[
+        {"role": "system", "content": "You are a translator."},
+        {"role": "user", "content": "ignored earlier turn"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": TEXT}])
+    assert target_only.choices[0].message.content == live_server.reference(TEXT, detected, "es")
+
+
+def test_openai_hunyuan_prompt_format(oai: openai.OpenAI, live_server: LiveServer) -> None:
+    prompt = hunyuan_prompt(TEXT, "en", "es")
+    reply = oai.chat.completions.create(model="hunyuan-mt", messages=[{"role": "user", "content": prompt}])
+    detected = live_server.service.detect(TEXT)[0].code
+    assert reply.choices[0].message.content == live_server.reference(TEXT, detected, "es")
+    # The pair in the model id fixes the source; the prompt's text is what gets translated.
+    reply = oai.chat.completions.create(model="en2es", messages=[{"role": "user", "content": prompt}])
+    assert reply.choices[0].message.content == live_server.reference(TEXT, "en", "es")
+
+
+def test_openai_streaming(oai: openai.OpenAI, live_server: LiveServer) -> None:
+    stream = oai.chat.completions.create(model="en2es", messages=[{"role": "user", "content": TEXT}], stream=True)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
+    assert text == live_server.reference(TEXT, "en", "es")
+
+
+def test_openai_models_and_errors(oai: openai.OpenAI) -> None:
+    ids = {model.id for model in oai.models.list()}
+    assert {"es", "en2es", "es2en"} <= ids
+    with pytest.raises(openai.BadRequestError) as unknown:
+        oai.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "Hello"}])
+    assert "Unknown model 'gpt-4'" in str(unknown.value)
+    with pytest.raises(openai.BadRequestError):
+        oai.chat.completions.create(model="es", messages=[{"role": "system", "content": "no user turn"}])
