@@ -127,16 +127,22 @@ class BatchEngine:
 
     def submit(self, rows: Sequence[Row]) -> list[Future]:
         """Queue rows; each future resolves to the translation or raises that row's error."""
+        # An empty row (e.g. a pivot's first hop produced nothing) has nothing to translate; models cannot
+        # encode a zero-length input either.
+        work = [r for r in rows if r.text.strip()]
         # Token counts are taken here, in the caller's thread, outside the scheduler's lock.
-        lengths = self.backbone.prompt_lengths([self._prompt_row(r) for r in rows]) if rows else []
+        lengths = iter(self.backbone.prompt_lengths([self._prompt_row(r) for r in work]) if work else [])
         now = time.monotonic()
         futures: list[Future] = []
         with self._cv:
             if self._closed:
                 raise RuntimeError("engine is closed")
-            for row, tokens in zip(rows, lengths):
+            for row in rows:
                 fut: Future = Future()
-                self._queue.append(_Pending(row, fut, next(self._seq), tokens, now))
+                if row.text.strip():
+                    self._queue.append(_Pending(row, fut, next(self._seq), next(lengths), now))
+                else:
+                    fut.set_result("")
                 futures.append(fut)
             self._cv.notify_all()
         return futures

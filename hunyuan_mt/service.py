@@ -1,0 +1,394 @@
+"""The service facade that the web UI, REST API, CLI and Ray Serve replicas call.
+
+One `TranslationService` per process (`get_service()`): it loads the backbone (once, invariant 1), scans the
+registry, starts the adapter cache, the batching engine and the memory policy, and plans routes. A request is
+validated (typed errors), detected when the source is "auto", routed, split into sentences, masked
+(do-not-translate spans), translated as engine rows (a pivot runs as two batched hops) and reassembled with its
+original layout.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from .adapters.cache import AdapterCache
+from .adapters.registry import AdapterRegistry
+from .adapters.request import Pair
+from .backbone import Backbone, load_backbone
+from .config import Config, load_config
+from .detect import Detection, detect as detect_language, warm as warm_detector
+from .engine import BatchEngine, Row
+from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
+from .languages import LANGUAGES, normalize_code
+from .memory import MemoryMonitor, MemoryPolicy
+from .router import RoutePlan, Router
+from .segment import split_text
+
+try:  # written by another part of the project; the service works without it (no masking) until it is there
+    from . import masking as _masking
+except ImportError:  # pragma: no cover - only while masking.py is missing
+    _masking = None
+
+log = logging.getLogger(__name__)
+
+AUTO = "auto"
+# C0 controls except tab/newline/carriage return, DEL and C1 controls: never meaningful in text to translate.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_LETTER = re.compile(r"[^\W\d_]")
+#: Segments per engine round in `translate_segments`, so documents report progress as they go.
+_DOC_CHUNK = 64
+
+
+@dataclass
+class TranslationResult:
+    text: str
+    source: str
+    target: str
+    detected: Detection | None
+    #: Languages along the route: ["es", "en", "de"] for a pivot.
+    route: list[str]
+    route_kind: str  # "identity" | "direct" | "pivot" | "base"
+    adapters: list[str]
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def route_label(self) -> str:
+        return f"{' → '.join(self.route)} ({self.route_kind})"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["route_label"] = self.route_label
+        return out
+
+
+@dataclass(frozen=True)
+class LanguageInfo:
+    code: str
+    english: str
+    native: str
+    #: Targets this language can be translated into with the adapters registered now.
+    targets: list[str]
+
+
+@dataclass
+class _Job:
+    """One text on its way through the hops: its layout, masked segments and current texts."""
+
+    plan: RoutePlan
+    layout: Any  # segment.Segmented
+    protected: list[Any]  # masking.Protected | None per segment
+    current: list[str]
+    todo: list[int]  # indices of segments that need the model
+
+
+class TranslationService:
+    """See the module docstring. Thread-safe; every public method may be called from many threads."""
+
+    def __init__(self, cfg: Config, backbone: Backbone | None = None) -> None:
+        """`backbone` is for tests and benchmarks that need a private one; by default the process-wide backbone."""
+        self.cfg = cfg
+        t0 = time.perf_counter()
+        self.backbone = backbone if backbone is not None else load_backbone(cfg.model)
+        self.registry = AdapterRegistry(cfg.cache.resolved_dir, self.backbone.spec)
+        self.registry.scan()
+        self.cache = AdapterCache(self.backbone, self.registry, cfg.cache)
+        self.cache.start()
+        self.engine = BatchEngine(self.backbone, self.cache, cfg.engine, cfg.generation, cfg.limits)
+        self.router = Router(self.registry, cfg.routing)
+        self.monitor = MemoryMonitor(self.backbone.device)
+        self.memory = MemoryPolicy(cfg.memory, self.monitor, self.cache, self.engine)
+        self.memory.start()
+        self.started_at = time.time()
+        self.startup_s = time.perf_counter() - t0
+        self._latency: deque[float] = deque(maxlen=1000)
+        self._history: deque[tuple[float, float, float | None]] = deque(maxlen=500)
+        self._counts = {"requests": 0, "errors": 0, "segments": 0, "characters": 0}
+        self._lock = threading.Lock()
+        # lingua loads its models lazily (seconds); do it now, off the request path.
+        threading.Thread(target=warm_detector, name="hmt-detect-warmup", daemon=True).start()
+
+    def close(self) -> None:
+        """Stop the engine and the memory monitor (tests; a server simply exits)."""
+        self.memory.stop()
+        self.engine.close()
+
+    # ------------------------------------------------------------------ validation
+
+    def clean_text(self, text: Any) -> str:
+        """The text as it will be translated, or a typed error saying why it cannot be."""
+        if not isinstance(text, str):
+            raise InvalidInput(f"Text must be a string, got {type(text).__name__}.")
+        limit = self.cfg.limits.max_chars
+        if len(text) > limit:
+            raise InputTooLarge(f"Text is {len(text)} characters, over the limit of {limit} (limits.max_chars).")
+        # Lone surrogates cannot be encoded (and would break the tokenizer); mark them as replacement characters.
+        text = _SURROGATE.sub("\ufffd", text)
+        text = _CONTROL.sub("", text)
+        if not text.strip():
+            raise InvalidInput("Text is empty." if not text else "Text is empty (only whitespace or control "
+                                                               "characters).")
+        return text
+
+    def _code(self, code: Any, role: str) -> str:
+        if not isinstance(code, str) or not code.strip():
+            raise UnsupportedLanguage(f"Missing {role} language code.")
+        return normalize_code(code)
+
+    def _check_batch(self, texts: Sequence[Any]) -> None:
+        if isinstance(texts, str) or not isinstance(texts, Sequence):
+            raise InvalidInput("Batch must be a list of texts.")
+        limit = self.cfg.limits.max_batch_items
+        if len(texts) > limit:
+            raise InputTooLarge(f"Batch has {len(texts)} texts, over the limit of {limit} (limits.max_batch_items).")
+        if not texts:
+            raise InvalidInput("Batch is empty.")
+
+    # ------------------------------------------------------------------ detection and routing
+
+    def detect_among(self) -> set[str] | None:
+        """Languages auto-detection chooses among: those of registered adapters, or all (routing.detect_among)."""
+        if self.cfg.routing.detect_among == "all" or self.cfg.routing.allow_base:
+            return None
+        codes = {c for p in self.registry.usable_pairs() for c in (p.src, p.tgt)}
+        return codes or None
+
+    def detect(self, text: str, top: int = 3) -> list[Detection]:
+        text = self.clean_text(text)
+        return detect_language(text, among=self.detect_among(), top=top)
+
+    def _resolve_source(self, text: str, src: Any) -> tuple[str, Detection | None]:
+        if isinstance(src, str) and src.strip().lower() == AUTO:
+            found = detect_language(text, among=self.detect_among(), top=1)
+            if not found:
+                raise InvalidInput("Could not detect the language of the text; give the source language.")
+            return found[0].code, found[0]
+        return self._code(src, "source"), None
+
+    def plan(self, src: str, tgt: str) -> RoutePlan:
+        return self.router.plan(src, tgt)
+
+    # ------------------------------------------------------------------ translation
+
+    def translate(self, text: str, src: str, tgt: str) -> TranslationResult:
+        return self.translate_batch([text], src, tgt, _single=True)[0]
+
+    def translate_batch(self, texts: Sequence[str], src: str, tgt: str, *, _single: bool = False
+                        ) -> list[TranslationResult]:
+        """Translate several texts at once; all their sentences share engine batches."""
+        t0 = time.perf_counter()
+        try:
+            if not _single:
+                self._check_batch(texts)
+            cleaned = [self.clean_text(t) for t in texts]
+            target = self._code(tgt, "target")
+            t_detect = time.perf_counter()
+            sources = [self._resolve_source(t, src) for t in cleaned]
+            detect_ms = (time.perf_counter() - t_detect) * 1000
+            plans = [self.router.plan(s, target) for s, _ in sources]
+            jobs = [self._job(text, plan) for text, plan in zip(cleaned, plans)]
+            t_run = time.perf_counter()
+            self._run_jobs(jobs)
+            run_ms = (time.perf_counter() - t_run) * 1000
+        except Exception:
+            with self._lock:
+                self._counts["errors"] += 1
+            raise
+        total_ms = (time.perf_counter() - t0) * 1000
+        results: list[TranslationResult] = []
+        for job, (source, detection) in zip(jobs, sources):
+            timings = {"total": round(total_ms, 2), "translate": round(run_ms, 2)}
+            if detection is not None:
+                timings["detect"] = round(detect_ms, 2)
+            results.append(TranslationResult(
+                text=job.layout.render(job.current) if job.layout is not None else job.current[0],
+                source=source, target=target, detected=detection, route=job.plan.route,
+                route_kind=job.plan.kind, adapters=job.plan.adapters, timings_ms=timings))
+        self._record(total_ms, sum(len(j.todo) for j in jobs), sum(len(t) for t in cleaned), len(texts))
+        return results
+
+    def translate_segments(self, segments: Sequence[str], src: str, tgt: str,
+                           progress: Callable[[int, int], None] | None = None) -> list[str]:
+        """Documents: translate each segment (already split by the document reader), keeping its layout.
+
+        Whitespace-only segments come back unchanged. `progress(done, total)` is called as chunks finish.
+        """
+        target = self._code(tgt, "target")
+        texts = [_CONTROL.sub("", _SURROGATE.sub("\ufffd", s)) if isinstance(s, str) else "" for s in segments]
+        if isinstance(src, str) and src.strip().lower() == AUTO:
+            sample = "\n".join(t for t in texts if t.strip())[:2000]
+            source, _ = self._resolve_source(sample, AUTO) if sample.strip() else (target, None)
+        else:
+            source = self._code(src, "source")
+        plan = self.router.plan(source, target)
+        out = list(texts)
+        todo = [i for i, t in enumerate(texts) if t.strip()]
+        total = len(todo)
+        if progress:
+            progress(0, total)
+        t0 = time.perf_counter()
+        for start in range(0, total, _DOC_CHUNK):
+            chunk = todo[start:start + _DOC_CHUNK]
+            jobs = [self._job(texts[i], plan) for i in chunk]
+            self._run_jobs(jobs)
+            for i, job in zip(chunk, jobs):
+                out[i] = job.layout.render(job.current) if job.layout is not None else job.current[0]
+            if progress:
+                progress(min(start + _DOC_CHUNK, total), total)
+        self._record((time.perf_counter() - t0) * 1000, total, sum(len(texts[i]) for i in todo), 1)
+        return out
+
+    def _job(self, text: str, plan: RoutePlan) -> _Job:
+        if plan.kind == "identity":
+            return _Job(plan, None, [], [text], [])
+        # Mask before splitting: a URL's "?" or a version's "." must not end a sentence.
+        masked = _masking.protect(text) if _masking is not None else None
+        layout = split_text(masked.text if masked else text, plan.src, sentences=self.cfg.engine.split_sentences)
+        segments = layout.segments
+        protected = [_local_spans(s, masked.spans) if masked else None for s in segments]
+        current = list(segments)
+        # A segment that is nothing but protected spans, numbers or symbols has nothing to translate.
+        todo = [i for i, (seg, p) in enumerate(zip(segments, protected))
+                if (p.has_words if p is not None else _LETTER.search(seg))]
+        for i in todo:
+            if protected[i] is not None:
+                current[i] = protected[i].text
+        return _Job(plan, layout, protected, current, todo)
+
+    def _run_jobs(self, jobs: list[_Job]) -> None:
+        """Run every hop of every job; hop k of all jobs goes to the engine together (one round per hop)."""
+        hops = max((len(j.plan.hops) for j in jobs), default=0)
+        for k in range(hops):
+            rows: list[Row] = []
+            where: list[tuple[_Job, int]] = []
+            for job in jobs:
+                if k >= len(job.plan.hops):
+                    continue
+                hop = job.plan.hops[k]
+                for i in job.todo:
+                    rows.append(Row(job.current[i], hop.src, hop.tgt, hop.adapter))
+                    where.append((job, i))
+            if not rows:
+                continue
+            for (job, i), text in zip(where, self.engine.run(rows)):
+                job.current[i] = text
+        for job in jobs:
+            if job.layout is None:
+                continue
+            for i, prot in enumerate(job.protected):
+                if prot is not None:
+                    job.current[i] = _masking.restore(job.current[i], prot)
+
+    # ------------------------------------------------------------------ admin
+
+    @staticmethod
+    def _pair(pair: Pair | str) -> Pair:
+        return pair if isinstance(pair, Pair) else Pair.parse(pair)
+
+    def rescan(self) -> None:
+        self.cache.rescan()
+
+    def pin(self, pair: Pair | str) -> bool:
+        return self.cache.pin(self._pair(pair))
+
+    def unpin(self, pair: Pair | str) -> bool:
+        return self.cache.unpin(self._pair(pair))
+
+    def unload(self, pair: Pair | str) -> bool:
+        return self.cache.unload(self._pair(pair))
+
+    # ------------------------------------------------------------------ reporting
+
+    def languages(self) -> list[LanguageInfo]:
+        return [LanguageInfo(lang.code, lang.english, lang.native, self.router.reachable_targets(lang.code))
+                for lang in LANGUAGES.values()]
+
+    def _record(self, ms: float, segments: int, chars: int, requests: int) -> None:
+        hit_rate = self.cache.stats().hit_rate
+        with self._lock:
+            self._latency.append(ms)
+            self._history.append((round(time.time(), 3), round(ms, 2), None if hit_rate is None else
+                                  round(hit_rate, 4)))
+            self._counts["requests"] += requests
+            self._counts["segments"] += segments
+            self._counts["characters"] += chars
+
+    def latency(self) -> dict[str, Any]:
+        with self._lock:
+            values = sorted(self._latency)
+        return {"count": len(values), "p50_ms": _pct(values, 0.5), "p95_ms": _pct(values, 0.95)}
+
+    def status(self) -> dict[str, Any]:
+        """Everything the status tab and /metrics show; JSON-able."""
+        stats = self.cache.stats()
+        reading = self.monitor.read()
+        with self._lock:
+            history = [list(point) for point in self._history]
+            counts = dict(self._counts)
+        cache = asdict(stats)
+        cache["hit_rate"] = stats.hit_rate
+        cache["lru_order"] = self.cache.lru_order()
+        cache["registered"] = [
+            {"pair": i.key, "usable": i.usable, "reason": i.reason, "rank": i.rank, "size_bytes": i.size_bytes}
+            for i in self.registry.infos()
+        ]
+        return {
+            "profile": self.cfg.name,
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "startup_s": round(self.startup_s, 3),
+            "backbone": self.backbone.info(),
+            "memory": {
+                "rss_bytes": reading.rss_bytes,
+                "host_fraction": round(reading.host_fraction, 4),
+                "source": reading.source,
+                "used_fraction": round(reading.used_fraction, 4),
+                "gpu": self.monitor.gpu(),
+                **self.memory.status(),
+            },
+            "cache": cache,
+            "engine": self.engine.status(),
+            "routing": {"pivot": self.router.pivot, "allow_base": self.cfg.routing.allow_base},
+            "latency": self.latency(),
+            "counts": counts,
+            "history": history,
+        }
+
+
+_SENTINEL = re.compile(r"⟦(\d+)⟧")
+
+
+def _local_spans(segment: str, spans: list[str]) -> Any:
+    """A segment of a text masked as a whole, renumbered ⟦0⟧, ⟦1⟧, ... with only its own spans."""
+    local: list[str] = []
+
+    def renumber(match: re.Match[str]) -> str:
+        local.append(spans[int(match.group(1))])
+        return _masking.sentinel(len(local) - 1)
+
+    return _masking.Protected(_SENTINEL.sub(renumber, segment), local)
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    return round(values[min(len(values) - 1, int(q * len(values)))], 2)
+
+
+_service: TranslationService | None = None
+_service_lock = threading.Lock()
+
+
+def get_service(cfg: Config | None = None) -> TranslationService:
+    """The process-wide service, built on first call (from `cfg`, or the default configuration)."""
+    global _service
+    if _service is None:
+        with _service_lock:
+            if _service is None:
+                _service = TranslationService(cfg if cfg is not None else load_config())
+    return _service
