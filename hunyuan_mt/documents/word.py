@@ -98,7 +98,7 @@ def _format_key(run: etree._Element) -> bytes:
     for child in list(rpr):
         if child.tag in _INVISIBLE:
             rpr.remove(child)
-    return etree.tostring(rpr)
+    return etree.tostring(rpr) if len(rpr) or rpr.attrib else b""
 
 
 @dataclass
