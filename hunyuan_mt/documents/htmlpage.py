@@ -3,9 +3,9 @@
 The stdlib parser reports where each text node starts. Text nodes joined only by inline tags (`Hello <b>world</b>,
 see <a href=...>the docs</a>.`) form one segment, so a sentence is translated whole: its tags travel as masking
 sentinels (`⟦0⟧`) and are put back verbatim by `masking.restore`, however the translator treats them; the text
-itself is sent unescaped and escaped again on the way back. The output is the original source with only those spans replaced, so all other markup is copied byte for
-byte. Text inside script, style, code, pre, textarea and elements marked translate="no" or class="notranslate" is
-left alone.
+itself is sent unescaped and escaped again on the way back. The output is the original source with only those
+spans replaced, so all other markup is copied byte for byte. Text inside script, style, code, pre, textarea and
+elements marked translate="no" or class="notranslate" is left alone.
 """
 
 from __future__ import annotations
