@@ -249,6 +249,13 @@ def test_markdown_identity_is_byte_identical_and_escapes_block_markers():
     assert "| a \\| b | x \\| y |" in out
 
 
+def test_markdown_line_breaks_from_the_translator_cannot_start_new_blocks():
+    src = "- First item\n- Second item\n"
+    doc = read_document(src.encode(), "l.md", LIMITS)
+    out = doc.render(["Erster\n# Punkt", "Zweiter\n\nPunkt"]).data.decode()
+    assert out == "- Erster # Punkt\n- Zweiter Punkt\n"
+
+
 def test_markdown_wrapped_paragraph_becomes_one_line():
     src = "First line of a paragraph\ncontinues on the second line.\n\nNext\n"
     doc = read_document(src.encode(), "w.md", LIMITS)
@@ -320,6 +327,13 @@ def test_docx_without_usable_sentinels_falls_back_to_proportional_cuts_between_w
     # Out of order or duplicated: same fallback, sentinels removed.
     assert [t for t, _ in _bold_runs_after("Las ventas ⟦1⟧crecieron ⟦0⟧ mucho ⟦0⟧más rápido de lo previsto.")] == [
         "Las ventas ", "crecieron mucho más", " rápido de lo previsto."]
+
+
+def test_docx_line_breaks_from_the_translator_become_spaces():
+    doc = read_document(make_docx(), "r.docx", LIMITS)
+    translations = [s.replace("Annual report", "Jahres-\nbericht") for s in doc.segments]
+    result = docx.Document(io.BytesIO(doc.render(translations).data))
+    assert result.paragraphs[0].text == "Jahres- bericht"
 
 
 def test_docx_runs_that_look_alike_are_one_group_without_sentinels():
@@ -444,6 +458,16 @@ def test_html_tags_come_back_exactly_once_whatever_the_translator_does():
     assert paragraph.count('<a href="https://x.example/docs">') == paragraph.count("</a>") == 1
     assert paragraph.count("<br>") == 1
     assert "&lt;script&gt; &amp; plus" in paragraph and "<script>" not in paragraph
+
+
+def test_html_in_a_legacy_charset_is_declared_utf8_in_the_output():
+    page = ('<html><head><meta http-equiv="Content-Type" content="text/html; charset=windows-1252">'
+            "<title>Caf\u00e9 cr\u00e8me</title></head><body><p>D\u00e9j\u00e0 vu \u00e0 l'h\u00f4tel, "
+            "o\u00f9 l'\u00e9t\u00e9 est tr\u00e8s long et la for\u00eat tr\u00e8s belle.</p></body></html>")
+    doc = read_document(page.encode("cp1252"), "old.html", LIMITS)
+    assert doc.segments[0] == "Caf\u00e9 cr\u00e8me"
+    out = doc.render(doc.segments)
+    assert out.data.decode("utf-8") == page.replace("charset=windows-1252", "charset=utf-8")
 
 
 @pytest.mark.parametrize("name,data", [

@@ -90,6 +90,10 @@ class TextTemplate:
         self._spans: list[tuple[int, int, int]] = []  # (start, end, segment index)
         self.segments: list[str] = []
 
+    def fits(self, start: int) -> bool:
+        """Whether a span starting at `start` comes after every span added so far."""
+        return not self._spans or start >= self._spans[-1][1]
+
     def add(self, start: int, end: int, segment: str) -> int:
         """Mark source[start:end] to be replaced by the translation of `segment`; returns the segment index."""
         if self._spans and start < self._spans[-1][1]:

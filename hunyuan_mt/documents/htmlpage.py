@@ -27,6 +27,7 @@ _VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link"
 _INLINE_TAGS = {"a", "abbr", "b", "bdi", "bdo", "big", "cite", "data", "del", "dfn", "em", "font", "i", "img", "ins",
                 "label", "mark", "q", "s", "small", "span", "strike", "strong", "sub", "sup", "time", "tt", "u",
                 "br", "wbr"}
+_META_CHARSET = re.compile(r"""(<meta\b[^>]*?\bcharset\s*=\s*["']?)[\w.:-]+""", re.I)
 
 
 @dataclass
@@ -140,7 +141,9 @@ class HtmlDocument(Document):
     def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
         # Escape what the translator wrote, then put the original markup back between it.
         restored = [masking.restore(html.escape(t, quote=False), p) for t, p in zip(translations, self._protected)]
-        return RenderedDocument(self._decoded.encode(self._template.render(restored)),
+        # The output is UTF-8 whatever the upload was; a page that declares another charset would show mojibake.
+        text = _META_CHARSET.sub(lambda m: m.group(1) + "utf-8", self._template.render(restored))
+        return RenderedDocument(self._decoded.encode(text),
                                 output_filename(self.filename, ".html", target), "text/html; charset=utf-8",
                                 self._decoded.note)
 

@@ -108,7 +108,7 @@ class MarkdownDocument(Document):
                     text = token.content  # the parser already dropped the escapes of "\\|"
                 else:
                     text = " ".join(source[x:y].strip() for x, y in located) if len(located) > 1 else source[a:b]
-                if not needs_translation(text) or a >= b:
+                if not needs_translation(text) or a >= b or not self._template.fits(a):
                     continue
                 index = self._template.add(a, b, text)
                 if in_cell:
@@ -142,9 +142,12 @@ class MarkdownDocument(Document):
         return found
 
     def _escape(self, index: int, text: str) -> str:
+        # Each span is one source line's worth of text: a line break from the translator would end the paragraph
+        # or the list item, or start a new block.
+        text = re.sub(r"\s*\n\s*", " ", text)
         kind = self._escapes.get(index)
         if kind == "cell":
-            return re.sub(r"(?<!\\)\|", r"\\|", text.replace("\n", " "))
+            return re.sub(r"(?<!\\)\|", r"\\|", text)
         if kind == "block" and _BLOCK_MARKER.match(text) and not _BLOCK_MARKER.match(self.segments[index]):
             return "\\" + text
         return text

@@ -278,7 +278,8 @@ class WordDocument(Document):
 
     def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
         for chunk, translation in zip(self._chunks, translations):
-            chunk.fill(translation)
+            # A chunk lies between two breaks; a line break inside a w:t would not show as one anyway.
+            chunk.fill(re.sub(r"\s*[\r\n]+\s*", " ", translation))
         out = io.BytesIO()
         self._document.save(out)
         return RenderedDocument(out.getvalue(), output_filename(self.filename, ".docx", target), DOCX_MEDIA_TYPE,
