@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import threading
 from typing import Any, Callable, Sequence
 
 from ..adapters.request import Pair
@@ -44,18 +45,19 @@ def _retryable_ray_errors() -> tuple[type[BaseException], ...]:
 class RemoteService:
     """A TranslationService look-alike whose work runs on the replica groups.
 
-    The async methods (`a*`) run on the ingress's event loop; the sync ones are what the REST layer calls from its
-    thread pool, and hand the work to that loop.
+    The async methods (`a*`) run on the caller's event loop. The sync ones are what the REST layer calls (from its
+    thread pool, and once from the replica's own loop when the metrics collector registers); they run the work on
+    a private loop thread, so a sync call never waits on the loop it is blocking.
     """
 
-    def __init__(self, handles: dict[str, Any], settings: ServeSettings, cfg: Config,
-                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(self, handles: dict[str, Any], settings: ServeSettings, cfg: Config) -> None:
         self.handles = handles
         self.settings = settings
         self.cfg = cfg
         self.pivot = normalize_code(cfg.routing.pivot)
-        self.loop = loop
         self._retry_on = _retryable_ray_errors()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_lock = threading.Lock()
 
     # ------------------------------------------------------------------ one remote call
 
@@ -161,9 +163,11 @@ class RemoteService:
     # ------------------------------------------------------------------ sync API (what web.api calls)
 
     def _run(self, coro: Any) -> Any:
-        if self.loop is None:
-            raise RuntimeError("RemoteService has no event loop to run on")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="hmt-ingress-calls", daemon=True).start()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     @staticmethod
     def _served(*replicas: str) -> None:
@@ -272,7 +276,7 @@ class Ingress:
     def __init__(self, handles: dict[str, Any], settings: dict[str, Any]) -> None:
         self.settings = settings_from_args(settings)
         self.cfg = self.settings.profile_config()
-        self.remote = RemoteService(handles, self.settings, self.cfg, loop=asyncio.get_running_loop())
+        self.remote = RemoteService(handles, self.settings, self.cfg)
 
     def __serve_build_asgi_app__(self) -> Any:
         from ..web.api import create_app

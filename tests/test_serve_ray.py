@@ -1,0 +1,339 @@
+"""Ray Serve: replica groups multiplexed by pair, on a simulated two-node local cluster.
+
+One module-scoped cluster (two nodes of 1 CPU each) runs the app: group "hot" (1 replica, pins en2es/es2en,
+1 slot, Ray capacity 1) and group "tail" (2 replicas, 0.6 CPU each, so one per node; 2 slots). Each replica
+loads the tiny Marian model and its adapters from tests/tiny_models.py. A `HoldingReplica` holds any generate
+whose rows start with HOLD until the test releases a signal actor, so races are reproducible.
+
+Order matters inside the module (the kill test runs last); the whole module takes about a minute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+ray = pytest.importorskip("ray")
+serve = pytest.importorskip("ray.serve")
+
+from hunyuan_mt.config import PROJECT_ROOT, load_config  # noqa: E402
+from hunyuan_mt.serve_ray import APP_NAME, GroupSpec, ServeSettings, build_application  # noqa: E402
+from hunyuan_mt.serve_ray.replica import TranslatorReplica  # noqa: E402
+from hunyuan_mt.serve_ray.settings import group_for  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+HOLD = "HOLD"
+SIGNAL = "hmt-test-hold"
+NAMESPACE = "hmt-test"
+HELD_TEXT = f"{HOLD} the door, the quick brown fox jumps over the lazy dog."
+PAIRS = ("en2es", "es2en", "en2de", "de2en", "en2fr", "fr2en")
+
+
+# ---------------------------------------------------------------------------------------------- test seams
+
+
+@ray.remote(num_cpus=0)
+class Signal:
+    """Holds generates open: `wait` blocks until `send`; `arrived` counts the holds that started."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.count = 0
+
+    async def arrive(self) -> None:
+        self.count += 1
+
+    async def arrived(self) -> int:
+        return self.count
+
+    async def wait(self) -> None:
+        await self.event.wait()
+
+    async def send(self) -> None:
+        self.event.set()
+
+    async def reset(self) -> None:
+        self.event.clear()
+        self.count = 0
+
+
+class HoldingReplica(TranslatorReplica):
+    """The real replica, with its backbone's generate held open for rows that start with HOLD."""
+
+    def _build_service(self, cfg: Any) -> Any:
+        service = super()._build_service(cfg)
+        backbone = service.backbone
+        original = backbone.generate
+
+        def generate(rows: Any, *args: Any, **kwargs: Any) -> Any:
+            if any(getattr(r, "text", "").startswith(HOLD) for r in rows):
+                signal = ray.get_actor(SIGNAL, namespace=NAMESPACE)
+                ray.get(signal.arrive.remote())
+                ray.get(signal.wait.remote())
+            return original(rows, *args, **kwargs)
+
+        backbone.generate = generate
+        return service
+
+
+def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    """Poll until `predicate()` is truthy (a bound on waiting, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory: pytest.TempPathFactory, marian_dir: Path, marian_adapters: Path) -> Path:
+    """A service profile for the tiny Marian model and its adapters (pivot en, like the demo)."""
+    path = tmp_path_factory.mktemp("serve_ray") / "tiny.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "tiny-ray",
+        "model": {"path": str(marian_dir), "device": "cpu", "warmup": False},
+        "cache": {"adapters_dir": str(marian_adapters), "slots": 2, "pinned": [], "lease_timeout_s": 60},
+        "routing": {"pivot": "en", "allow_base": False},
+        "engine": {"max_wait_ms": 2},
+        "memory": {"enabled": False},
+        "limits": {"max_new_tokens": 24},
+    }))
+    return path
+
+
+@pytest.fixture(scope="module")
+def settings(profile: Path) -> ServeSettings:
+    return ServeSettings(
+        profile=str(profile),
+        groups=[
+            GroupSpec(name="hot", replicas=1, pinned=["en2es", "es2en"], slots=1, max_models_per_replica=1,
+                      ray_actor_options={"num_cpus": 0.3}),
+            GroupSpec(name="tail", replicas=2, long_tail=True, slots=2, ray_actor_options={"num_cpus": 0.6}),
+        ],
+        retries=8, retry_backoff_s=0.5,
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(settings: ServeSettings) -> Any:
+    """The single-process service on the same profile: what every replica's answer must equal."""
+    from hunyuan_mt.service import TranslationService
+
+    cfg = load_config(settings.profile)
+    service = TranslationService(cfg)
+    yield service
+    service.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(settings: ServeSettings) -> Any:
+    from ray.cluster_utils import Cluster
+
+    # Workers inherit this environment: they import hunyuan_mt (and this module, for HoldingReplica) from here.
+    tests_dir = str(Path(__file__).resolve().parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), tests_dir, os.environ.get("PYTHONPATH", "")])
+    os.environ.setdefault("RAY_SERVE_LOG_TO_STDERR", "0")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster.add_node(num_cpus=1)
+    ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
+    # Ship the test-only replica subclass by value (the workers may import this file under another name).
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    signal = Signal.options(name=SIGNAL, namespace=NAMESPACE).remote()
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    ingress = serve.run(build_application(settings, replica_cls=HoldingReplica), name=APP_NAME, route_prefix="/")
+    yield {"ingress": ingress, "signal": signal, "port": port, "cluster": cluster}
+    serve.shutdown()
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def infos(cluster: Any) -> dict[str, dict[str, Any]]:
+    """Every live replica's info, keyed by replica id (asks each group until all its replicas answered)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, want in (("hot", 1), ("tail", 2)):
+        handle = serve.get_deployment_handle(name, app_name=APP_NAME)
+        seen: dict[str, dict[str, Any]] = {}
+        for _ in range(40):
+            info = handle.info.remote().result()
+            seen[info["replica"]] = info
+            if len(seen) >= want:
+                break
+        out.update(seen)
+    return out
+
+
+def translate(cluster: Any, texts: list[str], src: str, tgt: str) -> list[dict[str, Any]]:
+    return cluster["ingress"].translate.remote(texts, src, tgt).result()
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+
+def test_settings_route_pairs_to_the_group_that_pins_them(settings: ServeSettings) -> None:
+    assert group_for(settings, "en", "es", "en").name == "hot"
+    assert group_for(settings, "es", "en", "en").name == "hot"
+    assert group_for(settings, "en", "de", "en").name == "tail"
+    # pivot es → en → de: the first hop es2en is pinned by hot, so both hops run there
+    assert group_for(settings, "es", "de", "en").name == "hot"
+    assert settings.long_tail.name == "tail"
+
+
+def test_each_replica_loads_the_backbone_once_and_groups_hold_their_pins(cluster: Any) -> None:
+    found = infos(cluster)
+    assert sorted(i["group"] for i in found.values()) == ["hot", "tail", "tail"]
+    for info in found.values():
+        assert info["backbone_loads"] == 1
+        expected = ["en2es", "es2en"] if info["group"] == "hot" else []
+        assert sorted(info["cache"]["pinned"]) == expected
+    # the two tail replicas run on the two simulated nodes (0.6 CPU each cannot share a 1-CPU node)
+    assert len({i["node_id"] for i in found.values() if i["group"] == "tail"}) == 2
+
+
+def test_output_identical_to_single_process_service(cluster: Any, reference: Any) -> None:
+    cases = [
+        (["Hello world, how are you today?", "Open the file and save the document."], "en", "es"),
+        (["Hola mundo, ¿cómo estás hoy?"], "es", "en"),
+        (["The quick brown fox jumps over the lazy dog."], "en", "de"),
+        (["Datei öffnen, Dokument speichern und Fenster schließen."], "de", "en"),
+        (["Abrir el archivo, guardar el documento y cerrar la ventana."], "es", "de"),  # pivot through en
+        (["Hello world."], "en", "en"),  # identity
+        (["Hello world, how are you today? The quick brown fox jumps over the lazy dog."], "auto", "fr"),
+    ]
+    for texts, src, tgt in cases:
+        got = translate(cluster, texts, src, tgt)
+        want = reference.translate_batch(texts, src, tgt)
+        assert [g["text"] for g in got] == [w.text for w in want], (src, tgt)
+        assert [g["route"] for g in got] == [w.route for w in want]
+        assert [g["adapters"] for g in got] == [w.adapters for w in want]
+        assert [(g["detected"] or {}).get("code") for g in got] == [w.detected and w.detected.code for w in want]
+
+
+def test_two_groups_route_as_configured(cluster: Any) -> None:
+    hot = translate(cluster, ["Hello world."], "en", "es")[0]
+    assert hot["group"] == "hot" and hot["replica"].startswith("hot#")
+    pivot = translate(cluster, ["Hola mundo."], "es", "de")[0]
+    assert pivot["group"] == "hot" and pivot["route"] == ["es", "en", "de"]
+    tail = translate(cluster, ["Hello world."], "en", "de")[0]
+    assert tail["group"] == "tail"
+
+
+def test_affinity_repeated_requests_land_on_the_replica_that_holds_the_pair(cluster: Any) -> None:
+    served: dict[str, set[str]] = {}
+    for _round in range(4):
+        for pair, text in (("en2fr", "Open the file."), ("fr2en", "Ouvrir le fichier."), ("de2en", "Hallo Welt.")):
+            src, tgt = pair.split("2")
+            result = translate(cluster, [text], src, tgt)[0]
+            assert result["group"] == "tail"
+            served.setdefault(pair, set()).add(result["replica"])
+    for pair, replicas in served.items():
+        assert len(replicas) == 1, f"{pair} served by {replicas}"
+        holder = infos(cluster)[next(iter(replicas))]
+        assert pair in holder["ray_models"]
+        assert pair in [r["key"] for r in holder["cache"]["resident"]]
+
+
+def test_http_ingress_is_the_libretranslate_api_and_names_the_replica(cluster: Any, reference: Any) -> None:
+    import httpx
+
+    url = f"http://127.0.0.1:{cluster['port']}"
+    r = httpx.post(f"{url}/translate", json={"q": "Hello world, how are you today?", "source": "en",
+                                             "target": "es"}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["translatedText"] == reference.translate("Hello world, how are you today?", "en", "es").text
+    assert r.headers["x-served-by"].startswith("hot#")
+    r = httpx.post(f"{url}/translate", json={"q": "Hello", "source": "en", "target": "xx"}, timeout=60)
+    assert r.status_code == 400 and "xx" in r.text
+    r = httpx.get(f"{url}/languages", timeout=60)
+    assert r.status_code == 200 and any(lang["code"] == "en" for lang in r.json())
+
+
+def test_ray_evicts_a_pair_mid_generate_and_the_lease_keeps_its_adapter(cluster: Any, reference: Any) -> None:
+    """Ray's multiplexer (capacity 1 on "hot") drops en2de's handle while en2de's generate is held; our cache
+    keeps the adapter attached under its lease, the held request completes with the right text, and the slot goes
+    to de2en only after the lease ends."""
+    signal = cluster["signal"]
+    ray.get(signal.reset.remote())
+    hot = serve.get_deployment_handle("hot", app_name=APP_NAME)
+    held = hot.options(multiplexed_model_id="en2de").translate.remote([HELD_TEXT], "en", "de")
+    wait_until(lambda: ray.get(signal.arrived.remote()) >= 1, "the en2de generate to start")
+    before = hot.info.remote().result()
+    assert before["ray_models"] == ["en2de"]
+    assert {"key": "en2de", "leases": 1} in [{"key": r["key"], "leases": r["leases"]}
+                                             for r in before["cache"]["resident"]]
+
+    other = hot.options(multiplexed_model_id="de2en").translate.remote(["Hallo Welt, wie geht es dir heute?"],
+                                                                      "de", "en")
+    info = wait_until(lambda: (lambda i: i if any(e["pair"] == "en2de" for e in i["ray_evictions"]) else None)(
+        hot.info.remote().result()), "Ray to evict en2de")
+    eviction = [e for e in info["ray_evictions"] if e["pair"] == "en2de"][-1]
+    # At Ray's eviction the adapter was still attached and leased: nothing was detached under the request.
+    assert eviction["cache"] is not None and eviction["cache"]["leases"] == 1
+    assert "en2de" in [r["key"] for r in info["cache"]["resident"]]
+    assert info["ray_models"] == ["de2en"] or info["ray_models"] == []  # de2en is loading (waits for the slot)
+
+    ray.get(signal.send.remote())
+    held_reply = held.result()
+    other_reply = other.result()
+    assert held_reply["results"][0]["text"] == reference.translate(HELD_TEXT, "en", "de").text
+    assert other_reply["results"][0]["text"] == reference.translate("Hallo Welt, wie geht es dir heute?",
+                                                                    "de", "en").text
+    after = hot.info.remote().result()
+    non_pinned = [r for r in after["cache"]["resident"] if not r["pinned"]]
+    assert [r["key"] for r in non_pinned] == ["de2en"]  # 1 slot: en2de went only after its lease ended
+    assert all(r["leases"] == 0 for r in after["cache"]["resident"])
+    assert sorted(after["cache"]["pinned"]) == ["en2es", "es2en"]
+    assert after["ray_models"] == ["de2en"]
+
+
+def test_killing_a_replica_mid_load_loses_no_accepted_request(cluster: Any, reference: Any) -> None:
+    from hunyuan_mt.serve_ray.transport import ReplicaUnavailable
+
+    signal = cluster["signal"]
+    ray.get(signal.reset.remote())
+    victim_id = translate(cluster, ["Open the file."], "en", "fr")[0]["replica"]
+    victim = infos(cluster)[victim_id]
+    texts = [f"{HELD_TEXT} {i}" for i in range(3)]
+    pending = [cluster["ingress"].translate.remote([t], "en", "fr") for t in texts]
+    wait_until(lambda: ray.get(signal.arrived.remote()) >= 1, "requests to be held on the victim")
+    ray.kill(ray.get_actor(victim["actor_name"], namespace="serve"), no_restart=True)
+    ray.get(signal.send.remote())
+
+    served, retryable = 0, 0
+    for text, response in zip(texts, pending):
+        try:
+            result = response.result()[0]
+        except Exception as exc:  # a clear retryable error is acceptable, anything else is a lost request
+            cause = getattr(exc, "cause", exc)
+            assert isinstance(cause, ReplicaUnavailable) and cause.retryable, repr(exc)
+            retryable += 1
+            continue
+        assert result["replica"] != victim_id
+        assert result["text"] == reference.translate(text, "en", "fr").text
+        served += 1
+    assert served + retryable == len(texts)
+    # afterwards: served (by the survivor or the replacement replica), same output as before
+    after = translate(cluster, ["Open the file and save the document."], "en", "fr")[0]
+    assert after["replica"] != victim_id
+    assert after["text"] == reference.translate("Open the file and save the document.", "en", "fr").text
