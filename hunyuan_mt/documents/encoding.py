@@ -31,11 +31,11 @@ class DecodedText:
         """Output is always UTF-8, whatever the input was: a translation may not fit the original code page."""
         return (codecs.BOM_UTF8 if self.had_bom else b"") + text.encode("utf-8")
 
-    @property
-    def note(self) -> str:
+    def note(self, kept: str = "") -> str:
+        """`kept` (what the format module preserved) plus a word on the encoding when it changed."""
         if self.encoding in ("utf-8", "utf-8-sig"):
-            return ""
-        return f"The upload was {self.encoding} text; the translation is saved as UTF-8."
+            return kept
+        return f"{kept} The upload was {self.encoding} text; the translation is saved as UTF-8.".strip()
 
 
 def bom_encoding(data: bytes) -> str | None:

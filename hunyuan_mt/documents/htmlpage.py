@@ -20,6 +20,8 @@ from ..config import LimitsConfig
 from .base import Document, RenderedDocument, TextTemplate, needs_translation, output_filename
 from .encoding import DecodedText, decode_text
 
+_NOTE = "Tags, attributes, scripts, styles and code are kept; only the text was translated."
+
 _KEEP_TAGS = {"script", "style", "code", "pre", "textarea", "kbd", "samp", "var", "template", "svg", "math"}
 _VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
               "track", "wbr"}
@@ -145,7 +147,7 @@ class HtmlDocument(Document):
         text = _META_CHARSET.sub(lambda m: m.group(1) + "utf-8", self._template.render(restored))
         return RenderedDocument(self._decoded.encode(text),
                                 output_filename(self.filename, ".html", target), "text/html; charset=utf-8",
-                                self._decoded.note)
+                                self._decoded.note(_NOTE))
 
 
 def read_html(data: bytes, filename: str, limits: LimitsConfig) -> HtmlDocument:

@@ -17,6 +17,8 @@ from ..config import LimitsConfig
 from .base import Document, RenderedDocument, TextTemplate, needs_translation, output_filename
 from .encoding import DecodedText, decode_text
 
+_NOTE = "Markdown syntax, code, HTML and front matter are kept as they were."
+
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 _FRONT_MATTER_FENCES = {"---": ("---", "..."), "+++": ("+++",)}
 # A translation that starts like this would turn a paragraph into a heading, list, quote or rule.
@@ -156,7 +158,7 @@ class MarkdownDocument(Document):
         escaped = [self._escape(i, t) for i, t in enumerate(translations)]
         return RenderedDocument(self._decoded.encode(self._template.render(escaped)),
                                 output_filename(self.filename, ".md", target), "text/markdown; charset=utf-8",
-                                self._decoded.note)
+                                self._decoded.note(_NOTE))
 
 
 def _strip_span(source: str, start: int, end: int) -> tuple[int, int]:

@@ -67,7 +67,7 @@ class TextDocument(Document):
     def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
         return RenderedDocument(self._decoded.encode(self._template.render(translations)),
                                 output_filename(self.filename, ".txt", target), "text/plain; charset=utf-8",
-                                self._decoded.note)
+                                self._decoded.note())
 
 
 def read_text(data: bytes, filename: str, limits: LimitsConfig) -> TextDocument:

@@ -13,6 +13,8 @@ from ..errors import InvalidInput
 from .base import Document, RenderedDocument, needs_translation, output_filename
 from .encoding import DecodedText, decode_text
 
+_NOTE = "Subtitle numbers and timings are kept exactly."
+
 _DIALOGUE = re.compile(r"^\s*(?:<[^>]+>)*\s*[-–—]")
 
 
@@ -108,7 +110,7 @@ class SubtitleDocument(Document):
         # reindex=False: the indices are the file's own, even when they skip or start at 0.
         text = srt.compose(out, reindex=False, eol=self._eol)
         return RenderedDocument(self._decoded.encode(text), output_filename(self.filename, ".srt", target),
-                                "application/x-subrip; charset=utf-8", self._decoded.note)
+                                "application/x-subrip; charset=utf-8", self._decoded.note(_NOTE))
 
 
 def read_subtitles(data: bytes, filename: str, limits: LimitsConfig) -> SubtitleDocument:
