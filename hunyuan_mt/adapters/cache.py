@@ -50,7 +50,7 @@ def slot_name(index: int) -> str:
     return f"slot{index}_"
 
 
-@dataclass
+@dataclass(eq=False)  # identity: leases are counted per object
 class _Slot:
     name: str
     pair: Pair | None = None
@@ -64,7 +64,7 @@ class _Slot:
     detaching: bool = False
 
 
-@dataclass
+@dataclass(eq=False)  # identity: leases are counted per object
 class _Pinned:
     pair: Pair
     weights: AdapterWeights
@@ -77,7 +77,7 @@ class _Pinned:
         return self.pair.key
 
 
-@dataclass
+@dataclass(eq=False)  # identity: leases are counted per object
 class _Load:
     """A single-flight load in progress. Waiters are counted so the loader can lease the slot for them."""
 
@@ -86,6 +86,8 @@ class _Load:
     waiters: int = 0
     slot: _Slot | None = None
     error: BaseException | None = None
+    #: Taken out of the RAM tier before the slot's old pair was pushed in (which could have dropped it).
+    from_ram: AdapterWeights | None = None
 
 
 @dataclass
@@ -160,6 +162,14 @@ def _compatible(injected: object | None, config: object) -> bool:
         return (tm, c.r, dict(c.rank_pattern or {}), c.fan_in_fan_out, c.use_rslora,  # type: ignore[attr-defined]
                 bool(c.alpha_pattern), c.bias)  # type: ignore[attr-defined]
     return shape(injected) == shape(config)
+
+
+def _keep_active_valid(model: object) -> None:
+    """PeftModel.generate reads the config of the *active* adapter even when adapter_names picks adapters per row;
+    after deletes it can name a deleted adapter. Point it at any attached one (rows never depend on it)."""
+    configs = getattr(model, "peft_config", {})
+    if configs and model.active_adapter not in configs:  # type: ignore[attr-defined]
+        model.set_adapter(next(iter(configs)), inference_mode=True)  # type: ignore[attr-defined]
 
 
 class AdapterCache:
@@ -305,19 +315,33 @@ class AdapterCache:
         return [p for p in pairs if p is not None]
 
     def rescan(self) -> None:
-        """Re-read the adapters folder and forget remembered failures; RAM copies of changed folders are dropped."""
+        """Re-read the adapters folder and forget remembered failures. Copies of folders that changed or vanished
+        are dropped from the RAM tier and the slots (a slot still leased is retired once its rows finish)."""
         self.registry.scan()
+        current = {i.pair: i.fingerprint for i in self.registry.infos() if i.usable}
+        stale_slots: list[_Slot] = []
         with self._cv:
             self._failures.clear()
-            for pair in list(self._ram.keys()):
-                weights = self._ram[pair]
-                try:
-                    info = self.registry.get(pair)
-                except TranslationError:
-                    del self._ram[pair]
+            for pair in [p for p in self._ram.keys() if current.get(p) != self._ram[p].fingerprint]:
+                del self._ram[pair]
+            for pair, slot in list(self._lru.items()):
+                if not slot.ready or slot.weights is None or current.get(pair) == slot.weights.fingerprint:
                     continue
-                if info.fingerprint != weights.fingerprint:
-                    del self._ram[pair]
+                if slot.leases == 0:
+                    self._release_slot_for_delete(slot, keep_ram=False)
+                    stale_slots.append(slot)
+                else:
+                    # Rows in flight keep their weights; new requests load the new version into another slot.
+                    del self._lru[pair]
+                    slot.pair = None
+            for pair, entry in self._pinned.items():
+                if current.get(pair) != entry.weights.fingerprint:
+                    log.warning("pinned adapter %s changed or vanished on disk; unpin and pin it to reload", pair.key)
+            self._cv.notify_all()
+        for slot in stale_slots:
+            self._delete_slot(slot)
+        if stale_slots:
+            log.info("rescan dropped %d stale adapters from the slots", len(stale_slots))
 
     # ------------------------------------------------------------------ leases
 
@@ -328,97 +352,164 @@ class AdapterCache:
         deadline = time.monotonic() + self.cfg.lease_timeout_s
         held: list[_Slot | _Pinned] = []
         try:
-            with self._cv:
-                needed = [p for p in distinct if p not in self._pinned]
-            if len(needed) > len(self._slots):
-                self._count("busy")
-                raise Busy(f"A batch asked for {len(needed)} adapter slots at once; {len(self._slots)} exist.")
-            names: dict[Pair, str] = {}
-            for pair in distinct:
-                entry = self._acquire(pair, deadline)
-                held.append(entry)
-                names[pair] = entry.name
+            names = self._acquire_all(distinct, deadline, held)
             yield Lease(list(pairs), [BASE if p is None else names[p] for p in pairs])
         finally:
             self._release(held)
 
-    def _acquire(self, pair: Pair, deadline: float) -> _Slot | _Pinned:
-        with self._cv:
-            entry = self._lookup(pair)
-            if entry is not None:
-                return entry
-            self._raise_if_failed(pair)
-            load = self._loading.get(pair)
-            if load is not None:
-                load.waiters += 1
-                owner = False
-            else:
-                load = self._loading[pair] = _Load(pair)
-                owner = True
-        return self._load(load, deadline) if owner else self._wait_for(load, deadline)
+    def _acquire_all(self, distinct: list[Pair], deadline: float, held: list[_Slot | _Pinned]) -> dict[Pair, str]:
+        """Lease all of `distinct`, appending what is held to `held` (released by the caller).
 
-    def _lookup(self, pair: Pair) -> _Slot | _Pinned | None:
-        """A resident entry for `pair`, leased and marked used; None when it has to be loaded. Caller holds _cv."""
-        pinned = self._pinned.get(pair)
-        if pinned is not None:
-            pinned.leases += 1
-            self._counts["pinned_hits"] += 1
-            return pinned
+        Slots for the missing pairs are reserved all at once or not at all: a lease never holds some slots while
+        waiting for more, so two multi-pair leases cannot deadlock each other.
+        """
+        with self._cv:
+            needed = [p for p in distinct if p not in self._pinned]
+        if len(needed) > len(self._slots):
+            self._count("busy")
+            raise Busy(f"A batch asked for {len(needed)} adapter slots at once; {len(self._slots)} exist.")
+        names: dict[Pair, str] = {}
+        owned: list[_Load] = []
+        waiting: list[_Load] = []
+        waited = False
+        with self._cv:
+            while True:
+                for pair in distinct:
+                    self._raise_if_failed(pair)
+                entries: list[_Slot | _Pinned] = []
+                joins: list[_Load] = []
+                missing: list[Pair] = []
+                for pair in distinct:
+                    entry = self._pinned.get(pair) or self._ready_slot(pair)
+                    if entry is not None:
+                        entry.leases += 1
+                        entries.append(entry)
+                    elif pair in self._loading:
+                        self._loading[pair].waiters += 1
+                        joins.append(self._loading[pair])
+                    else:
+                        missing.append(pair)
+                slots = self._free_slots(len(missing))
+                if slots is not None:
+                    break
+                # Not enough unleased slots: give everything back and wait for a release (no hold-and-wait).
+                for entry in entries:
+                    entry.leases -= 1
+                for load in joins:
+                    load.waiters -= 1
+                if not waited:
+                    waited = True
+                    self._counts["slot_waits"] += 1
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._counts["busy"] += 1
+                    leased = sum(1 for s in self._slots if s.leases > 0)
+                    raise Busy(f"Cannot attach adapter {missing[0].key}: all {leased} slots are leased by running "
+                               f"requests (waited {self.cfg.lease_timeout_s:g} s); try again.")
+                self._cv.wait(remaining)
+            for entry in entries:
+                held.append(entry)
+                names[entry.pair] = entry.name  # type: ignore[index]
+                if isinstance(entry, _Pinned):
+                    self._counts["pinned_hits"] += 1
+                else:
+                    self._lru.move_to_end(entry.pair)  # type: ignore[arg-type]
+                    self._counts["hits"] += 1
+            waiting = joins
+            for pair in missing:
+                owned.append(self._loading.setdefault(pair, _Load(pair, from_ram=self._ram.pop(pair, None))))
+            for load, slot in zip(owned, slots):
+                self._occupy(slot, load.pair)
+                load.slot = slot
+                held.append(slot)
+        error: BaseException | None = None
+        for load in owned:
+            # Every owned load runs even if an earlier one failed: other requests may be waiting on each.
+            try:
+                self._load(load)
+                names[load.pair] = load.slot.name  # type: ignore[union-attr]
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                held.remove(load.slot)  # type: ignore[arg-type]  # _load dropped the loader's lease
+                error = error or exc
+        if error is not None:
+            raise error
+        for load in waiting:
+            slot = self._wait_for(load, deadline)
+            held.append(slot)
+            names[load.pair] = slot.name
+        return names
+
+    def _ready_slot(self, pair: Pair) -> _Slot | None:
         slot = self._lru.get(pair)
-        if slot is not None and slot.ready:
-            slot.leases += 1
-            self._lru.move_to_end(pair)
-            self._counts["hits"] += 1
-            return slot
-        return None
+        return slot if slot is not None and slot.ready else None
+
+    def _free_slots(self, n: int) -> list[_Slot] | None:
+        """`n` slots that can take a new pair: empty ones first, then unleased ones in LRU order. None if fewer
+        exist. Picks only; nothing is evicted until `_occupy`. Caller holds _cv."""
+        if n == 0:
+            return []
+        empty = [s for s in self._slots if s.pair is None and s.leases == 0 and not s.detaching]
+        victims = [s for s in self._lru.values() if s.leases == 0 and s.ready]
+        chosen = (empty + victims)[:n]
+        return chosen if len(chosen) == n else None
+
+    def _occupy(self, slot: _Slot, pair: Pair) -> None:
+        """Evict the slot's pair (to the RAM tier) and reserve it for `pair`, leased by the loader. Caller holds _cv."""
+        if slot.pair is not None:
+            victim = slot.pair
+            del self._lru[victim]
+            self._to_ram(victim, slot.weights)
+            self._counts["evictions"] += 1
+            log.debug("evicted %s from %s", victim.key, slot.name)
+        slot.pair, slot.weights, slot.ready, slot.leases = pair, None, False, 1
+        self._lru[pair] = slot
 
     def _wait_for(self, load: _Load, deadline: float) -> _Slot:
+        """Wait for another request's load of the same pair; its loader leases the slot for us when done."""
         finished = load.done.wait(timeout=max(0.0, deadline - time.monotonic()))
         with self._cv:
             if not finished and not load.done.is_set():
                 load.waiters -= 1
-                self._count_locked("busy")
+                self._counts["busy"] += 1
                 raise Busy(f"Adapter {load.pair.key} is still loading after {self.cfg.lease_timeout_s:g} s; "
                            "try again.")
             if load.error is not None:
                 raise load.error
             assert load.slot is not None
-            return load.slot  # the loader already counted this waiter's lease
+            return load.slot
 
-    def _load(self, load: _Load, deadline: float) -> _Slot:
-        """Single-flight owner: fetch weights (RAM tier or disk), reserve a slot, attach, publish."""
-        pair = load.pair
-        slot: _Slot | None = None
+    def _load(self, load: _Load) -> None:
+        """Single-flight owner: fetch weights (RAM tier or disk) and attach them into the reserved slot."""
+        pair, slot = load.pair, load.slot
+        assert slot is not None
         weights: AdapterWeights | None = None
         t0 = time.perf_counter()
         try:
-            with self._cv:
-                weights = self._ram.pop(pair, None)
-                if weights is not None:
-                    self._counts["ram_hits"] += 1
-            if weights is not None and weights.fingerprint != fingerprint_of(self.registry.get(pair).path):
-                # A stat, not a read: the folder was deleted or replaced while this copy sat in RAM.
-                weights = None
-                raise AdapterUnusable(f"Adapter {pair.key} changed on disk since the last scan; rescan adapters.")
+            weights, load.from_ram = load.from_ram, None
+            if weights is not None:
+                self._count("ram_hits")
+                # A stat, not a read: the folder may have been deleted or replaced while this copy sat in RAM.
+                now = fingerprint_of(self.registry.get(pair).path)
+                if now != weights.fingerprint:
+                    weights = None
+                    what = "was deleted or is incomplete" if now is None else "changed on disk"
+                    raise AdapterUnusable(f"Adapter {pair.key} {what} since the last scan; rescan adapters.")
             if weights is None:
                 weights = self._read_disk(pair)
-            with self._cv:
-                slot = self._reserve(pair, deadline)
             self._attach(slot, weights)
         except BaseException as exc:
             with self._cv:
-                if slot is not None:
-                    # Nothing usable is in the slot any more (a failed inject may have half-built it).
-                    self._lru.pop(pair, None)
-                    slot.pair, slot.weights, slot.ready, slot.leases = None, None, False, 0
-                if weights is not None and isinstance(exc, Busy):
-                    self._to_ram(pair, weights)
+                # Nothing usable is in the slot (a failed inject may have half-built it); the loader's own lease
+                # is dropped here, so the caller must not release this slot again.
+                if self._lru.get(pair) is slot:
+                    del self._lru[pair]
+                slot.pair, slot.weights, slot.ready, slot.leases = None, None, False, 0
                 if isinstance(exc, AdapterUnusable):
                     self._remember_failure_locked(pair, exc)
                 elif not isinstance(exc, TranslationError):
                     exc = AdapterUnusable(self._remember_failure_locked(pair, exc))
                 load.error = exc
-                del self._loading[pair]
+                self._loading.pop(pair, None)
                 load.done.set()
                 self._cv.notify_all()
             raise exc from None
@@ -426,40 +517,10 @@ class AdapterCache:
             slot.weights = weights
             slot.ready = True
             slot.leases += load.waiters
-            load.slot = slot
-            del self._loading[pair]
+            self._loading.pop(pair, None)
             load.done.set()
             self._load_ms.append((time.perf_counter() - t0) * 1000)
             self._cv.notify_all()
-        return slot
-
-    def _reserve(self, pair: Pair, deadline: float) -> _Slot:
-        """Pick a free slot, else evict the least recently used unleased one; wait while every slot is leased.
-        Caller holds _cv; the returned slot is leased once (by the loader) and not ready."""
-        waited = False
-        while True:
-            slot = next((s for s in self._slots if s.pair is None and s.leases == 0 and not s.detaching), None)
-            if slot is None:
-                victim = next((p for p, s in self._lru.items() if s.leases == 0 and s.ready), None)
-                if victim is not None:
-                    slot = self._lru.pop(victim)
-                    self._to_ram(victim, slot.weights)
-                    self._counts["evictions"] += 1
-                    log.debug("evicted %s from %s", victim.key, slot.name)
-            if slot is not None:
-                slot.pair, slot.weights, slot.ready, slot.leases = pair, None, False, 1
-                self._lru[pair] = slot
-                return slot
-            remaining = deadline - time.monotonic()
-            if not waited:
-                waited = True
-                self._counts["slot_waits"] += 1
-            if remaining <= 0:
-                self._counts["busy"] += 1
-                leased = sum(1 for s in self._slots if s.leases > 0)
-                raise Busy(f"Cannot attach adapter {pair.key}: all {leased} slots are leased by running requests "
-                           f"(waited {self.cfg.lease_timeout_s:g} s); try again.")
-            self._cv.wait(remaining)
 
     def _release(self, held: list[_Slot | _Pinned]) -> None:
         to_unpin: list[Pair] = []
@@ -547,7 +608,9 @@ class AdapterCache:
                     raise AdapterUnusable(f"Adapter {weights.pair.key} lacks weights for {missing[0]}")
             except BaseException:
                 bb.model.delete_adapter(name)
+                _keep_active_valid(bb.model)
                 raise
+            _keep_active_valid(bb.model)
             bb.model.eval()
 
     def _delete(self, name: str) -> None:
@@ -556,6 +619,7 @@ class AdapterCache:
             model = bb.model
             if name in getattr(model, "peft_config", {}):
                 model.delete_adapter(name)
+                _keep_active_valid(model)
         gc.collect()
         _malloc_trim()
 
@@ -618,6 +682,11 @@ class AdapterCache:
         """Resident non-pinned keys, least recently used first."""
         with self._cv:
             return [p.key for p, s in self._lru.items() if s.ready]
+
+    def loading(self) -> dict[str, int]:
+        """Pairs being loaded right now → how many other requests wait for that same load."""
+        with self._cv:
+            return {p.key: load.waiters for p, load in self._loading.items()}
 
     def pinned(self) -> list[str]:
         with self._cv:

@@ -1,0 +1,444 @@
+"""Adapter cache: exact LRU order, pins, RAM tier, leases under pressure, Busy, single-flight, fault containment.
+
+Races are made reproducible with events: a gate in the disk reader holds a load open, a thread holds a lease
+open, and the test proceeds only when the cache's own counters show the state it needs.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from peft import PeftModel
+
+import tiny_models
+from hunyuan_mt.adapters import cache as cache_mod
+from hunyuan_mt.adapters.request import Pair
+from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.config import GenerationConfig
+from hunyuan_mt.errors import AdapterNotFound, AdapterUnusable, Busy
+
+P = Pair.parse
+GREEDY = GenerationConfig()
+ROW = PromptRow("Hello world, how are you today?", "en", "es")
+
+
+def touch(cache, *keys: str) -> None:
+    with cache.lease([P(k) for k in keys]):
+        pass
+
+
+def run(backbone, cache, key: str | None, row: PromptRow = ROW) -> str:
+    with cache.lease([None if key is None else P(key)]) as lease:
+        return backbone.generate([row], lease.adapter_names, GREEDY, max_new_tokens=10)[0]
+
+
+def wait_until(predicate, what: str, timeout: float = 30.0) -> None:
+    """Poll the cache's own state (not a timing assertion: the timeout only guards against a hang)."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+class DiskSpy:
+    """Wraps the cache's one disk read path; optionally holds each read until `gate` is set."""
+
+    def __init__(self, monkeypatch, gate: threading.Event | None = None) -> None:
+        self.calls: list[str] = []
+        self.entered = threading.Event()
+        self.gate = gate
+        real = cache_mod.read_adapter
+
+        def spy(info):
+            self.calls.append(info.key)
+            self.entered.set()
+            if self.gate is not None:
+                assert self.gate.wait(30)
+            return real(info)
+
+        monkeypatch.setattr(cache_mod, "read_adapter", spy)
+
+
+@pytest.fixture()
+def marian(fresh_backbone, marian_dir: Path):
+    return fresh_backbone(marian_dir)
+
+
+@pytest.fixture(scope="module")
+def references(marian_dir: Path, marian_adapters: Path) -> dict[str | None, str]:
+    """Each adapter's output for ROW, computed on a separate model through plain PEFT (independent of the cache)."""
+    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.config import ModelConfig
+
+    bb = Backbone.load_uncached(ModelConfig(path=str(marian_dir), warmup=False))
+    refs: dict[str | None, str] = {None: bb.generate([ROW], ["__base__"], GREEDY, max_new_tokens=10)[0]}
+    peft_model = None
+    for key in tiny_models.DEFAULT_PAIRS:
+        if peft_model is None:
+            peft_model = PeftModel.from_pretrained(bb.base_model, marian_adapters / key, adapter_name=key)
+        else:
+            peft_model.load_adapter(marian_adapters / key, adapter_name=key)
+    bb.model = peft_model
+    for key in tiny_models.DEFAULT_PAIRS:
+        refs[key] = bb.generate([ROW], [key], GREEDY, max_new_tokens=10)[0]
+    assert len(set(refs.values())) == len(refs), "test adapters must give distinct outputs"
+    return refs
+
+
+def test_exact_lru_order_after_each_step(marian, make_cache, marian_adapters: Path) -> None:
+    cache = make_cache(marian, marian_adapters, slots=3, ram_tier=2)
+    steps = [
+        # (pair leased, LRU order after, RAM tier after)
+        ("en2de", ["en2de"], []),
+        ("en2fr", ["en2de", "en2fr"], []),
+        ("fr2en", ["en2de", "en2fr", "fr2en"], []),
+        ("en2de", ["en2fr", "fr2en", "en2de"], []),            # hit: moves to the end
+        ("en2zh", ["fr2en", "en2de", "en2zh"], ["en2fr"]),     # evicts the least recently used
+        ("zh2en", ["en2de", "en2zh", "zh2en"], ["en2fr", "fr2en"]),
+        ("de2en", ["en2zh", "zh2en", "de2en"], ["fr2en", "en2de"]),  # RAM tier holds 2: en2fr dropped
+        ("fr2en", ["zh2en", "de2en", "fr2en"], ["en2de", "en2zh"]),  # back from RAM
+        ("en2fr", ["de2en", "fr2en", "en2fr"], ["en2de", "en2zh", "zh2en"][1:]),  # from disk again
+    ]
+    for key, lru, ram in steps:
+        touch(cache, key)
+        assert (cache.lru_order(), cache.ram_tier()) == (lru, ram), key
+    s = cache.stats()
+    assert (s.hits, s.ram_hits, s.disk_loads, s.evictions) == (1, 1, 7, 5)
+    assert s.hotswaps == 5 and s.injections == 3  # the first use of each slot injects, later ones copy weights
+
+
+def test_pins_are_never_evicted_and_not_counted(marian, make_cache, marian_adapters: Path) -> None:
+    cache = make_cache(marian, marian_adapters, slots=2, pinned=["en2es", "es2en"])
+    assert cache.pinned() == ["en2es", "es2en"] and cache.lru_order() == []
+    for key in ["en2de", "de2en", "en2fr", "fr2en", "en2zh", "zh2en", "en2es", "es2en"]:
+        touch(cache, key)
+        assert cache.pinned() == ["en2es", "es2en"]
+        assert len(cache.lru_order()) <= 2 and not {"en2es", "es2en"} & set(cache.lru_order())
+    s = cache.stats()
+    assert cache.lru_order() == ["en2zh", "zh2en"]
+    assert s.pinned_hits == 2 and s.evictions == 4 and s.resident_count == 4
+    assert [(r.key, r.pinned, r.slot) for r in s.resident] == [
+        ("en2es", True, None), ("es2en", True, None), ("en2zh", False, "slot0_"), ("zh2en", False, "slot1_")]
+
+
+def test_pinned_lease_uses_pinned_name(marian, make_cache, marian_adapters: Path, references) -> None:
+    cache = make_cache(marian, marian_adapters, slots=2, pinned=["en2es"])
+    with cache.lease([P("en2es"), None, P("en2de")]) as lease:
+        assert lease.adapter_names == ["en2es", "__base__", "slot0_"]
+    assert run(marian, cache, "en2es") == references["en2es"]
+
+
+def test_ram_tier_hit_does_not_read_disk(marian, make_cache, marian_adapters: Path, references, monkeypatch) -> None:
+    import safetensors.torch
+
+    cache = make_cache(marian, marian_adapters, slots=1, ram_tier=4)
+    touch(cache, "en2de")
+    touch(cache, "en2fr")  # pushes en2de into the RAM tier
+    assert cache.ram_tier() == ["en2de"]
+    spy = DiskSpy(monkeypatch)
+    monkeypatch.setattr(safetensors.torch, "load_file", lambda *a, **k: pytest.fail("read the disk"))
+    before = cache.stats()
+    assert run(marian, cache, "en2de") == references["en2de"]
+    after = cache.stats()
+    assert spy.calls == []
+    assert (after.ram_hits - before.ram_hits, after.disk_loads - before.disk_loads) == (1, 0)
+    assert cache.ram_tier() == ["en2fr"] and cache.lru_order() == ["en2de"]
+
+
+def test_leased_adapter_survives_eviction_pressure(marian, make_cache, marian_adapters: Path, references) -> None:
+    """Invariant 3: a generation holding en2de runs while five other pairs churn through the slots."""
+    cache = make_cache(marian, marian_adapters, slots=3)
+    held, go = threading.Event(), threading.Event()
+    result: dict[str, str] = {}
+
+    def holder() -> None:
+        with cache.lease([P("en2de")]) as lease:
+            result["name"] = lease.adapter_names[0]
+            held.set()
+            assert go.wait(30)
+            result["out"] = marian.generate([ROW], lease.adapter_names, GREEDY, max_new_tokens=10)[0]
+
+    t = threading.Thread(target=holder)
+    t.start()
+    assert held.wait(30)
+    for key in ["en2fr", "fr2en", "en2zh", "zh2en", "de2en", "es2en"]:
+        touch(cache, key)
+        assert "en2de" in cache.lru_order()
+        assert next(r.slot for r in cache.stats().resident if r.key == "en2de") == result["name"]
+    assert cache.lru_order()[0] == "en2de"  # least recently used, yet never picked: it is leased
+    assert cache.stats().evictions == 4
+    go.set()
+    t.join(30)
+    assert result["out"] == references["en2de"]
+    touch(cache, "en2es")  # released: now it is the victim
+    assert "en2de" not in cache.lru_order()
+
+
+def test_busy_when_all_slots_are_leased(marian, make_cache, marian_adapters: Path) -> None:
+    cache = make_cache(marian, marian_adapters, slots=2, lease_timeout_s=0.2)
+    with cache.lease([P("en2de"), P("de2en")]):
+        with pytest.raises(Busy) as err:
+            touch(cache, "en2fr")
+        assert err.value.message == ("Cannot attach adapter en2fr: all 2 slots are leased by running requests "
+                                     "(waited 0.2 s); try again.")
+        assert err.value.retryable
+        assert cache.lru_order() == ["en2de", "de2en"]
+    s = cache.stats()
+    assert (s.busy, s.slot_waits) == (1, 1)
+    touch(cache, "en2fr")  # once released, the same request succeeds
+    assert cache.lru_order() == ["de2en", "en2fr"]
+
+
+def test_batch_asking_for_more_slots_than_exist_is_busy_at_once(marian, make_cache, marian_adapters) -> None:
+    cache = make_cache(marian, marian_adapters, slots=2, pinned=["en2es"])
+    with pytest.raises(Busy, match=r"^A batch asked for 3 adapter slots at once; 2 exist\.$"):
+        touch(cache, "en2de", "de2en", "en2fr", "en2es")
+    touch(cache, "en2de", "de2en", "en2es")  # pinned pairs do not need a slot
+
+
+def test_waiting_request_gets_the_slot_when_a_lease_ends(marian, make_cache, marian_adapters: Path) -> None:
+    cache = make_cache(marian, marian_adapters, slots=1, lease_timeout_s=30)
+    done = threading.Event()
+    release = threading.Event()
+
+    def first() -> None:
+        with cache.lease([P("en2de")]):
+            assert release.wait(30)
+
+    def second() -> None:
+        touch(cache, "en2fr")
+        done.set()
+
+    a = threading.Thread(target=first)
+    a.start()
+    wait_until(lambda: cache.lru_order() == ["en2de"], "first lease")
+    b = threading.Thread(target=second)
+    b.start()
+    wait_until(lambda: cache.stats().slot_waits == 1, "second request waiting for a slot")
+    assert not done.is_set()
+    release.set()
+    a.join(30)
+    b.join(30)
+    assert done.is_set() and cache.lru_order() == ["en2fr"] and cache.stats().busy == 0
+
+
+def test_single_flight_under_concurrent_first_requests(marian, make_cache, marian_adapters, references,
+                                                       monkeypatch) -> None:
+    """Invariant 4: six requests for a missing pair cause one disk read and one attach."""
+    cache = make_cache(marian, marian_adapters, slots=3)
+    gate = threading.Event()
+    spy = DiskSpy(monkeypatch, gate)
+    outs: list[str] = []
+    names: list[str] = []
+
+    def request() -> None:
+        with cache.lease([P("en2de")]) as lease:
+            names.append(lease.adapter_names[0])
+            outs.append(marian.generate([ROW], lease.adapter_names, GREEDY, max_new_tokens=10)[0])
+
+    threads = [threading.Thread(target=request) for _ in range(6)]
+    for t in threads:
+        t.start()
+    assert spy.entered.wait(30)
+    wait_until(lambda: cache.loading() == {"en2de": 5}, "five requests waiting on the one load")
+    gate.set()
+    for t in threads:
+        t.join(30)
+    s = cache.stats()
+    assert spy.calls == ["en2de"] and s.disk_loads == 1 and s.injections == 1
+    assert names == ["slot0_"] * 6 and outs == [references["en2de"]] * 6
+    assert [r.leases for r in s.resident] == [0] and cache.loading() == {}
+
+
+def test_waiters_share_the_failure_of_a_single_flight_load(marian, make_cache, adapters_copy, monkeypatch) -> None:
+    cache = make_cache(marian, adapters_copy, slots=3)
+    data = (adapters_copy / "en2de" / "adapter_model.safetensors")
+    stat = data.stat()
+    data.write_bytes(b"\x00" * stat.st_size)  # corrupt, same size and mtime: only reading finds out
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    gate = threading.Event()
+    spy = DiskSpy(monkeypatch, gate)
+    errors: list[str] = []
+
+    def request() -> None:
+        try:
+            touch(cache, "en2de")
+        except AdapterUnusable as exc:
+            errors.append(exc.message)
+
+    threads = [threading.Thread(target=request) for _ in range(3)]
+    for t in threads:
+        t.start()
+    assert spy.entered.wait(30)
+    wait_until(lambda: cache.loading() == {"en2de": 2}, "two waiters")
+    gate.set()
+    for t in threads:
+        t.join(30)
+    assert len(errors) == 3 and len(set(errors)) == 1 and errors[0].startswith("Adapter en2de could not be read")
+    assert spy.calls == ["en2de"] and cache.stats().failures == 1
+
+
+def test_corrupt_adapter_fails_only_its_pair_and_is_remembered(marian, make_cache, adapters_copy, references,
+                                                               monkeypatch) -> None:
+    """Invariant 6, plus fail-fast: the second request does not touch the disk again; rescan clears it."""
+    cache = make_cache(marian, adapters_copy, slots=2, failure_ttl_s=3600)
+    data = adapters_copy / "en2de" / "adapter_model.safetensors"
+    good = data.read_bytes()
+    stat = data.stat()
+    data.write_bytes(good[:8] + b"\xff" * (len(good) - 8))
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    spy = DiskSpy(monkeypatch)
+    with pytest.raises(AdapterUnusable, match="^Adapter en2de could not be read") as first:
+        run(marian, cache, "en2de")
+    assert run(marian, cache, "en2fr") == references["en2fr"]  # the others keep working
+    with pytest.raises(AdapterUnusable) as second:
+        run(marian, cache, "en2de")
+    assert second.value.message == first.value.message
+    assert spy.calls == ["en2de", "en2fr"]  # remembered: no second read
+    s = cache.stats()
+    assert s.failures == 1 and s.failed == {"en2de": first.value.message} and cache.lru_order() == ["en2fr"]
+    cache.rescan()  # the damage is now seen at scan time
+    with pytest.raises(AdapterUnusable, match="^Adapter en2de is unusable: adapter_model.safetensors is corrupt"):
+        run(marian, cache, "en2de")
+    data.write_bytes(good)
+    cache.rescan()
+    assert run(marian, cache, "en2de") == references["en2de"]
+
+
+def test_truncated_or_deleted_after_scan_fails_only_its_pair(marian, make_cache, adapters_copy, references) -> None:
+    cache = make_cache(marian, adapters_copy, slots=2)
+    tiny_models.corrupt_adapter(adapters_copy / "en2de", "truncate")
+    shutil.rmtree(adapters_copy / "en2fr")
+    with pytest.raises(AdapterUnusable, match="^Adapter en2de changed on disk since the last scan; rescan"):
+        run(marian, cache, "en2de")
+    with pytest.raises(AdapterUnusable, match="^Adapter en2fr was deleted or is incomplete since the last scan"):
+        run(marian, cache, "en2fr")
+    assert run(marian, cache, "fr2en") == references["fr2en"]
+    cache.rescan()
+    with pytest.raises(AdapterNotFound, match="No adapter for en2fr"):
+        run(marian, cache, "en2fr")
+
+
+def test_deleted_while_in_ram_tier_fails_clearly(marian, make_cache, adapters_copy, references) -> None:
+    cache = make_cache(marian, adapters_copy, slots=1)
+    touch(cache, "en2de")
+    touch(cache, "en2fr")
+    assert cache.ram_tier() == ["en2de"]
+    shutil.rmtree(adapters_copy / "en2de")
+    with pytest.raises(AdapterUnusable, match="^Adapter en2de was deleted or is incomplete since the last scan"):
+        touch(cache, "en2de")
+    assert run(marian, cache, "en2fr") == references["en2fr"]
+
+
+def test_replaced_adapter_is_reloaded_after_rescan(marian, make_cache, adapters_copy, marian_dir) -> None:
+    cache = make_cache(marian, adapters_copy, slots=2)
+    old = run(marian, cache, "en2de")
+    tiny_models.make_adapter(marian_dir, adapters_copy / "en2de", seed=1234)
+    assert run(marian, cache, "en2de") == old  # resident copy keeps serving until a rescan
+    cache.rescan()
+    assert cache.lru_order() == []  # the stale copy was dropped
+    assert run(marian, cache, "en2de") != old
+
+
+def test_failure_ttl_expiry_retries(marian, make_cache, adapters_copy, monkeypatch) -> None:
+    cache = make_cache(marian, adapters_copy, slots=2, failure_ttl_s=0)
+    tiny_models.corrupt_adapter(adapters_copy / "en2de", "truncate")
+    spy = DiskSpy(monkeypatch)
+    for _ in range(2):
+        with pytest.raises(AdapterUnusable):
+            touch(cache, "en2de")
+    assert spy.calls == ["en2de", "en2de"]
+
+
+def test_broken_pinned_adapter_does_not_stop_start(marian, make_cache, adapters_copy, references) -> None:
+    cache = make_cache(marian, adapters_copy, slots=2, pinned=["en2de", "en2es"], start=False)
+    tiny_models.corrupt_adapter(adapters_copy / "en2de", "garbage")
+    cache.start()
+    assert cache.pinned() == ["en2es"] and "en2de" in cache.stats().failed
+    assert run(marian, cache, "en2es") == references["en2es"]
+
+
+def test_hotswap_and_reinjection_give_the_adapters_own_output(marian, make_cache, adapters_copy, marian_dir,
+                                                              references) -> None:
+    tiny_models.make_adapter(marian_dir, adapters_copy / "it2en", seed=5, r=8)  # another rank: no hotswap
+    cache = make_cache(marian, adapters_copy, slots=1)
+    assert run(marian, cache, "en2de") == references["en2de"]
+    assert run(marian, cache, "en2fr") == references["en2fr"]
+    assert (cache.stats().injections, cache.stats().hotswaps) == (1, 1)
+    it = run(marian, cache, "it2en")
+    assert (cache.stats().injections, cache.stats().hotswaps) == (2, 1)
+    assert run(marian, cache, "en2de") == references["en2de"]  # rank 4 again: re-injected
+    assert (cache.stats().injections, cache.stats().hotswaps) == (3, 1)
+    assert run(marian, cache, "it2en") == it and it not in references.values()
+
+
+def test_hotswap_can_be_disabled(marian, make_cache, marian_adapters, references) -> None:
+    cache = make_cache(marian, marian_adapters, slots=1, hotswap=False)
+    for key in ["en2de", "en2fr", "en2de"]:
+        assert run(marian, cache, key) == references[key]
+    assert (cache.stats().injections, cache.stats().hotswaps) == (3, 0)
+
+
+def test_pin_unpin_unload_and_evict_idle(marian, make_cache, marian_adapters, references) -> None:
+    cache = make_cache(marian, marian_adapters, slots=3, pinned=["en2es"])
+    touch(cache, "en2de", "en2fr")
+    assert cache.pin(P("en2de")) is True and cache.pin(P("en2de")) is False
+    assert cache.pinned() == ["en2de", "en2es"] and cache.lru_order() == ["en2fr"]
+    assert run(marian, cache, "en2de") == references["en2de"]
+    assert cache.unpin(P("en2de")) is True and cache.unpin(P("en2de")) is False
+    assert cache.pinned() == ["en2es"] and cache.ram_tier() == ["en2de"]
+    assert cache.unload(P("zh2en")) is False
+    assert cache.unload(P("en2fr")) is True and cache.lru_order() == [] and cache.ram_tier() == ["en2de", "en2fr"]
+    touch(cache, "fr2en", "de2en")
+    with cache.lease([P("de2en")]):
+        assert cache.unload(P("de2en")) is False  # leased
+        assert cache.evict_idle() == [P("fr2en")]
+        assert cache.lru_order() == ["de2en"]
+    assert cache.evict_idle(keep_ram=False) == [P("de2en")] and cache.ram_tier() == []
+    assert run(marian, cache, "en2fr") == references["en2fr"]  # from disk again, into a freed slot
+    assert run(marian, cache, None) == references[None] and run(marian, cache, "en2es") == references["en2es"]
+
+
+def test_unpin_of_a_leased_pin_waits_for_the_lease(marian, make_cache, marian_adapters, references) -> None:
+    cache = make_cache(marian, marian_adapters, slots=1, pinned=["en2es"])
+    with cache.lease([P("en2es")]) as lease:
+        assert cache.unpin(P("en2es")) is True
+        assert cache.pinned() == ["en2es"]  # still attached: a row uses it
+        assert marian.generate([ROW], lease.adapter_names, GREEDY, max_new_tokens=10)[0] == references["en2es"]
+    assert cache.pinned() == [] and cache.ram_tier() == ["en2es"]
+    assert run(marian, cache, "en2es") == references["en2es"]
+
+
+def test_churn_keeps_slots_bounded_and_outputs_exact(marian, make_cache, marian_adapters, references) -> None:
+    """Eight threads, nine pairs, three slots: every output is that adapter's own, the bound always holds."""
+    cache = make_cache(marian, marian_adapters, slots=3, pinned=["en2es"], lease_timeout_s=60)
+    keys = list(tiny_models.DEFAULT_PAIRS) + [None]
+    failures: list[str] = []
+
+    def client(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(12):
+            batch = rng.sample(keys, 2)
+            with cache.lease([None if k is None else P(k) for k in batch]) as lease:
+                if len(cache.lru_order()) > 3:
+                    failures.append(f"resident {cache.lru_order()}")
+                outs = marian.generate([ROW, ROW], lease.adapter_names, GREEDY, max_new_tokens=10)
+            for key, out in zip(batch, outs):
+                if out != references[key]:
+                    failures.append(f"{key}: {out!r}")
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert failures == []
+    s = cache.stats()
+    assert all(r.leases == 0 for r in s.resident) and s.busy == 0 and cache.loading() == {}
