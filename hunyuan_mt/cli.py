@@ -1,0 +1,302 @@
+"""Command line: `python -m hunyuan_mt COMMAND ...`.
+
+Core commands live here: `translate`, `adapters`, `detect`. Other parts of the project add theirs as modules with
+`register(subparsers)` (which adds a parser and sets `handler=run(args) -> int`); they are listed in `PLUGINS` and
+imported only when their command is asked for, so `translate` does not pay for Ray or the benchmark.
+
+Errors end as one readable line on stderr and a non-zero exit status, never a traceback
+(set HMT_TRACEBACK=1 to see one while debugging).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from .config import Config, load_config, parse_set_args
+from .errors import ConfigError, InvalidInput, TranslationError
+
+#: command → (module with `register(subparsers)`, one-line help shown before the module is imported)
+PLUGINS: dict[str, tuple[str, str]] = {
+    "build-demo": ("hunyuan_mt.demo.build", "rebuild the embedded demo model from scratch"),
+    "train-adapter": ("hunyuan_mt.train", "train a LoRA adapter for one language pair from TSV/JSONL"),
+    "bench": ("hunyuan_mt.bench", "benchmark against the baselines; results in bench/results/"),
+    "serve-ray": ("hunyuan_mt.serve_ray", "serve on Ray Serve, replicas multiplexed by language pair"),
+}
+
+#: Exit status for errors the caller can fix (bad input, bad code, bad config) vs. failures of the service.
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--config` and `--set`; plugins may reuse this for the same flags."""
+    parser.add_argument("--config", default=os.environ.get("HMT_CONFIG"),
+                        help="profile name in configs/ (e.g. hunyuan-mt-7b) or a YAML path; default: default.yaml")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a setting, e.g. --set cache.slots=4 (repeatable)")
+    # Also accepted after the command; SUPPRESS keeps the top-level value when it is not given here.
+    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="log progress and the route to stderr")
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    return load_config(args.config, parse_set_args(args.set))
+
+
+def _service(args: argparse.Namespace):
+    from .service import get_service
+
+    return get_service(config_from(args))
+
+
+# ---------------------------------------------------------------------------------------------------- translate
+
+
+def _read_input(args: argparse.Namespace) -> str:
+    if args.text:
+        return " ".join(args.text)
+    if sys.stdin is None or sys.stdin.isatty():
+        raise InvalidInput("No text given: pass it as an argument, on stdin, or with --file.")
+    return sys.stdin.read()
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    from .languages import normalize_code
+
+    # Check the codes before loading a model: a typo should fail in milliseconds.
+    if args.src.strip().lower() != "auto":
+        normalize_code(args.src)
+    normalize_code(args.tgt)
+    if args.file:
+        return _translate_file(args)
+    text = _read_input(args)
+    service = _service(args)
+    result = service.translate(text, args.src, args.tgt)
+    if args.json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
+    else:
+        print(result.text)
+        if args.verbose:
+            detected = f", detected {result.detected.code} ({result.detected.confidence:.2f})" if result.detected else ""
+            print(f"route: {result.route_label}{detected}, {result.timings_ms['total']:.0f} ms", file=sys.stderr)
+    return 0
+
+
+def _translate_file(args: argparse.Namespace) -> int:
+    from .documents import translate_document
+
+    path = Path(args.file)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"Cannot read {args.file}: {exc.strerror or exc}") from None
+    service = _service(args)
+
+    def segments(texts: list[str], progress: Any) -> list[str]:
+        return service.translate_segments(texts, args.src, args.tgt, progress=progress)
+
+    def progress(done: int, total: int) -> None:
+        if args.verbose:
+            print(f"\r{done}/{total} segments", end="" if done < total else "\n", file=sys.stderr)
+
+    rendered = translate_document(data, path.name, service.cfg.limits, segments, progress, target=args.tgt)
+    if args.output == "-" or (args.output is None and rendered.media_type.startswith("text/")):
+        sys.stdout.write(rendered.data.decode("utf-8"))
+        return 0
+    out = Path(args.output) if args.output else path.with_name(rendered.filename)
+    out.write_bytes(rendered.data)
+    print(f"wrote {out}" + (f" ({rendered.note})" if rendered.note else ""), file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- adapters
+
+
+def cmd_adapters(args: argparse.Namespace) -> int:
+    service = _service(args)
+    if args.rescan:
+        service.rescan()
+    stats = service.cache.stats()
+    state: dict[str, str] = {}
+    for r in stats.resident:
+        state[r.key] = "pinned" if r.pinned else f"slot {r.slot}"
+    for key in stats.ram_tier:
+        state.setdefault(key, "RAM tier")
+    for key in stats.failed:
+        state[key] = "failed"
+    rows = []
+    for info in service.registry.infos():
+        rows.append({
+            "pair": info.key, "usable": info.usable, "state": state.get(info.key, "on disk"),
+            "rank": info.rank, "size_kb": round(info.size_bytes / 1024, 1),
+            "reason": info.reason or stats.failed.get(info.key) or "",
+        })
+    summary = {"slots": stats.slots, "pinned": service.cache.pinned(), "lru_order": service.cache.lru_order(),
+               "ram_tier": stats.ram_tier, "hit_rate": stats.hit_rate, "folder": str(service.registry.root)}
+    if args.json:
+        print(json.dumps({"adapters": rows, "cache": summary,
+                          "ignored": [{"folder": f, "reason": r} for f, r in service.registry.ignored()]},
+                         ensure_ascii=False, indent=1))
+        return 0
+    print(f"adapters in {summary['folder']}: {len(rows)} registered, {sum(r['usable'] for r in rows)} usable; "
+          f"{summary['slots']} slots, pinned {', '.join(summary['pinned']) or 'none'}")
+    header = ("PAIR", "USABLE", "STATE", "RANK", "SIZE KB", "REASON")
+    table = [header] + [(r["pair"], "yes" if r["usable"] else "no", r["state"], str(r["rank"] or "-"),
+                         f"{r['size_kb']:g}", r["reason"]) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    for folder, reason in service.registry.ignored():
+        print(f"ignored folder {folder!r}: {reason}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- detect
+
+
+def cmd_detect(args: argparse.Namespace) -> int:
+    from .detect import detect
+    from .languages import LANGUAGES, normalize_code
+
+    text = _read_input(args)
+    among = [normalize_code(c) for c in args.among.split(",")] if args.among else None
+    found = detect(text, among=among, top=args.top)
+    if args.json:
+        print(json.dumps([{"code": d.code, "confidence": d.confidence} for d in found]))
+        return 0
+    if not found:
+        raise InvalidInput("Could not detect a language: the text has no letters.")
+    for d in found:
+        print(f"{d.code}\t{d.confidence:.3f}\t{LANGUAGES[d.code].english}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- parser
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; the plugin for `command` (if any) is imported and registers its real arguments."""
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="python -m hunyuan_mt",
+                                     description="Hunyuan-MT translation server: command line tools.")
+    parser.add_argument("--version", action="version", version=f"hunyuan_mt {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress and the route to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("translate", help="translate text, stdin or a file",
+                       description="Translate text given as arguments, on stdin, or a document with --file.")
+    p.add_argument("text", nargs="*", help="text to translate (default: read stdin)")
+    p.add_argument("--src", default="auto", help="source language code, or auto (default)")
+    p.add_argument("--tgt", required=True, help="target language code")
+    p.add_argument("--file", help="a document to translate (txt, md, srt, docx, pdf, html)")
+    p.add_argument("--output", "-o", help="where to write a translated --file ('-' for stdout)")
+    p.add_argument("--json", action="store_true", help="print the whole result (route, adapters, timings) as JSON")
+    add_config_arguments(p)
+    p.set_defaults(handler=cmd_translate)
+
+    p = sub.add_parser("adapters", help="list registered adapters and the cache state")
+    p.add_argument("--rescan", action="store_true", help="re-read the adapters folder first")
+    p.add_argument("--json", action="store_true")
+    add_config_arguments(p)
+    p.set_defaults(handler=cmd_adapters)
+
+    p = sub.add_parser("detect", help="detect the language of text (arguments or stdin)")
+    p.add_argument("text", nargs="*")
+    p.add_argument("--top", type=int, default=3, help="how many guesses to show")
+    p.add_argument("--among", help="comma-separated codes to choose among (default: every language)")
+    p.add_argument("--json", action="store_true")
+    add_config_arguments(p)
+    p.set_defaults(handler=cmd_detect)
+
+    for name, (module, help_text) in PLUGINS.items():
+        if name == command:
+            _load_plugin(name, module).register(sub)
+        else:
+            # A placeholder so `--help` lists it; its real arguments come with its module.
+            sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def _load_plugin(name: str, module: str) -> Any:
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            raise _PluginMissing(f"The '{name}' command is not available in this checkout ({module} is missing).")
+        raise _PluginMissing(f"The '{name}' command cannot start: it needs the Python package '{exc.name}', "
+                             "which is not installed.") from None
+    if not hasattr(mod, "register"):
+        raise _PluginMissing(f"The '{name}' command is not available: {module} has no register().")
+    return mod
+
+
+class _PluginMissing(Exception):
+    pass
+
+
+def _first_command(argv: Sequence[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    verbose = "-v" in argv or "--verbose" in argv
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        parser = build_parser(_first_command(argv))
+        args = parser.parse_args(argv)
+        if not args.command:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        handler = getattr(args, "handler", None)
+        if handler is None:  # a placeholder parser: only possible if the plugin did not set a handler
+            print(f"error: the '{args.command}' command has no handler", file=sys.stderr)
+            return EXIT_FAILURE
+        if not verbose:
+            _quiet_libraries()
+        return int(handler(args) or 0)
+    except _PluginMissing as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (InvalidInput, ConfigError) as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except TranslationError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `| head`; nothing left to tell anyone
+        return 0
+    except Exception as exc:  # noqa: BLE001 - the CLI's edge: one line, never a traceback
+        if os.environ.get("HMT_TRACEBACK"):
+            raise
+        line = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        print(f"error: {type(exc).__name__}{': ' + line if line else ''} (HMT_TRACEBACK=1 shows the traceback)",
+              file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _quiet_libraries() -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:  # pragma: no cover
+        pass
