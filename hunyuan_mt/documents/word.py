@@ -44,7 +44,7 @@ DOCX_MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingm
 #: More zip members than any real document has; refused before anything is unpacked.
 MAX_ZIP_MEMBERS = 10_000
 
-_P, _R, _T = qn("w:p"), qn("w:r"), qn("w:t")
+_P, _T = qn("w:p"), qn("w:t")
 _RPR = qn("w:rPr")
 # Elements that end a segment: the translation cannot move them, so the text on each side is translated apart.
 _BOUNDARIES = {qn("w:tab"), qn("w:br"), qn("w:cr"), qn("w:ptab"), qn("w:noBreakHyphen")}
