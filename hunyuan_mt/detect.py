@@ -123,7 +123,7 @@ class LanguageDetector:
         for code in latin:
             logp = math.log(max(scores[code], 1e-6))
             for word in words:
-                logp += math.log(max(word_frequency(word, _WORDFREQ[code]), _FREQ_FLOOR))
+                logp += math.log(max(word_frequency(word, _WORDFREQ[code], wordlist="small"), _FREQ_FLOOR))
             logs[code] = logp
         peak = max(logs.values())
         latin_mass = sum(scores[c] for c in latin)
