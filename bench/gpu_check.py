@@ -76,6 +76,7 @@ class Settings:
     rows: int = 32
     prompt_len: int = 64
     new_tokens: int = 32
+    reps: int = 3
     budget_s: float = 420.0  # stop starting new sections after this (the whole check must stay under 8 min)
 
 
@@ -428,8 +429,7 @@ class Check:
         serial()
         t_mixed: list[float] = []
         t_serial: list[float] = []
-        reps = 3
-        for _ in range(reps):
+        for _ in range(self.s.reps):
             with timed(self.s.device, t_mixed):
                 a = mixed()
             with timed(self.s.device, t_serial):
@@ -697,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda:0" if cuda else "cpu"
     settings = Settings(tiny=args.tiny, device=device, budget_s=args.budget_s)
     if args.tiny:
-        settings.rank, settings.rows, settings.prompt_len, settings.new_tokens = 4, 16, 12, 6
+        settings.rank, settings.rows, settings.prompt_len, settings.new_tokens, settings.reps = 4, 8, 8, 4, 1
         torch.set_num_threads(min(2, torch.get_num_threads()))
     out_dir = Path(args.out or os.environ.get("OUT") or Path(__file__).resolve().parent / "results")
     out_dir.mkdir(parents=True, exist_ok=True)

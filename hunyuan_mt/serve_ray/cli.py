@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from ..config import PROJECT_ROOT, parse_set_args
-from ..errors import TranslationError
+from ..errors import ModelUnavailable, TranslationError
 from .settings import DEFAULT_SERVE_CONFIG, read_serve_config
 
 
@@ -46,9 +46,11 @@ def run(args: argparse.Namespace) -> int:
         if args.profile:
             settings.profile = args.profile
         settings.overrides.update(parse_set_args(args.set))
-        settings.profile_config()  # validate the profile here, not in every replica
+        profile = settings.profile_config()  # validate here once, not in every replica
         for group in settings.groups:
             settings.replica_config(group)
+        if profile.model.require_cuda and not args.address:
+            _require_local_cuda(profile.name)
     except TranslationError as exc:
         print(f"serve-ray: {exc.message}", file=sys.stderr)
         return 2
@@ -97,12 +99,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _require_local_cuda(profile: str) -> None:
+    """A GPU profile on a local cluster without CUDA: one clear line now, not a replica crash loop later."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ModelUnavailable(
+            f"Profile {profile!r} requires a CUDA GPU (model.require_cuda: true), but torch sees none on this "
+            "machine. Use a CPU profile (--profile default), install the CUDA build of torch, or join a GPU "
+            "cluster with --address."
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hunyuan_mt.serve_ray.cli", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m hunyuan_mt.serve_ray", description=__doc__)
     add_arguments(parser)
     args = parser.parse_args(argv)
     return args.handler(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""The GPU profile (configs/hunyuan-mt-7b.yaml) and bench/gpu_check.py, on a machine without CUDA."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hunyuan_mt.config import PROJECT_ROOT, load_config
+from hunyuan_mt.errors import ModelUnavailable
+
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without CUDA")
+CUDA_MESSAGE = "requires a CUDA GPU (model.require_cuda: true)"
+
+
+def _env() -> dict[str, str]:
+    # Hide any GPU, so the refusal path runs on every machine.
+    return dict(os.environ, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+
+
+def test_profile_is_the_documented_gpu_setup() -> None:
+    cfg = load_config("hunyuan-mt-7b")
+    assert (cfg.model.dtype, cfg.model.device, cfg.model.arch) == ("bfloat16", "cuda", "decoder-only")
+    assert cfg.model.require_cuda is True and cfg.model.allow_pickle is False and cfg.model.trust_remote_code is False
+    assert cfg.model.quantization == "none"
+    assert cfg.cache.pinned == ["zh2en", "en2zh", "zh2ja", "ja2zh", "zh2ko"]
+    assert cfg.routing.pivot == "zh" and cfg.routing.allow_base is True
+    assert cfg.generation.do_sample is False  # greedy: batch-independent outputs (invariant 5)
+    # the 4-bit variant is one override away and validates
+    assert load_config("hunyuan-mt-7b", {"model.quantization": "4bit"}).model.quantization == "4bit"
+
+
+@no_cuda
+def test_backbone_refuses_without_cuda_with_a_clear_message() -> None:
+    from hunyuan_mt.backbone import load_backbone
+
+    with pytest.raises(ModelUnavailable) as info:
+        load_backbone(load_config("hunyuan-mt-7b").model)
+    assert CUDA_MESSAGE in info.value.message
+    assert "configs/default.yaml" in info.value.message
+
+
+@no_cuda
+def test_server_and_serve_ray_refuse_without_cuda_and_print_no_traceback() -> None:
+    app = subprocess.run([sys.executable, "app.py", "--config", "hunyuan-mt-7b"], cwd=PROJECT_ROOT, env=_env(),
+                         capture_output=True, text=True, timeout=240)
+    assert app.returncode == 1
+    assert CUDA_MESSAGE in app.stderr and "Traceback" not in app.stderr + app.stdout
+    ray = subprocess.run([sys.executable, "-m", "hunyuan_mt", "serve-ray", "--profile", "hunyuan-mt-7b"],
+                         cwd=PROJECT_ROOT, env=_env(), capture_output=True, text=True, timeout=240)
+    assert ray.returncode == 2
+    assert CUDA_MESSAGE in ray.stderr and "Traceback" not in ray.stderr + ray.stdout
+
+
+@no_cuda
+def test_gpu_check_without_cuda_says_so_and_exits_0(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "bench/gpu_check.py", "--out", str(tmp_path)], cwd=PROJECT_ROOT,
+                         env=_env(), capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0
+    assert "no CUDA device visible" in run.stdout
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_gpu_check_tiny_runs_every_section_on_cpu(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "bench/gpu_check.py", "--tiny", "--out", str(tmp_path)],
+                         cwd=PROJECT_ROOT, env=_env(), capture_output=True, text=True, timeout=280)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    data = json.loads((tmp_path / "gpu_check.json").read_text())
+    sections = data["sections"]
+    assert {k: v["status"] for k, v in sections.items()} == {
+        "build": "ok", "adapters": "ok", "load": "ok", "pinned_and_slots": "ok", "ram_tier_hotswap": "ok",
+        "all_38": "ok", "throughput": "ok", "light_mode": "ok",
+        "four_bit": "skipped" if importlib.util.find_spec("bitsandbytes") is None else "ok"}
+    assert sections["adapters"]["adapters"] == 38
+    assert sections["all_38"]["attached_now"] == 38
+    # per-row adapters in one generate give each row what its adapter alone gives (greedy)
+    assert sections["throughput"]["rows_identical_to_serial"] == "8/8"
+    assert sections["light_mode"]["kept_pinned"] == ["zh2en", "en2zh", "zh2ja", "ja2zh", "zh2ko"]
+    assert sections["light_mode"]["resident_after_exit"] == 8
+    assert (tmp_path / "gpu_check.md").read_text().startswith("## GPU check")
