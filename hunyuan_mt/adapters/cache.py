@@ -144,6 +144,13 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
+def _free_memory() -> None:
+    """After deletes: PEFT layers sit in reference cycles, and glibc keeps freed pages. A full gc.collect costs
+    0.3-1 s in a process holding transformers, so it runs once per detach operation, never per slot overwrite."""
+    gc.collect()
+    _malloc_trim()
+
+
 def _malloc_trim() -> None:
     """Give freed heap pages back to the OS; without it RSS does not shrink after delete_adapter (glibc only)."""
     try:
@@ -272,7 +279,9 @@ class AdapterCache:
                 return True
             del self._pinned[pair]
             self._to_ram(pair, entry.weights)
-        self._delete(entry.name)
+        with self._mutate:
+            self._delete(entry.name, free=False)
+        _free_memory()
         log.info("unpinned adapter %s", pair.key)
         return True
 
@@ -291,6 +300,7 @@ class AdapterCache:
         if pinned is not None:
             return self.unpin(pair)
         self._delete_slot(slot)
+        _free_memory()
         log.info("unloaded adapter %s", pair.key)
         return True
 
@@ -310,6 +320,8 @@ class AdapterCache:
                 self._ram.clear()
         for slot in victims + stale:
             self._delete_slot(slot)
+        if victims or stale:
+            _free_memory()
         if pairs:
             log.info("evicted idle adapters %s (RAM tier kept: %s)", [p.key for p in pairs], keep_ram)
         return [p for p in pairs if p is not None]
@@ -341,6 +353,7 @@ class AdapterCache:
         for slot in stale_slots:
             self._delete_slot(slot)
         if stale_slots:
+            _free_memory()
             log.info("rescan dropped %d stale adapters from the slots", len(stale_slots))
 
     # ------------------------------------------------------------------ leases
@@ -376,6 +389,9 @@ class AdapterCache:
             while True:
                 for pair in distinct:
                     self._raise_if_failed(pair)
+                    if not (pair in self._pinned or pair in self._lru or pair in self._loading or pair in self._ram):
+                        # Unknown or unusable at scan time: fail before a slot is taken (and its pair evicted).
+                        self.registry.get(pair)
                 entries: list[_Slot | _Pinned] = []
                 joins: list[_Load] = []
                 missing: list[Pair] = []
@@ -563,7 +579,7 @@ class AdapterCache:
                 self._count("hotswaps")
             else:
                 if slot.injected is not None:
-                    self._delete(slot.name)
+                    self._delete(slot.name, free=False)
                     slot.injected = None
                 self._inject(slot.name, weights)
                 slot.injected = weights.config
@@ -613,20 +629,22 @@ class AdapterCache:
             _keep_active_valid(bb.model)
             bb.model.eval()
 
-    def _delete(self, name: str) -> None:
+    def _delete(self, name: str, free: bool = True) -> None:
+        """Delete adapter `name` from the model. `free` returns the memory to the OS at once; callers deleting
+        several adapters pass False and call `_free_memory` once, outside `_mutate`."""
         bb = self.backbone
         with bb.model_lock:
             model = bb.model
             if name in getattr(model, "peft_config", {}):
                 model.delete_adapter(name)
                 _keep_active_valid(model)
-        gc.collect()
-        _malloc_trim()
+        if free:
+            _free_memory()
 
     def _delete_slot(self, slot: _Slot) -> None:
         with self._mutate:
             if slot.injected is not None:
-                self._delete(slot.name)
+                self._delete(slot.name, free=False)
                 slot.injected = None
         with self._cv:
             slot.detaching = False
