@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import torch
 
 from .config import EngineConfig, GenerationConfig, LimitsConfig
-from .errors import OutOfMemory, TranslationError
+from .errors import InvalidInput, OutOfMemory, TranslationError
 from .memory import QUANTIZED_KV_KWARGS, quantized_kv_support
 
 if TYPE_CHECKING:
@@ -56,7 +56,8 @@ class _Pending:
     row: Row
     future: Future
     seq: int
-    tokens: int
+    #: Prompt length in tokens; counted by the scheduler thread (the tokenizer is not shared across threads).
+    tokens: int | None
     enqueued: float
     skips: int = 0
 
@@ -127,11 +128,6 @@ class BatchEngine:
 
     def submit(self, rows: Sequence[Row]) -> list[Future]:
         """Queue rows; each future resolves to the translation or raises that row's error."""
-        # An empty row (e.g. a pivot's first hop produced nothing) has nothing to translate; models cannot
-        # encode a zero-length input either.
-        work = [r for r in rows if r.text.strip()]
-        # Token counts are taken here, in the caller's thread, outside the scheduler's lock.
-        lengths = iter(self.backbone.prompt_lengths([self._prompt_row(r) for r in work]) if work else [])
         now = time.monotonic()
         futures: list[Future] = []
         with self._cv:
@@ -140,8 +136,10 @@ class BatchEngine:
             for row in rows:
                 fut: Future = Future()
                 if row.text.strip():
-                    self._queue.append(_Pending(row, fut, next(self._seq), next(lengths), now))
+                    self._queue.append(_Pending(row, fut, next(self._seq), None, now))
                 else:
+                    # Nothing to translate (e.g. a pivot's first hop produced nothing); models cannot encode an
+                    # empty input either.
                     fut.set_result("")
                 futures.append(fut)
             self._cv.notify_all()
@@ -226,13 +224,40 @@ class BatchEngine:
                     self._cv.wait(left)
                 if self._closed:
                     return
-            # Cache views are read outside the engine lock: the cache has its own lock.
-            pinned = set(self.cache.pinned())
-            resident = set(self.cache.lru_order())
-            with self._cv:
-                batch = self._form_batch(pinned, resident)
+                uncounted = [p for p in self._queue if p.tokens is None]
+            try:
+                # Token counts and cache views are taken outside the engine lock, so callers can keep queueing.
+                self._count_tokens(uncounted)
+                pinned = set(self.cache.pinned())
+                resident = set(self.cache.lru_order())
+                with self._cv:
+                    batch = self._form_batch(pinned, resident)
+            except Exception as exc:  # the scheduler must survive anything; the rows it held hear about it
+                log.exception("engine: scheduling failed")
+                with self._cv:
+                    failed, self._queue = self._queue, []
+                _fail(failed, exc)
+                continue
             if batch:
                 self._execute(batch, pinned)
+
+    def _count_tokens(self, pending: list[_Pending]) -> None:
+        if not pending:
+            return
+        try:
+            lengths = self.backbone.prompt_lengths([self._prompt_row(p.row) for p in pending])
+        except Exception:  # find the row the tokenizer refuses; only it fails
+            lengths = []
+            for p in pending:
+                try:
+                    lengths.extend(self.backbone.prompt_lengths([self._prompt_row(p.row)]))
+                except Exception as exc:  # noqa: BLE001
+                    with self._cv:
+                        self._queue = [q for q in self._queue if q is not p]
+                    _fail([p], InvalidInput(f"This text cannot be tokenized: {type(exc).__name__}."))
+                    lengths.append(0)
+        for p, n in zip(pending, lengths):
+            p.tokens = n
 
     def _form_batch(self, pinned: set[str], resident: set[str]) -> list[_Pending]:
         """Pick rows for one batch and drop them from the queue (caller holds the lock)."""
@@ -246,6 +271,8 @@ class BatchEngine:
         starved = [p for p in self._queue if p.skips >= bound]
         rest = [p for p in self._queue if p.skips < bound]
         order = starved + [p for p in rest if cheap(p)] + [p for p in rest if not cheap(p)]
+        # Rows queued after the counts were taken wait for the next round.
+        order = [p for p in order if p.tokens is not None]
         chosen: list[_Pending] = []
         adapters: set[str] = set()
         longest = 0
@@ -264,7 +291,7 @@ class BatchEngine:
             if new_adapter:
                 adapters.add(key)
         taken = {id(p) for p in chosen}
-        for p in self._queue:
+        for p in order:
             if id(p) not in taken:
                 p.skips += 1
         self._queue = [p for p in self._queue if id(p) not in taken]

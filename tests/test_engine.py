@@ -291,3 +291,19 @@ def test_token_budget_splits_batches(marian_dir: Path, marian_adapters: Path, ma
     batches = list(engine.history)[start + 1:]
     assert all(b.padded_tokens <= 40 for b in batches)
     assert max(b.rows for b in batches) == per_batch
+
+
+def test_unexpected_error_fails_its_batch_and_engine_keeps_serving(marian_dir: Path, marian_adapters: Path,
+                                                                   make_engine) -> None:
+    engine = make_engine(marian_dir, marian_adapters)
+    ref = engine.run([row("en2es", TEXTS[0])])
+
+    def boom_once(rows: list[Row]) -> None:
+        engine.before_generate = None
+        raise RuntimeError("shape mismatch somewhere")
+
+    engine.before_generate = boom_once
+    with pytest.raises(RuntimeError, match="shape mismatch somewhere"):
+        engine.run([row("en2es", TEXTS[0]), row("es2en", TEXTS[2])])
+    assert engine.run([row("en2es", TEXTS[0])]) == ref
+    assert engine.run([row("en2es", "   ")]) == [""]  # nothing to translate: no model call
