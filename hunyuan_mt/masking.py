@@ -9,6 +9,7 @@ model, it puts every span back exactly once, removes duplicated or invented sent
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 SENTINEL_OPEN = "⟦"
@@ -134,3 +135,20 @@ def _collapse_spaces(text: str) -> str:
     # Removing a duplicated sentinel can leave two spaces or a space before punctuation behind.
     text = re.sub(r"[ \t]{2,}", " ", text)
     return re.sub(r" +([.,;:!?])", r"\1", text).strip()
+
+
+def protect_pair(src: str, tgt: str) -> tuple[str, str] | None:
+    """A training pair masked on both sides with the same sentinel for the same span, so that a model learns to copy
+    sentinels; None when the two sides do not carry the same spans (a translator dropped or changed one)."""
+    p_src, p_tgt = protect(src), protect(tgt)
+    if sorted(p_src.spans) != sorted(p_tgt.spans):
+        return None
+    # Target span k is the same string as some source span; number it like the source's first unused one.
+    free: dict[str, list[int]] = defaultdict(list)
+    for index, span in enumerate(p_src.spans):
+        free[span].append(index)
+    text = p_tgt.text
+    for index, span in enumerate(p_tgt.spans):
+        text = text.replace(sentinel(index), f"\x00{free[span].pop(0)}\x00", 1)
+    text = re.sub(r"\x00(\d+)\x00", lambda m: sentinel(int(m.group(1))), text)
+    return p_src.text, text

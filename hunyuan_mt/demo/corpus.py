@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..masking import protect, sentinel
+from ..masking import protect, protect_pair
 from .sources import Entry, is_offensive
 
 LANGS = ("es", "de", "fr", "zh")
@@ -46,28 +46,18 @@ def clean(text: str) -> str | None:
     return text
 
 
+def mask_pair(src: str, tgt: str) -> tuple[str, str] | None:
+    """A pair masked for training; None when the two sides do not carry the same do-not-translate spans or the
+    source has more than MAX_SPANS of them (format-heavy strings)."""
+    masked = protect_pair(src, tgt)
+    if masked is None or masked[0].count("⟦") > MAX_SPANS or not _HAS_LETTER.search(re.sub(r"⟦\d+⟧", "", masked[0])):
+        return None
+    return masked
+
+
 def is_key_like(en: str) -> bool:
     """Identifiers such as 'gtk-ok' or 'default:LTR' are program keys, not text."""
     return " " not in en and bool(_KEYLIKE.match(en)) and bool(re.search(r"[_:./-]", en)) or en.isupper() and len(en) > 12
-
-
-def mask_pair(src: str, tgt: str) -> tuple[str, str] | None:
-    """Both sides masked with the same sentinel for the same span (so the model learns to copy), or None when the
-    two sides do not carry the same spans (a translator dropped or changed a placeholder)."""
-    p_src, p_tgt = protect(src), protect(tgt)
-    if len(p_src.spans) > MAX_SPANS or sorted(p_src.spans) != sorted(p_tgt.spans):
-        return None
-    # Target span k is the same string as some source span; number it like the source's first unused one.
-    free: dict[str, list[int]] = defaultdict(list)
-    for index, span in enumerate(p_src.spans):
-        free[span].append(index)
-    text = p_tgt.text
-    for index, span in reversed(list(enumerate(p_tgt.spans))):
-        text = text.replace(sentinel(index), f"\x00{free[span].pop(0)}\x00", 1)
-    text = re.sub(r"\x00(\d+)\x00", lambda m: sentinel(int(m.group(1))), text)
-    if not _HAS_LETTER.search(re.sub(r"⟦\d+⟧", "", p_src.text)):
-        return None
-    return p_src.text, text
 
 
 def _ratio_ok(en: str, other: str, lang: str) -> bool:

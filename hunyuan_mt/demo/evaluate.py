@@ -1,0 +1,86 @@
+"""chrF on the held-out split, five ways per direction, and exact match on frequent UI phrases.
+
+Columns: copy (the source unchanged: the floor), base (no adapter), wrong (another direction's adapter: for en→X the
+en→Y adapter of another target, for X→en the reverse en→X adapter), right (the direction's own adapter) and pivot
+(es→de only: es→en then en→de). Every translation goes through masking.protect/restore, as in serving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sacrebleu
+import torch
+from peft import PeftModel
+from transformers import PreTrainedTokenizerFast
+
+from ..masking import protect, restore
+
+BASE = "__base__"
+
+
+def wrong_adapter(direction: str) -> str:
+    src, tgt = direction.split("2")
+    if src == "en":
+        return "en2es" if tgt != "es" else "en2fr"
+    return f"en2{src}"
+
+
+@torch.inference_mode()
+def translate(model: PeftModel, tokenizer: PreTrainedTokenizerFast, texts: list[str], adapter: str,
+              batch_size: int = 64, max_new_tokens: int = 96) -> list[str]:
+    """Greedy translations of `texts` through `adapter` (or BASE), masked spans restored."""
+    device = next(model.parameters()).device
+    protected = [protect(t) for t in texts]
+    outputs: list[str] = [""] * len(texts)
+    order = sorted(range(len(texts)), key=lambda i: len(protected[i].text))
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        enc = tokenizer([protected[i].text for i in rows], return_tensors="pt", padding=True, truncation=True,
+                        max_length=128).to(device)
+        generated = model.generate(**enc, adapter_names=[adapter] * len(rows), num_beams=1, do_sample=False,
+                                   max_new_tokens=max_new_tokens)
+        for i, text in zip(rows, tokenizer.batch_decode(generated, skip_special_tokens=True)):
+            outputs[i] = restore(text.strip(), protected[i])
+    return outputs
+
+
+def chrf(hypotheses: list[str], references: list[str]) -> float:
+    return round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 1)
+
+
+def evaluate(model: PeftModel, tokenizer: PreTrainedTokenizerFast, test: dict[str, list[tuple[str, str]]],
+             frequent: dict[str, list[tuple[str, str]]], directions: list[str],
+             progress: Callable[[str], None] = print, limit: int | None = None) -> dict:
+    scores: dict[str, dict] = {}
+    samples: dict[str, list[dict[str, str]]] = {}
+    for direction in directions + ["es2de"]:
+        items = test[direction][:limit] if limit else test[direction]
+        sources = [s for s, _ in items]
+        refs = [r for _, r in items]
+        row: dict[str, float | int | None] = {"items": len(items), "copy": chrf(sources, refs)}
+        if direction == "es2de":
+            hop = translate(model, tokenizer, sources, "es2en")
+            hyps = translate(model, tokenizer, hop, "en2de")
+            row.update(base=chrf(translate(model, tokenizer, sources, BASE), refs), wrong=None, right=None,
+                       pivot=chrf(hyps, refs))
+        else:
+            hyps = translate(model, tokenizer, sources, direction)
+            row.update(base=chrf(translate(model, tokenizer, sources, BASE), refs),
+                       wrong=chrf(translate(model, tokenizer, sources, wrong_adapter(direction)), refs),
+                       right=chrf(hyps, refs), pivot=None)
+        scores[direction] = row
+        samples[direction] = [{"src": s, "ref": r, "hyp": h} for s, r, h in zip(sources, refs, hyps)]
+        progress(f"{direction}: {row}")
+    exact: dict[str, dict] = {}
+    for direction, items in frequent.items():
+        if direction not in directions:
+            continue
+        hyps = translate(model, tokenizer, [s for s, _ in items], direction)
+        hits = sum(h == r for h, (_, r) in zip(hyps, items))
+        folded = sum(h.casefold().rstrip(".") == r.casefold().rstrip(".") for h, (_, r) in zip(hyps, items))
+        exact[direction] = {"items": len(items), "exact": round(100 * hits / max(1, len(items)), 1),
+                            "exact_casefold": round(100 * folded / max(1, len(items)), 1),
+                            "samples": [{"src": s, "ref": r, "hyp": h} for h, (s, r) in zip(hyps[:40], items[:40])]}
+        progress(f"{direction} frequent phrases: exact {exact[direction]['exact']}%")
+    return {"chrf": scores, "frequent": exact, "samples": samples}
