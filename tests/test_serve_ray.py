@@ -43,17 +43,17 @@ PAIRS = ("en2es", "es2en", "en2de", "de2en", "en2fr", "fr2en")
 
 @ray.remote(num_cpus=0)
 class Signal:
-    """Holds generates open: `wait` blocks until `send`; `arrived` counts the holds that started."""
+    """Holds generates open: `wait` blocks until `send`; `arrived` lists the pids of the holds that started."""
 
     def __init__(self) -> None:
         self.event = asyncio.Event()
-        self.count = 0
+        self.pids: list[int] = []
 
-    async def arrive(self) -> None:
-        self.count += 1
+    async def arrive(self, pid: int) -> None:
+        self.pids.append(pid)
 
-    async def arrived(self) -> int:
-        return self.count
+    async def arrived(self) -> list[int]:
+        return list(self.pids)
 
     async def wait(self) -> None:
         await self.event.wait()
@@ -63,13 +63,14 @@ class Signal:
 
     async def reset(self) -> None:
         self.event.clear()
-        self.count = 0
+        self.pids = []
 
 
 class HoldingReplica(TranslatorReplica):
     """The real replica, with its backbone's generate held open for rows that start with HOLD."""
 
     def _build_service(self, cfg: Any) -> Any:
+        _no_detector_warmup()
         service = super()._build_service(cfg)
         backbone = service.backbone
         original = backbone.generate
@@ -77,12 +78,20 @@ class HoldingReplica(TranslatorReplica):
         def generate(rows: Any, *args: Any, **kwargs: Any) -> Any:
             if any(getattr(r, "text", "").startswith(HOLD) for r in rows):
                 signal = ray.get_actor(SIGNAL, namespace=NAMESPACE)
-                ray.get(signal.arrive.remote())
+                ray.get(signal.arrive.remote(os.getpid()))
                 ray.get(signal.wait.remote())
             return original(rows, *args, **kwargs)
 
         backbone.generate = generate
         return service
+
+
+def _no_detector_warmup() -> None:
+    """Skip the service's background lingua warm-up (seconds of CPU per process on a 2-core machine): the one
+    `auto` test loads it on first use instead. Detection results are the same either way."""
+    import hunyuan_mt.service as service_module
+
+    service_module.warm_detector = lambda: None
 
 
 def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
@@ -140,8 +149,8 @@ def reference(settings: ServeSettings) -> Any:
     """The single-process service on the same profile: what every replica's answer must equal."""
     from hunyuan_mt.service import TranslationService
 
-    cfg = load_config(settings.profile)
-    service = TranslationService(cfg)
+    _no_detector_warmup()
+    service = TranslationService(load_config(settings.profile))
     yield service
     service.close()
 
@@ -161,7 +170,7 @@ def cluster(settings: ServeSettings) -> Any:
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     signal = Signal.options(name=SIGNAL, namespace=NAMESPACE).remote()
     port = free_port()
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
     ingress = serve.run(build_application(settings, replica_cls=HoldingReplica), name=APP_NAME, route_prefix="/")
     yield {"ingress": ingress, "signal": signal, "port": port, "cluster": cluster}
     serve.shutdown()
@@ -277,7 +286,7 @@ def test_ray_evicts_a_pair_mid_generate_and_the_lease_keeps_its_adapter(cluster:
     ray.get(signal.reset.remote())
     hot = serve.get_deployment_handle("hot", app_name=APP_NAME)
     held = hot.options(multiplexed_model_id="en2de").translate.remote([HELD_TEXT], "en", "de")
-    wait_until(lambda: ray.get(signal.arrived.remote()) >= 1, "the en2de generate to start")
+    wait_until(lambda: ray.get(signal.arrived.remote()), "the en2de generate to start")
     before = hot.info.remote().result()
     assert before["ray_models"] == ["en2de"]
     assert {"key": "en2de", "leases": 1} in [{"key": r["key"], "leases": r["leases"]}
@@ -316,7 +325,7 @@ def test_killing_a_replica_mid_load_loses_no_accepted_request(cluster: Any, refe
     victim = infos(cluster)[victim_id]
     texts = [f"{HELD_TEXT} {i}" for i in range(3)]
     pending = [cluster["ingress"].translate.remote([t], "en", "fr") for t in texts]
-    wait_until(lambda: ray.get(signal.arrived.remote()) >= 1, "requests to be held on the victim")
+    wait_until(lambda: victim["pid"] in ray.get(signal.arrived.remote()), "requests to be held on the victim")
     ray.kill(ray.get_actor(victim["actor_name"], namespace="serve"), no_restart=True)
     ray.get(signal.send.remote())
 

@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         if args.num_gpus is not None:
             init["num_gpus"] = args.num_gpus
     ray.init(**init)
-    serve.start(http_options={"host": http["host"], "port": int(http["port"])})
+    serve.start(proxy_location=doc.get("proxy_location") or "HeadOnly",
+                http_options={"host": http["host"], "port": int(http["port"])})
     app = build_application(settings)
     print(f"serve-ray: starting {', '.join(f'{g.name} ({g.replicas} x, pinned {g.pinned or []})' for g in settings.groups)}"
           f" with profile {settings.profile or 'default'}; this takes a while (each replica loads the model)",
