@@ -442,3 +442,57 @@ def test_churn_keeps_slots_bounded_and_outputs_exact(marian, make_cache, marian_
     assert failures == []
     s = cache.stats()
     assert all(r.leases == 0 for r in s.resident) and s.busy == 0 and cache.loading() == {}
+
+
+def test_unknown_or_unusable_pair_fails_without_evicting(marian, make_cache, adapters_copy, marian_dir) -> None:
+    tiny_models.make_incompatible_adapter(marian_dir, adapters_copy / "de2fr")
+    cache = make_cache(marian, adapters_copy, slots=1)
+    touch(cache, "en2de")
+    with pytest.raises(AdapterNotFound, match="^No adapter for it2en.$"):
+        touch(cache, "it2en")
+    with pytest.raises(AdapterUnusable, match="^Adapter de2fr is unusable: shape mismatch"):
+        touch(cache, "de2fr")
+    s = cache.stats()
+    assert cache.lru_order() == ["en2de"] and s.evictions == 0 and s.disk_loads == 1
+
+
+def test_all_adapters_detached_then_base_and_adapters_still_work(marian, make_cache, marian_adapters,
+                                                                 references) -> None:
+    cache = make_cache(marian, marian_adapters, slots=2)
+    touch(cache, "en2de", "en2fr")
+    assert cache.evict_idle(keep_ram=False) == [P("en2de"), P("en2fr")]
+    assert list(marian.model.peft_config) == []  # nothing attached at all
+    assert run(marian, cache, None) == references[None]
+    assert run(marian, cache, "fr2en") == references["fr2en"]
+
+
+def test_rescan_retires_a_leased_stale_slot_after_its_rows(marian, make_cache, adapters_copy, marian_dir,
+                                                           references) -> None:
+    cache = make_cache(marian, adapters_copy, slots=2)
+    with cache.lease([P("en2de")]) as lease:
+        tiny_models.make_adapter(marian_dir, adapters_copy / "en2de", seed=4321)
+        cache.rescan()
+        assert cache.lru_order() == []  # new requests will load the new version
+        # the row in flight still runs on the weights it started with
+        assert marian.generate([ROW], lease.adapter_names, GREEDY, max_new_tokens=10)[0] == references["en2de"]
+        new = run(marian, cache, "en2de")
+        assert new != references["en2de"] and cache.lru_order() == ["en2de"]
+    assert run(marian, cache, "en2de") == new
+
+
+def test_concurrent_generates_are_serialised_and_exact(marian, make_cache, marian_adapters, references) -> None:
+    cache = make_cache(marian, marian_adapters, slots=3, pinned=["en2es", "es2en"])
+    keys = ["en2es", "es2en", None, "en2es"]
+    barrier = threading.Barrier(len(keys))
+    outs: dict[int, str] = {}
+
+    def worker(i: int, key: str | None) -> None:
+        barrier.wait()
+        outs[i] = run(marian, cache, key)
+
+    threads = [threading.Thread(target=worker, args=(i, k)) for i, k in enumerate(keys)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [outs[i] for i in range(len(keys))] == [references[k] for k in keys]
