@@ -50,7 +50,7 @@ def wait_until(predicate, what: str, timeout: float = 30.0) -> None:
 class DiskSpy:
     """Wraps the cache's one disk read path; optionally holds each read until `gate` is set."""
 
-    def __init__(self, monkeypatch, gate: threading.Event | None = None) -> None:
+    def __init__(self, monkeypatch, gate: threading.Event | None = None, only: str | None = None) -> None:
         self.calls: list[str] = []
         self.entered = threading.Event()
         self.gate = gate
@@ -58,9 +58,10 @@ class DiskSpy:
 
         def spy(info):
             self.calls.append(info.key)
-            self.entered.set()
-            if self.gate is not None:
-                assert self.gate.wait(30)
+            if only is None or info.key == only:
+                self.entered.set()
+                if self.gate is not None:
+                    assert self.gate.wait(30)
             return real(info)
 
         monkeypatch.setattr(cache_mod, "read_adapter", spy)
@@ -496,3 +497,25 @@ def test_concurrent_generates_are_serialised_and_exact(marian, make_cache, maria
     for t in threads:
         t.join(60)
     assert [outs[i] for i in range(len(keys))] == [references[k] for k in keys]
+
+
+def test_failed_multi_pair_lease_leaks_no_lease(marian, make_cache, adapters_copy, monkeypatch) -> None:
+    """A lease that joined another request's load and then failed on its own pair gives everything back."""
+    cache = make_cache(marian, adapters_copy, slots=3)
+    data = adapters_copy / "en2fr" / "adapter_model.safetensors"
+    stat = data.stat()
+    data.write_bytes(b"\x00" * stat.st_size)
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    gate = threading.Event()
+    spy = DiskSpy(monkeypatch, gate, only="en2de")
+    loader = threading.Thread(target=touch, args=(cache, "en2de"))
+    loader.start()
+    assert spy.entered.wait(30)
+    with pytest.raises(AdapterUnusable, match="^Adapter en2fr could not be read"):
+        touch(cache, "en2de", "en2fr")
+    assert cache.loading() == {"en2de": 0}  # our wait was withdrawn
+    gate.set()
+    loader.join(30)
+    s = cache.stats()
+    assert [(r.key, r.leases) for r in s.resident] == [("en2de", 0)]
+    touch(cache, "en2de", "fr2en", "de2en")  # all three slots still usable: nothing leaked

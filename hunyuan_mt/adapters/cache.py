@@ -201,9 +201,9 @@ class AdapterCache:
         self._counts = dict(hits=0, pinned_hits=0, ram_hits=0, disk_loads=0, hotswaps=0, injections=0, evictions=0,
                             failures=0, busy=0, slot_waits=0)
         self._load_ms: list[float] = []
-        self._forget_foreign_adapters()
         self._attach_ms: list[float] = []
         self._started = False
+        self._forget_foreign_adapters()
 
     def _forget_foreign_adapters(self) -> None:
         """This cache owns every adapter on the backbone: drop any left by an earlier cache on the same backbone
@@ -216,7 +216,9 @@ class AdapterCache:
             if names:
                 log.warning("adapter cache: detaching %d adapters left by an earlier cache: %s", len(names), names)
             for name in names:
-                self._delete(name)
+                self._delete(name, free=False)
+            if names:
+                _free_memory()
 
     # ------------------------------------------------------------------ start / pins
 
@@ -448,12 +450,28 @@ class AdapterCache:
                 held.remove(load.slot)  # type: ignore[arg-type]  # _load dropped the loader's lease
                 error = error or exc
         if error is not None:
+            for load in waiting:
+                self._abandon(load)
             raise error
-        for load in waiting:
-            slot = self._wait_for(load, deadline)
+        for i, load in enumerate(waiting):
+            try:
+                slot = self._wait_for(load, deadline)
+            except BaseException:
+                for rest in waiting[i + 1:]:
+                    self._abandon(rest)
+                raise
             held.append(slot)
             names[load.pair] = slot.name
         return names
+
+    def _abandon(self, load: _Load) -> None:
+        """Stop waiting for another request's load: undo the waiter count, or the lease its loader gave us."""
+        with self._cv:
+            if not load.done.is_set():
+                load.waiters -= 1
+            elif load.error is None and load.slot is not None:
+                load.slot.leases -= 1
+                self._cv.notify_all()
 
     def _ready_slot(self, pair: Pair) -> _Slot | None:
         slot = self._lru.get(pair)
