@@ -91,11 +91,15 @@ def _model_source(cfg: ModelConfig) -> str:
             raise ModelUnavailable(f"Model folder {cfg.path!r} has no config.json; it is not a Hugging Face model.")
         return str(folder)
     if _HUB_ID.match(cfg.path) and not Path(cfg.path).expanduser().is_absolute():
-        return cfg.path
-    raise ModelUnavailable(
-        f"Model folder {cfg.path!r} does not exist. Nothing is downloaded by this server: put the model there "
-        "(config.json, tokenizer, *.safetensors) or set model.path."
-    )
+        return cfg.path  # maybe a hub id already in the local Hugging Face cache; _load says so if it is not
+    raise ModelUnavailable(_missing_message(cfg))
+
+
+def _missing_message(cfg: ModelConfig) -> str:
+    hint = " Build the embedded demo model with `python -m hunyuan_mt build-demo`." if cfg.path == "models/demo" else ""
+    return (f"Model {cfg.path!r} was found neither as a folder nor in the local Hugging Face cache. Nothing is "
+            "downloaded by this server: put the model folder there (config.json, tokenizer, *.safetensors) or set "
+            f"model.path.{hint}")
 
 
 def _resolved_key(cfg: ModelConfig) -> tuple[Any, ...]:
@@ -196,11 +200,8 @@ class Backbone:
         common = {"local_files_only": True, "trust_remote_code": cfg.trust_remote_code}
         try:
             hf_config = AutoConfig.from_pretrained(source, **common)
-        except OSError as exc:
-            raise ModelUnavailable(
-                f"Model {cfg.path!r} is not available locally ({type(exc).__name__}). Nothing is downloaded by this "
-                "server: put the model folder in place or set model.path."
-            ) from None
+        except OSError:
+            raise ModelUnavailable(_missing_message(cfg)) from None
         except ValueError as exc:
             raise ModelUnavailable(f"Model {cfg.path!r} cannot be loaded: {str(exc).splitlines()[0][:200]}") from None
         arch = cfg.arch
@@ -320,6 +321,20 @@ class Backbone:
             raise ValueError(f"{len(rows)} rows but {len(adapter_names)} adapter names")
         if not rows:
             return []
+        if self.arch == ENCODER_DECODER:
+            forced = [self.target_token_id(r.tgt) for r in rows]
+            if None in forced and any(f is not None for f in forced):
+                # Rows with and without a target token need different decoder prefixes; run them apart so each
+                # row's output stays what it would be alone.
+                with_tok = [i for i, f in enumerate(forced) if f is not None]
+                without = [i for i, f in enumerate(forced) if f is None]
+                out: list[str] = [""] * len(rows)
+                for group in (with_tok, without):
+                    texts = self.generate([rows[i] for i in group], [adapter_names[i] for i in group], gen,
+                                          max_new_tokens, **extra)
+                    for i, text in zip(group, texts):
+                        out[i] = text
+                return out
         with self.model_lock:
             model = self.model
             is_peft = model is not self.base_model

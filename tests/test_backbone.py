@@ -154,3 +154,24 @@ def test_prompt_lengths_count_model_tokens(fresh_backbone, hunyuan_dir: Path) ->
     bb = fresh_backbone(hunyuan_dir)
     short, long = bb.prompt_lengths([PromptRow("Hi", "en", "es"), PromptRow("Hi " * 30, "en", "es")])
     assert 0 < short < long
+
+
+def test_rows_with_and_without_target_token_equal_alone(fresh_backbone, make_cache, marian_dir, marian_adapters,
+                                                         monkeypatch) -> None:
+    """A vocabulary lacking one target's token: those rows run apart, each still equal to its run alone."""
+    bb = fresh_backbone(marian_dir)
+    real = bb.target_token_id
+    monkeypatch.setattr(bb, "target_token_id", lambda tgt: None if tgt == "fr" else real(tgt))
+    cache = make_cache(bb, marian_adapters, slots=3)
+    rows = [ROWS[0], ROWS[3], ROWS[1]]
+    pairs = [Pair("en", "es"), None, Pair("en", "de")]
+    with cache.lease(pairs) as lease:
+        mixed = bb.generate(rows, lease.adapter_names, GREEDY, max_new_tokens=10)
+        alone = [bb.generate([r], [n], GREEDY, max_new_tokens=10)[0] for r, n in zip(rows, lease.adapter_names)]
+    assert mixed == alone
+
+
+def test_missing_demo_model_points_to_build_demo() -> None:
+    with pytest.raises(ModelUnavailable, match=r"python -m hunyuan_mt build-demo"):
+        Backbone.load_uncached(ModelConfig(path="models/demo")) if not ModelConfig().resolved_path.exists() \
+            else pytest.skip("the demo model is built here")
