@@ -83,6 +83,8 @@ class EngineStats:
     rows: int = 0
     oom_splits: int = 0
     oom_failures: int = 0
+    #: Batches split because a non-OOM error hit them (to find the row that causes it).
+    error_splits: int = 0
     max_rows_seen: int = 0
     max_distinct_nonpinned: int = 0
     generate_ms: deque = field(default_factory=lambda: deque(maxlen=1000))
@@ -198,7 +200,7 @@ class BatchEngine:
             "batches": s.batches, "rows": s.rows,
             "mean_batch_rows": round(s.rows / s.batches, 2) if s.batches else None,
             "max_rows_seen": s.max_rows_seen, "max_distinct_nonpinned": s.max_distinct_nonpinned,
-            "oom_splits": s.oom_splits, "oom_failures": s.oom_failures,
+            "oom_splits": s.oom_splits, "oom_failures": s.oom_failures, "error_splits": s.error_splits,
             "generate_ms_p50": _pct(gen, 0.5), "generate_ms_p95": _pct(gen, 0.95),
             "queue_ms_p50": _pct(queue, 0.5), "queue_ms_p95": _pct(queue, 0.95),
             "queued": self.queued(), "light_mode": self.light, "max_rows": self.max_rows,
@@ -329,11 +331,21 @@ class BatchEngine:
                 self.before_generate(rows)
             t0 = time.perf_counter()
             outs = self.backbone.generate([self._prompt_row(r) for r in rows], names, self.gen,
-                                          self.limits.max_new_tokens, **self._extra_kwargs())
+                                          self._max_new_tokens(batch), **self._extra_kwargs())
             ms = (time.perf_counter() - t0) * 1000
-        except BaseException as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001
             if not is_oom(exc):
-                raise
+                if len(batch) == 1:
+                    log.error("engine: a %s→%s row failed: %s: %s", rows[0].src, rows[0].tgt, type(exc).__name__,
+                              exc)
+                    _fail(batch, exc)
+                    return
+                # Isolate the row that breaks the model rather than fail every caller in the batch.
+                self.stats.error_splits += 1
+                half = len(batch) // 2
+                self._generate(batch[:half], names[:half], pinned, splits + 1)
+                self._generate(batch[half:], names[half:], pinned, splits + 1)
+                return
             self._free_memory()
             if len(batch) == 1:
                 self.stats.oom_failures += 1
@@ -363,6 +375,22 @@ class BatchEngine:
         s.generate_ms.append(ms)
         for p, text in zip(batch, outs):
             p.future.set_result(text)
+
+    def _max_new_tokens(self, batch: list[_Pending]) -> int:
+        """limits.max_new_tokens, capped so positions stay inside the model's max_position_embeddings.
+
+        Encoder-decoder: the cap does not depend on the batch. Decoder-only: it binds only for prompts within
+        max_new_tokens of the context length, the one case where a row's output could depend on its batch.
+        """
+        limit = self.limits.max_new_tokens
+        config = getattr(self.backbone.base_model, "config", None)
+        max_pos = getattr(config, "max_position_embeddings", None)
+        if isinstance(max_pos, int) and max_pos > 0:
+            if self.backbone.arch == "encoder-decoder":
+                limit = min(limit, max_pos - 2)  # decoder start + target-language token
+            else:
+                limit = min(limit, max_pos - max((p.tokens or 0 for p in batch), default=0))
+        return max(1, limit)
 
     def _extra_kwargs(self) -> dict[str, Any]:
         return dict(QUANTIZED_KV_KWARGS) if self.kv_quantization else {}

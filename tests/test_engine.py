@@ -293,17 +293,28 @@ def test_token_budget_splits_batches(marian_dir: Path, marian_adapters: Path, ma
     assert max(b.rows for b in batches) == per_batch
 
 
-def test_unexpected_error_fails_its_batch_and_engine_keeps_serving(marian_dir: Path, marian_adapters: Path,
-                                                                   make_engine) -> None:
+def test_unexpected_error_fails_only_the_row_that_causes_it(marian_dir: Path, marian_adapters: Path,
+                                                             make_engine) -> None:
     engine = make_engine(marian_dir, marian_adapters)
-    ref = engine.run([row("en2es", TEXTS[0])])
+    rows = [row("en2es", TEXTS[0]), row("es2en", "BREAKS THE MODEL"), row(None, TEXTS[2])]
+    ref = {r: engine.run([r])[0] for r in rows if r.text != "BREAKS THE MODEL"}
 
-    def boom_once(rows: list[Row]) -> None:
-        engine.before_generate = None
-        raise RuntimeError("shape mismatch somewhere")
+    def breaks(batch: list[Row]) -> None:
+        if any(r.text == "BREAKS THE MODEL" for r in batch):
+            raise RuntimeError("shape mismatch somewhere")
 
-    engine.before_generate = boom_once
+    futures = held_batch(engine, rows, then=breaks)
     with pytest.raises(RuntimeError, match="shape mismatch somewhere"):
-        engine.run([row("en2es", TEXTS[0]), row("es2en", TEXTS[2])])
-    assert engine.run([row("en2es", TEXTS[0])]) == ref
+        futures[1].result(timeout=60)
+    assert [futures[0].result(timeout=60), futures[2].result(timeout=60)] == [ref[rows[0]], ref[rows[2]]]
+    assert engine.stats.error_splits >= 1
+    engine.before_generate = None
+    assert engine.run([rows[0]]) == [ref[rows[0]]]  # the engine keeps serving
     assert engine.run([row("en2es", "   ")]) == [""]  # nothing to translate: no model call
+
+
+def test_max_new_tokens_capped_by_model_positions(marian_dir: Path, marian_adapters: Path, make_engine) -> None:
+    # The tiny Marian has 128 positions; asking for 500 new tokens must not index past them.
+    engine = make_engine(marian_dir, marian_adapters, max_new_tokens=500)
+    assert engine._max_new_tokens([]) == 126
+    assert isinstance(engine.run([row("en2es", TEXTS[0])])[0], str)
