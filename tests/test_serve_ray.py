@@ -278,6 +278,16 @@ def test_http_ingress_is_the_libretranslate_api_and_names_the_replica(cluster: A
     assert r.status_code == 200 and any(lang["code"] == "en" for lang in r.json())
 
 
+def test_gradio_page_is_served_by_the_ingress_too(cluster: Any, reference: Any) -> None:
+    from gradio_client import Client
+
+    url = f"http://127.0.0.1:{cluster['port']}"
+    ui = Client(url + "/ui/", verbose=False)
+    text, info = ui.predict("Hello world, how are you today?", "en", "de", api_name="/translate")
+    assert text == reference.translate("Hello world, how are you today?", "en", "de").text
+    assert "en → de" in info
+
+
 def test_ray_evicts_a_pair_mid_generate_and_the_lease_keeps_its_adapter(cluster: Any, reference: Any) -> None:
     """Ray's multiplexer (capacity 1 on "hot") drops en2de's handle while en2de's generate is held; our cache
     keeps the adapter attached under its lease, the held request completes with the right text, and the slot goes

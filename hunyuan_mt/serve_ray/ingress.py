@@ -1,4 +1,4 @@
-"""The HTTP ingress: the same REST API as the single-process server, over replica groups.
+"""The HTTP ingress: the same REST API (and Gradio page at /ui) as the single-process server, over replica groups.
 
 `RemoteService` looks like a TranslationService to `web.api.create_app` (so no route is written twice): each
 call picks a group (the one pinning the pair, or its first pivot hop, else the long tail), sends it with the pair
@@ -279,9 +279,15 @@ class Ingress:
         self.remote = RemoteService(handles, self.settings, self.cfg)
 
     def __serve_build_asgi_app__(self) -> Any:
-        from ..web.api import create_app
+        if self.settings.ui:
+            # The same app as the single-process server: REST at the root, the Gradio page at /ui.
+            from ..web.server import build_app
 
-        app = create_app(self.remote, self.cfg)
+            app = build_app(self.remote, self.cfg)
+        else:
+            from ..web.api import create_app
+
+            app = create_app(self.remote, self.cfg)
         app.add_middleware(ServedByMiddleware)
         return app
 

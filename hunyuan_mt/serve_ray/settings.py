@@ -93,6 +93,8 @@ class ServeSettings:
     #: Attempts per request when a replica dies or is unreachable, and the pause between them.
     retries: int = 4
     retry_backoff_s: float = 0.5
+    #: Serve the Gradio page at /ui beside the REST API (as app.py does); false for a REST-only ingress.
+    ui: bool = True
 
     def __post_init__(self) -> None:
         self.groups = [g if isinstance(g, GroupSpec) else _group(g) for g in self.groups]
