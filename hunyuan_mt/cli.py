@@ -47,7 +47,10 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace) -> Config:
-    return load_config(args.config, parse_set_args(args.set))
+    overrides = parse_set_args(args.set)
+    # A one-shot command gains nothing from warming up (a throw-away generation, the detector's models).
+    overrides.setdefault("model.warmup", False)
+    return load_config(args.config, overrides)
 
 
 def _service(args: argparse.Namespace):

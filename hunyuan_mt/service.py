@@ -111,8 +111,9 @@ class TranslationService:
         self._history: deque[tuple[float, float, float | None]] = deque(maxlen=500)
         self._counts = {"requests": 0, "errors": 0, "segments": 0, "characters": 0}
         self._lock = threading.Lock()
-        # lingua loads its models lazily (seconds); do it now, off the request path.
-        threading.Thread(target=warm_detector, name="hmt-detect-warmup", daemon=True).start()
+        if cfg.model.warmup:
+            # lingua loads its models lazily (seconds); do it now, off the request path.
+            threading.Thread(target=warm_detector, name="hmt-detect-warmup", daemon=True).start()
 
     def close(self) -> None:
         """Stop the engine and the memory monitor (tests; a server simply exits)."""
