@@ -519,3 +519,24 @@ def test_failed_multi_pair_lease_leaks_no_lease(marian, make_cache, adapters_cop
     s = cache.stats()
     assert [(r.key, r.leases) for r in s.resident] == [("en2de", 0)]
     touch(cache, "en2de", "fr2en", "de2en")  # all three slots still usable: nothing leaked
+
+
+def test_read_error_fails_only_its_pair(marian, make_cache, marian_adapters, references, monkeypatch) -> None:
+    import errno
+
+    import safetensors.torch
+
+    real = safetensors.torch.load_file
+
+    def flaky(path, *a, **k):
+        if "en2de" in str(path):
+            raise OSError(errno.EIO, "Input/output error")
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(safetensors.torch, "load_file", flaky)
+    cache = make_cache(marian, marian_adapters, slots=2)
+    with pytest.raises(AdapterUnusable) as err:
+        run(marian, cache, "en2de")
+    assert err.value.message == "Adapter en2de could not be read: [Errno 5] Input/output error"
+    assert run(marian, cache, "en2fr") == references["en2fr"]
+    assert cache.stats().failed == {"en2de": err.value.message}

@@ -167,6 +167,26 @@ def _check_shapes(shapes: dict[str, tuple[int, ...]], spec: BackboneSpec, config
                 f"shape mismatch at {module}: lora_A {list(a)} / lora_B {list(b)} do not fit a "
                 f"{in_f}→{out_f} layer (trained for another base model?)"
             )
+        rank = _configured_rank(config, module)
+        if a[0] != rank:
+            # PEFT would build rank-r layers and then fail to copy these weights into them.
+            raise AdapterUnusable(f"rank mismatch at {module}: lora_A {list(a)} has rank {a[0]}, the config "
+                                  f"says r={rank}")
+    restricted = getattr(config, "layers_to_transform", None) is not None or getattr(config, "exclude_modules", None)
+    if isinstance(config.target_modules, (list, set, tuple)) and not restricted:
+        # Every layer the config targets gets LoRA layers; weights missing for one would fail inside PEFT.
+        uncovered = [m for m in spec.matching(list(config.target_modules)) if m not in ranks]
+        if uncovered:
+            raise AdapterUnusable(f"{WEIGHTS_FILE} lacks lora_A/lora_B weights for {len(uncovered)} of the layers "
+                                  f"its target_modules select (e.g. {uncovered[0]})")
+
+
+def _configured_rank(config: Any, module: str) -> int:
+    """The rank PEFT gives `module`: a matching rank_pattern entry (PEFT's own suffix-regex rule), else r."""
+    for pattern, rank in (getattr(config, "rank_pattern", None) or {}).items():
+        if re.match(rf"(.*\.)?({pattern})$", module):
+            return int(rank)
+    return int(config.r)
 
 
 def _header_shapes(weights: Path) -> dict[str, tuple[int, ...]]:
@@ -185,7 +205,7 @@ def _header_shapes(weights: Path) -> dict[str, tuple[int, ...]]:
 def _short(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     # Messages from safetensors/OS may carry paths; keep only the gist.
-    return re.sub(r"(/[^\s:'\"]+)+", "<path>", text)[:160]
+    return re.sub(r"(?<![\w.])/(?:[^\s:'\"/]+/)*[^\s:'\"/]*", "<path>", text)[:160]
 
 
 def validate(folder: Path, pair: Pair, spec: BackboneSpec) -> AdapterInfo:
