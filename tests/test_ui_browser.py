@@ -107,11 +107,17 @@ def test_document_tab_upload_and_download_docx(page, live_server: LiveServer, tm
 
 
 def test_status_tab_shows_the_adapter_just_used(page, live_server: LiveServer) -> None:
+    # en2fr is not pinned in the test profiles: translating puts it in a slot, and the status table shows it.
+    page.get_by_role("tab", name="Text").click()
+    choose(page, "hmt-src", "English (en)")
+    choose(page, "hmt-tgt", "Français — French (fr)")
+    page.locator("#hmt-source textarea").fill(TEXT)
+    page.locator("#hmt-translate").click()
+    page.locator("#hmt-info").get_by_text("en → fr (direct)").wait_for()
     page.get_by_role("tab", name="Status").click()
-    # en2de served the text test from a slot (it is not pinned in the test profiles); the timer refreshes the table.
     table = page.locator("#hmt-adapters")
-    row = table.locator("[role=row]").filter(has_text="en2de")
-    row.wait_for()
+    row = table.locator("[role=row]").filter(has_text="en2fr")
+    row.wait_for()  # the status timer refreshes the table every 2 s
     assert "slot" in row.inner_text()
     assert "pinned" in table.locator("[role=row]").filter(has_text="en2es").inner_text()
     page.locator("#hmt-overview").get_by_text("Backbone:").wait_for()

@@ -8,11 +8,11 @@ message; anything unexpected is logged and shown as a short generic message, nev
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import tempfile
 import time
 import weakref
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -249,7 +249,9 @@ def _adapters_frame(status: dict[str, Any]) -> pd.DataFrame:
         if entry.get("pinned"):
             state = "pinned"
         else:
-            state = f"slot {entry.get('slot')}" if entry.get("slot") is not None else "attached"
+            # The cache names its slots ("slot0_"); show the number.
+            number = re.search(r"\d+", str(entry.get("slot") or ""))
+            state = f"slot {number.group()}" if number else "slot"
         rows.append({"adapter": entry.get("key"), "state": state, "leases": entry.get("leases", 0)})
     for key in cache.get("ram_tier") or []:
         rows.append({"adapter": key, "state": "RAM tier", "leases": 0})
@@ -280,17 +282,15 @@ def _cache_markdown(status: dict[str, Any]) -> str:
 
 
 def _history_frame(status: dict[str, Any], field: str) -> pd.DataFrame:
-    """status["history"] holds [unix time, latency ms, hit rate or None] per request."""
+    """status["history"] holds [unix time, latency ms, hit rate or None] per request; x is seconds before now."""
     column = 1 if field == "latency_ms" else 2
+    now = time.time()
     rows = []
     for point in status.get("history") or []:
         stamp, value = point[0], point[column]
         if isinstance(value, (int, float)) and isinstance(stamp, (int, float)):
-            rows.append({"time": datetime.fromtimestamp(stamp, tz=timezone.utc).replace(tzinfo=None),
-                         field: float(value)})
-    if not rows:  # typed, so the plot's x axis is temporal from the first refresh
-        return pd.DataFrame({"time": pd.Series(dtype="datetime64[ns]"), field: pd.Series(dtype="float64")})
-    return pd.DataFrame(rows[-200:], columns=["time", field])
+            rows.append({"seconds": round(stamp - now, 1), field: float(value)})
+    return pd.DataFrame(rows[-200:], columns=["seconds", field]).astype("float64")
 
 
 def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None) -> gr.Blocks:
@@ -348,10 +348,10 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None) -> gr
                                     interactive=False, elem_id="hmt-adapters")
             counters = gr.Markdown("", elem_id="hmt-counters")
             with gr.Row():
-                latency_plot = gr.LinePlot(x="time", y="latency_ms", title="Latency (ms)", elem_id="hmt-latency",
-                                           height=220)
-                hit_plot = gr.LinePlot(x="time", y="hit_rate", title="Adapter cache hit rate", y_lim=[0, 1],
-                                       elem_id="hmt-hitrate", height=220)
+                latency_plot = gr.LinePlot(x="seconds", y="latency_ms", title="Latency (ms)", elem_id="hmt-latency",
+                                           x_title="seconds ago", y_title="ms", height=220)
+                hit_plot = gr.LinePlot(x="seconds", y="hit_rate", title="Adapter cache hit rate", y_lim=[0, 1],
+                                       x_title="seconds ago", y_title="hit rate", elem_id="hmt-hitrate", height=220)
             with gr.Accordion("Admin (needs the admin key)", open=False):
                 admin_key = gr.Textbox(label="Admin key", type="password", elem_id="hmt-admin-key")
                 admin_pair = gr.Textbox(label="Pair (e.g. en2es)", elem_id="hmt-admin-pair")
