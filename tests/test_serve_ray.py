@@ -200,6 +200,52 @@ def translate(cluster: Any, texts: list[str], src: str, tgt: str) -> list[dict[s
 # ---------------------------------------------------------------------------------------------- tests
 
 
+def test_settings_are_validated_with_messages_naming_the_key() -> None:
+    from hunyuan_mt.errors import ConfigError, UnsupportedLanguage
+    from hunyuan_mt.serve_ray.settings import settings_from_args
+
+    with pytest.raises(ConfigError, match="pair en2es is pinned by both a and b"):
+        ServeSettings(groups=[{"name": "a", "pinned": ["en2es"]}, {"name": "b", "pinned": ["EN2es"]}])
+    with pytest.raises(ConfigError, match=r"exactly one long_tail group allowed, got \['a', 'b'\]"):
+        ServeSettings(groups=[{"name": "a", "long_tail": True}, {"name": "b", "long_tail": True}])
+    with pytest.raises(ConfigError, match=r"serve group a.replica: unknown key"):
+        ServeSettings(groups=[{"name": "a", "replica": 2}])
+    with pytest.raises(ConfigError, match=r"serve group a.replicas: expected an integer >= 1, got 0"):
+        ServeSettings(groups=[{"name": "a", "replicas": 0}])
+    with pytest.raises(ConfigError, match="serve args.groups: missing"):
+        settings_from_args({"profile": "default"})
+    with pytest.raises(UnsupportedLanguage):
+        ServeSettings(groups=[{"name": "a", "pinned": ["../../etc2en"]}])
+    unmarked = ServeSettings(groups=[{"name": "a", "pinned": ["zh-hant2en"]}, {"name": "b"}])
+    assert unmarked.long_tail.name == "b" and unmarked.groups[0].pinned == ["zh-Hant2en"]
+
+
+def test_group_resources_become_ray_actor_options() -> None:
+    gpu = GroupSpec(name="zh-hot", gpu_ids=[1, 2], ray_actor_options={"num_cpus": 4})
+    assert gpu.actor_options() == {"num_cpus": 4, "runtime_env": {"env_vars": {"CUDA_VISIBLE_DEVICES": "1,2"}}}
+    assert GroupSpec(name="t", ray_actor_options={"num_gpus": 1}).actor_options() == {"num_gpus": 1}
+    from hunyuan_mt.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="give gpu_ids or ray_actor_options.num_gpus, not both"):
+        GroupSpec(name="x", gpu_ids=[0], ray_actor_options={"num_gpus": 1})
+    overrides = GroupSpec(name="h", pinned=["en2es"], slots=5, overrides={"engine.max_rows": 8}).config_overrides(
+        {"engine.max_rows": 4, "routing.pivot": "en"})
+    assert overrides == {"engine.max_rows": 8, "routing.pivot": "en", "cache.pinned": ["en2es"], "cache.slots": 5}
+
+
+def test_typed_errors_cross_the_ray_boundary_with_their_attributes() -> None:
+    from hunyuan_mt.errors import Busy, RateLimited, UnreachablePair, http_status
+    from hunyuan_mt.serve_ray.transport import error_payload, rebuild_error
+
+    back = rebuild_error(error_payload(UnreachablePair("No route from xh to bo.", reachable=["en", "zh"])))
+    assert type(back) is UnreachablePair and back.message == "No route from xh to bo."
+    assert back.reachable == ["en", "zh"] and http_status(back) == 400
+    limited = rebuild_error(error_payload(RateLimited("Slow down.", retry_after_s=7)))
+    assert type(limited) is RateLimited and limited.retry_after_s == 7 and limited.retryable
+    assert type(rebuild_error(error_payload(Busy("All slots leased.")))) is Busy
+    assert type(rebuild_error({"type": "SystemExit", "message": "x"})).__name__ == "TranslationError"
+
+
 def test_settings_route_pairs_to_the_group_that_pins_them(settings: ServeSettings) -> None:
     assert group_for(settings, "en", "es", "en").name == "hot"
     assert group_for(settings, "es", "en", "en").name == "hot"

@@ -146,7 +146,9 @@ class RemoteService:
         out: list[str] = []
         replicas: list[str] = []
         total = len(segments)
-        for start in range(0, total, DOC_CHUNK) if total else []:
+        if progress:
+            progress(0, total)
+        for start in range(0, total, DOC_CHUNK):
             reply = await self.acall(group, "translate_segments", segments[start:start + DOC_CHUNK], source, target,
                                      model_id=model_id)
             out.extend(reply["texts"])
