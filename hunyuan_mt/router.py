@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Protocol
 
 from .config import RoutingConfig
-from .errors import UnreachablePair
+from .errors import AdapterUnusable, UnreachablePair
 from .languages import LANGUAGES, normalize_code
 
 if TYPE_CHECKING:
@@ -79,16 +79,31 @@ class Router:
         if self.cfg.allow_base:
             return RoutePlan("base", src, tgt, (Hop(src, tgt, None),))
         reachable = self._reachable(src, index)
-        missing = [f"{src}2{tgt}"]
+        where = ", ".join(reachable) if reachable else "nothing"
+        broken = self._unusable()
+        direct_key = f"{src}2{tgt}"
+        if direct_key in broken:
+            # The adapter is there but failed validation: its own reason says more than "no route" (and it is the
+            # same error a load-time failure gives).
+            raise AdapterUnusable(f"Adapter {direct_key} is unusable: {broken[direct_key]}. No other route from "
+                                  f"{src} to {tgt}; reachable from {src}: {where}.")
+        missing = [direct_key]
         if pivot not in (src, tgt):
             missing += [key for key, have in ((f"{src}2{pivot}", first), (f"{pivot}2{tgt}", second)) if have is None]
-        where = ", ".join(reachable) if reachable else "nothing"
+        named = [f"{key} (unusable: {broken[key]})" if key in broken else key for key in missing]
         raise UnreachablePair(
-            f"No route from {src} to {tgt}: no adapter {missing[0]}"
-            + (f", and the pivot route through {pivot} lacks {' and '.join(missing[1:])}" if len(missing) > 1 else "")
+            f"No route from {src} to {tgt}: no adapter {named[0]}"
+            + (f", and the pivot route through {pivot} lacks {' and '.join(named[1:])}" if len(named) > 1 else "")
             + f"; the bare backbone is not allowed (routing.allow_base). Reachable from {src}: {where}.",
             reachable=reachable,
         )
+
+    def _unusable(self) -> dict[str, str]:
+        """Pair key → reason for adapters the registry found but refused (an empty dict for other pair sources)."""
+        infos = getattr(self._pairs, "infos", None)
+        if infos is None:
+            return {}
+        return {info.key: info.reason or "invalid" for info in infos() if not info.usable}
 
     def reachable_targets(self, src: str) -> list[str]:
         """Every target src can be translated into (identity excluded), in the language table's order."""
