@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import tiny_models
 from hunyuan_mt import backbone as backbone_mod
 from hunyuan_mt.adapters.request import Pair
 from hunyuan_mt.backbone import BASE, Backbone, PromptRow, load_backbone

@@ -84,6 +84,7 @@ def write_config(folder: Path, **changes) -> None:
 def test_config_problems_have_reasons(adapters_copy: Path, marian_spec) -> None:
     write_config(adapters_copy / "en2de", target_modules=["no_such_proj"])
     write_config(adapters_copy / "de2en", peft_type="PREFIX_TUNING")
+    write_config(adapters_copy / "es2en", r=8)
     (adapters_copy / "en2fr" / "adapter_config.json").write_text("{not json")
     (adapters_copy / "fr2en" / "adapter_config.json").unlink()
     pickled = adapters_copy / "en2zh"
@@ -94,7 +95,9 @@ def test_config_problems_have_reasons(adapters_copy: Path, marian_spec) -> None:
     assert infos["en2fr"].reason == "adapter_config.json is unreadable (JSONDecodeError)"
     assert infos["fr2en"].reason == "adapter_config.json is missing"
     assert infos["en2zh"].reason.startswith("only adapter_model.bin (pickle) found; only safetensors")
-    assert {k for k, i in infos.items() if i.usable} == {"en2es", "es2en", "zh2en"}
+    assert infos["es2en"].reason == ("rank mismatch at model.decoder.layers.0.encoder_attn.q_proj: weights have "
+                                     "rank 4, adapter_config.json says r=8")
+    assert {k for k, i in infos.items() if i.usable} == {"en2es", "zh2en"}
 
 
 def test_bad_folder_names_and_escaping_symlinks_are_ignored(adapters_copy: Path, marian_spec, tmp_path) -> None:

@@ -202,7 +202,6 @@ class AdapterCache:
                             failures=0, busy=0, slot_waits=0)
         self._load_ms: list[float] = []
         self._attach_ms: list[float] = []
-        self._started = False
         self._forget_foreign_adapters()
 
     def _forget_foreign_adapters(self) -> None:
@@ -229,7 +228,6 @@ class AdapterCache:
                 self.pin(Pair.parse(name))
             except TranslationError as exc:
                 log.error("pinned adapter %s not attached: %s", name, exc.message)
-        self._started = True
         with self._cv:
             pinned = sorted(p.key for p in self._pinned)
         log.info("dynamic adapter loader ready: %d slots, pinned %s, RAM tier %d", len(self._slots), pinned,
@@ -710,9 +708,6 @@ class AdapterCache:
     def _count(self, name: str) -> None:
         with self._cv:
             self._counts[name] += 1
-
-    def _count_locked(self, name: str) -> None:
-        self._counts[name] += 1
 
     def lru_order(self) -> list[str]:
         """Resident non-pinned keys, least recently used first."""
