@@ -194,8 +194,8 @@ class BatchEngine:
 
     def status(self) -> dict[str, Any]:
         s = self.stats
-        gen = sorted(s.generate_ms)
-        queue = sorted(s.queue_ms)
+        gen = sorted(s.generate_ms.copy())  # deque.copy is atomic; iterating a deque being appended to is not
+        queue = sorted(s.queue_ms.copy())
         return {
             "batches": s.batches, "rows": s.rows,
             "mean_batch_rows": round(s.rows / s.batches, 2) if s.batches else None,
