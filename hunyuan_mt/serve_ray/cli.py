@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from ..config import PROJECT_ROOT, parse_set_args
@@ -49,8 +50,11 @@ def run(args: argparse.Namespace) -> int:
         profile = settings.profile_config()  # validate here once, not in every replica
         for group in settings.groups:
             settings.replica_config(group)
-        if profile.model.require_cuda and not args.address:
-            _require_local_cuda(profile.name)
+        if not args.address:
+            # Fail here with the service's own message rather than in a replica crash loop.
+            if profile.model.require_cuda:
+                _require_local_cuda(profile.name)
+            _require_local_model(profile.model)
     except TranslationError as exc:
         print(f"serve-ray: {exc.message}", file=sys.stderr)
         return 2
@@ -110,6 +114,21 @@ def _require_local_cuda(profile: str) -> None:
             "machine. Use a CPU profile (--profile default), install the CUDA build of torch, or join a GPU "
             "cluster with --address."
         )
+
+
+def _require_local_model(model: Any) -> None:
+    """The profile's model folder (or a hub id already in the local cache) exists on this machine."""
+    from ..backbone import _missing_message, _model_source
+
+    source = _model_source(model)
+    if Path(source).is_dir():
+        return
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(source, local_files_only=True, trust_remote_code=model.trust_remote_code)
+    except (OSError, ValueError):
+        raise ModelUnavailable(_missing_message(model)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 from ..adapters.request import Pair
 from ..config import Config
 from ..detect import Detection
-from ..errors import InvalidInput
+from ..errors import InputTooLarge, InvalidInput
 from ..languages import normalize_code
 from .settings import ServeSettings, group_for, settings_from_args
 from .transport import ReplicaUnavailable, rebuild_error
@@ -97,6 +97,10 @@ class RemoteService:
     async def atranslate(self, texts: Sequence[str], src: str, tgt: str) -> list[dict[str, Any]]:
         """One dict per text: the TranslationResult fields plus `replica` and `group`."""
         texts = list(texts)
+        limit = self.cfg.limits.max_batch_items
+        if len(texts) > limit:
+            # Checked here too: an `auto` batch is split per detected language before any replica sees it whole.
+            raise InputTooLarge(f"Batch has {len(texts)} texts, over the limit of {limit} (limits.max_batch_items).")
         target = normalize_code(tgt) if isinstance(tgt, str) and tgt.strip() else tgt
         if not (isinstance(src, str) and src.strip().lower() == AUTO):
             source = normalize_code(src) if isinstance(src, str) and src.strip() else src
