@@ -178,6 +178,8 @@ class Backbone:
         #: adapter_names works through forward hooks registered on the shared modules, so two generates, or a
         #: generate and an inject, must not overlap.
         self.model_lock = threading.RLock()
+        #: Tokenizing is safe beside a running generate, except for NLLB/M2M's per-row `src_lang` switch.
+        self._tok_lock = threading.Lock()
         self._target_prefix = self._detect_target_prefix()
 
     # ------------------------------------------------------------------ loading
@@ -296,18 +298,21 @@ class Backbone:
     def _encode(self, row: PromptRow) -> list[int]:
         tok = self.tokenizer
         templated = self.arch == DECODER_ONLY and bool(getattr(tok, "chat_template", None))
-        if self.arch == ENCODER_DECODER and hasattr(tok, "src_lang"):
-            # NLLB/M2M tokenizers prefix the source-language token from `src_lang`; rows differ, so set it per row.
-            for code in (_NLLB.get(row.src), row.src):
-                if code and tok.convert_tokens_to_ids(code) != tok.unk_token_id:
-                    tok.src_lang = code
-                    break
-        return tok(self.prompt_text(row), add_special_tokens=not templated)["input_ids"]
+        text = self.prompt_text(row)
+        with self._tok_lock:
+            if self.arch == ENCODER_DECODER and hasattr(tok, "src_lang"):
+                # NLLB/M2M tokenizers prefix the source-language token from `src_lang`; rows differ, so set it
+                # per row.
+                for code in (_NLLB.get(row.src), row.src):
+                    if code and tok.convert_tokens_to_ids(code) != tok.unk_token_id:
+                        tok.src_lang = code
+                        break
+            return tok(text, add_special_tokens=not templated)["input_ids"]
 
     def prompt_lengths(self, rows: list[PromptRow]) -> list[int]:
-        """Token count of each row's model input (the engine's token budget uses it)."""
-        with self.model_lock:
-            return [len(self._encode(r)) for r in rows]
+        """Token count of each row's model input (the engine's token budget uses it). Does not wait for a
+        running generate."""
+        return [len(self._encode(r)) for r in rows]
 
     # ------------------------------------------------------------------ generation
 
@@ -346,7 +351,8 @@ class Backbone:
                 raise ValueError(f"no adapter is attached, cannot run {sorted(set(adapter_names) - {BASE})}")
             tok = self.tokenizer
             encoded = [{"input_ids": self._encode(r)} for r in rows]
-            batch = tok.pad(encoded, padding=True, return_tensors="pt")
+            with self._tok_lock:
+                batch = tok.pad(encoded, padding=True, return_tensors="pt")
             batch = {k: v.to(self.device) for k, v in batch.items()}
             kwargs = self._generation_kwargs(gen, max_new_tokens)
             kwargs.update(extra)

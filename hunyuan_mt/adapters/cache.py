@@ -8,8 +8,9 @@ Layout inside the PEFT model:
   (`peft.utils.hotswap.hotswap_adapter_from_state_dict`, a few ms); otherwise the slot's layers are deleted and
   re-injected from the state dict. Fixed slot names keep hotswap valid: PEFT keeps the adapter *name* across a
   hotswap, so naming slots by pair would leave "en2es" serving es2de weights.
-- **RAM tier**: an evicted pair's state dict stays in a bounded host-RAM LRU (cachetools), so re-attaching it
-  does not touch the disk.
+- **RAM tier**: an evicted pair's state dict stays in a bounded host-RAM LRU (`cachetools.LRUCache`), so
+  re-attaching it does not touch the disk. The slot LRU is a plain OrderedDict instead: eviction must skip leased
+  entries in LRU order, and cachetools neither exposes its order nor lets popitem skip an entry.
 
 Concurrency: one condition variable guards the bookkeeping; disk reads and model changes run outside it.
 A lease holds a reference count on every entry it uses; eviction only picks unleased slots, and when every slot
