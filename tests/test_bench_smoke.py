@@ -1,0 +1,115 @@
+"""The benchmark harness produces well-formed results (never timings: those belong to bench/ and BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bench import run as bench_run
+from bench.adapters import prepare_adapters
+from bench.loadgen import closed_loop, percentile
+from bench.workload import all_pairs, requests, w1, w2
+from hunyuan_mt.adapters.request import Pair
+
+VARIANTS = ("B0", "B1", "B2", "ours")
+
+
+def test_workloads_are_valid_pairs_with_the_specified_mix() -> None:
+    pairs = all_pairs(["en2es", "es2en", "en2de"])
+    assert pairs[:3] == ["en2es", "es2en", "en2de"]
+    assert len(pairs) == len(set(pairs)) >= 200
+    for key in pairs[:200]:
+        assert Pair.parse(key).key == key
+    wl = w1(pairs)
+    assert len(wl.pairs) == 38 and abs(sum(wl.weights) - 1) < 1e-9
+    stream = requests(wl, 2000, seed=0)
+    assert stream == requests(wl, 2000, seed=0)  # every variant sees the same stream
+    hot = sum(r.pair in wl.pairs[:5] for r in stream) / len(stream)
+    assert 0.87 < hot < 0.93
+    assert set(wl.pairs[:5]) <= {r.pair for r in stream} <= set(wl.pairs)
+    assert {r.pair for r in requests(w2(pairs), 500)} == set(pairs[:12])
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert (percentile(values, 50), percentile(values, 95), percentile(values, 99)) == (50.0, 95.0, 99.0)
+    assert percentile([7.0], 99) == 7.0 and percentile([], 50) is None
+
+
+def test_closed_loop_respects_the_request_cap_and_records_errors() -> None:
+    from bench.workload import Request
+
+    stream = [Request("en2es", "en", "es", f"t{i}") for i in range(10)]
+    seen: list[str] = []
+
+    def call(req: Request) -> str:
+        seen.append(req.text)
+        if req.text == "t3":
+            raise RuntimeError("boom")
+        return req.text
+
+    lat, errs, _, issued, capped = closed_loop(call, stream, concurrency=4, max_requests=7, time_cap_s=60)
+    assert issued == 7 and sorted(seen) == [f"t{i}" for i in range(7)]
+    assert len(lat) == 6 and errs == ["RuntimeError: boom"] and capped == "requests"
+
+
+def test_generated_adapters_copy_shapes_and_differ(tmp_path: Path, marian_dir: Path, marian_adapters: Path) -> None:
+    out = prepare_adapters(tmp_path / "a", marian_dir, marian_adapters, ["en2es", "en2ja", "ja2en"])
+    real = load_file(str(marian_adapters / "en2es" / "adapter_model.safetensors"))
+    assert load_file(str(out / "en2es" / "adapter_model.safetensors")).keys() == real.keys()
+    ja, ja2 = (load_file(str(out / p / "adapter_model.safetensors")) for p in ("en2ja", "ja2en"))
+    template = load_file(str(sorted(marian_adapters.iterdir())[0] / "adapter_model.safetensors"))
+    assert {k: v.shape for k, v in ja.items()} == {k: v.shape for k, v in template.items()}
+    assert any(not torch.equal(ja[k], ja2[k]) for k in ja)
+    stamp = (out / ".bench-stamp").stat().st_mtime_ns
+    prepare_adapters(tmp_path / "a", marian_dir, marian_adapters, ["en2es", "en2ja", "ja2en"])
+    assert (out / ".bench-stamp").stat().st_mtime_ns == stamp  # reused, not rebuilt
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_quick_bench_writes_well_formed_results(tmp_path: Path, marian_dir: Path, marian_adapters: Path) -> None:
+    cfg = tmp_path / "bench.yaml"
+    cfg.write_text(f"model:\n  path: {marian_dir}\n  warmup: true\ncache:\n  adapters_dir: {marian_adapters}\n"
+                   "  pinned: [en2es, es2en]\n  slots: 3\nrouting:\n  pivot: en\nlimits:\n  max_new_tokens: 6\n")
+    parser = argparse.ArgumentParser()
+    bench_run.add_arguments(parser)
+    args = parser.parse_args(["--quick", "--levels", "1,4", "--config", str(cfg), "--out", str(tmp_path / "out"),
+                              "--workdir", str(tmp_path / "work"), "--threads", "1"])
+    assert bench_run.run(args) == 0
+    results = json.loads((tmp_path / "out" / "bench.json").read_text())
+    assert results["failures"] == []
+    summary = results["summary"]
+    cells = {(c["variant"], c["workload"], c["concurrency"]): c for c in summary["cells"]}
+    assert set(cells) == {(v, w, c) for v in VARIANTS for w in ("W1", "W2") for c in (1, 4)}
+    for key, cell in cells.items():
+        assert cell["completed"] == 5 and cell["errors"] == 0, key
+        assert cell["qps"] > 0 and cell["p50_ms"] <= cell["p95_ms"] <= cell["p99_ms"], key
+    for w in ("W1", "W2"):
+        assert cells[("B0", w, 1)]["disk_loads"] == 5 and cells[("B0", w, 1)]["hit_rate"] == 0
+    raw_ours = [c for o in results["load"] if o["variant"] == "ours" for c in o["cells"]]
+    # Lookups are per adapter per batch (rows of one pair in one batch share a lease), so at least one per cell.
+    assert all(c["counters"]["lookups"] >= 1 for c in raw_ours)
+    assert all(0 <= c["hit_rate"] <= 1 for c in raw_ours)
+    ours_out = next(o for o in results["load"] if o["variant"] == "ours")
+    assert ours_out["pinned_first"]["pair"] == results["pinned"][0]
+    assert ours_out["extra"]["leases_held"] == 0
+    # Memory scaling: both variants at both sizes, every registered pair served once.
+    rows = {(r["variant"], r["registered"]): r for r in summary["scaling"]}
+    assert set(rows) == {(v, n) for v in ("ours", "B2") for n in (4, 12)}
+    assert all(r["served"] == r["registered"] and r["errors"] == 0 for r in rows.values())
+    # The attach probe really compared a disk load with a RAM-tier re-attach, per the cache's own counters.
+    samples = summary["attach"]["samples"]
+    assert samples and all(s["first"]["disk_loads"] == 1 and s["again"]["ram_hits"] == 1 for s in samples)
+    assert summary["cold"]["ratio"] is not None
+    assert {t["name"] for t in summary["targets"]} >= {
+        "pinned pair first request / steady state", "RAM-tier re-attach / disk attach",
+        "cold start to first translation / (load + one forward)"}
+    md = (tmp_path / "out" / "bench.md").read_text()
+    assert "## Throughput and latency" in md and md.count("| W1 | 1 |") == 4
+    assert (tmp_path / "out" / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
