@@ -540,3 +540,26 @@ def test_read_error_fails_only_its_pair(marian, make_cache, marian_adapters, ref
     assert err.value.message == "Adapter en2de could not be read: [Errno 5] Input/output error"
     assert run(marian, cache, "en2fr") == references["en2fr"]
     assert cache.stats().failed == {"en2de": err.value.message}
+
+
+def test_hotswap_applies_each_adapters_own_scaling(marian, fresh_backbone, make_cache, adapters_copy,
+                                                    marian_dir) -> None:
+    """Same shapes, different lora_alpha: weights are hotswapped and the scaling follows the adapter."""
+    tiny_models.make_adapter(marian_dir, adapters_copy / "pt2en", seed=3, alpha=64)   # same tensors as en2fr's
+    tiny_models.make_adapter(marian_dir, adapters_copy / "it2en", seed=3, target_modules=("q_proj",))
+    ref_bb = fresh_backbone(marian_dir)
+    ref = {}
+    for key in ("pt2en", "it2en", "en2fr"):
+        ref_bb.model = PeftModel.from_pretrained(ref_bb.base_model, adapters_copy / key, adapter_name=key) \
+            if not isinstance(ref_bb.model, PeftModel) else ref_bb.model
+        if key not in ref_bb.model.peft_config:
+            ref_bb.model.load_adapter(adapters_copy / key, adapter_name=key)
+        ref[key] = ref_bb.generate([ROW], [key], GREEDY, max_new_tokens=10)[0]
+    assert len(set(ref.values())) == 3
+    cache = make_cache(marian, adapters_copy, slots=1)
+    assert run(marian, cache, "en2fr") == ref["en2fr"]
+    assert run(marian, cache, "pt2en") == ref["pt2en"]
+    assert (cache.stats().injections, cache.stats().hotswaps) == (1, 1)
+    assert run(marian, cache, "it2en") == ref["it2en"]  # fewer modules: re-injected
+    assert run(marian, cache, "en2fr") == ref["en2fr"]
+    assert (cache.stats().injections, cache.stats().hotswaps) == (3, 1)

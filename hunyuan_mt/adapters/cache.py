@@ -4,7 +4,7 @@ Layout inside the PEFT model:
 - **Pinned** pairs are attached under their own key ("en2es") at start and never evicted; they do not use slots.
 - **Slots** are `cfg.slots` fixed PEFT adapter names ("slot0_", "slot1_", ...). A pair that is not pinned is
   attached into a slot, and `Lease.adapter_names` carries the slot name for its rows. Re-attaching into a slot
-  whose injected layers have the same target modules and rank only copies weights
+  whose injected layers have the same tensor names and shapes (modules, layers, rank) only copies weights
   (`peft.utils.hotswap.hotswap_adapter_from_state_dict`, a few ms); otherwise the slot's layers are deleted and
   re-injected from the state dict. Fixed slot names keep hotswap valid: PEFT keeps the adapter *name* across a
   hotswap, so naming slots by pair would leave "en2es" serving es2de weights.
@@ -56,8 +56,8 @@ class _Slot:
     name: str
     pair: Pair | None = None
     weights: AdapterWeights | None = None
-    #: LoRA config of the layers currently injected under `name` (None: nothing injected).
-    injected: object | None = None
+    #: `_signature` of the layers currently injected under `name` (None: nothing injected).
+    injected: tuple | None = None
     leases: int = 0
     #: False while the owning load is still attaching; nobody else may use it yet.
     ready: bool = False
@@ -160,16 +160,10 @@ def _malloc_trim() -> None:
         pass
 
 
-def _compatible(injected: object | None, config: object) -> bool:
-    """Whether weights for `config` can be copied into layers injected for `injected` (same modules, same rank)."""
-    if injected is None:
-        return False
-    def shape(c: object) -> tuple:
-        tm = c.target_modules  # type: ignore[attr-defined]
-        tm = tuple(sorted(tm)) if isinstance(tm, (set, list, tuple)) else tm
-        return (tm, c.r, dict(c.rank_pattern or {}), c.fan_in_fan_out, c.use_rslora,  # type: ignore[attr-defined]
-                bool(c.alpha_pattern), c.bias)  # type: ignore[attr-defined]
-    return shape(injected) == shape(config)
+def _signature(weights: AdapterWeights) -> tuple:
+    """What hotswap needs to match: the exact tensor names and shapes (so the same modules, layers and ranks).
+    Alpha, rsLoRA and rank/alpha patterns may differ: hotswap recomputes each layer's scaling."""
+    return tuple(sorted((k, tuple(v.shape)) for k, v in weights.state_dict.items()))
 
 
 def _keep_active_valid(model: object) -> None:
@@ -588,18 +582,24 @@ class AdapterCache:
         return weights
 
     def _attach(self, slot: _Slot, weights: AdapterWeights) -> None:
-        """Put `weights` into `slot`'s layers: hotswap when compatible, else delete + inject."""
+        """Put `weights` into `slot`'s layers: hotswap when the tensors match, else delete + inject."""
         with self._mutate:
             t0 = time.perf_counter()
-            if self.cfg.hotswap and _compatible(slot.injected, weights.config):
-                self._hotswap(slot.name, weights)
-                self._count("hotswaps")
-            else:
+            signature = _signature(weights)
+            swapped = False
+            if self.cfg.hotswap and slot.injected == signature:
+                try:
+                    self._hotswap(slot.name, weights)
+                    swapped = True
+                    self._count("hotswaps")
+                except (RuntimeError, ValueError) as exc:  # never fail a pair over the fast path
+                    log.warning("hotswap into %s failed (%s); re-injecting %s", slot.name, exc, weights.pair.key)
+            if not swapped:
                 if slot.injected is not None:
                     self._delete(slot.name, free=False)
                     slot.injected = None
                 self._inject(slot.name, weights)
-                slot.injected = weights.config
+                slot.injected = signature
                 self._count("injections")
             self._attach_ms.append((time.perf_counter() - t0) * 1000)
 
