@@ -127,6 +127,20 @@ def test_malformed_and_huge_json(client: httpx.Client) -> None:
                  "Request body too large")
 
 
+def test_huge_chunked_body_without_length_is_413(client: httpx.Client) -> None:
+    """No Content-Length to refuse up front: the cap is enforced while the body streams in."""
+    def chunks():
+        yield b'{"q": "'
+        for _ in range(64):
+            yield b"a" * (128 * 1024)
+        yield b'", "source": "en", "target": "es"}'
+
+    response = client.post("/translate", content=chunks(), headers={"content-type": "application/json"})
+    assert "content-length" not in response.request.headers
+    assert_error(response, 413, "Request body too large")
+    assert client.get("/health").json()["status"] == "ok"
+
+
 def test_control_characters_and_emoji_are_served(client: httpx.Client, live_server: LiveServer) -> None:
     text = "Open\x00 the file 😀 \u202eשלום"
     response = client.post("/translate", json={"q": text, "source": "en", "target": "es"})

@@ -86,6 +86,20 @@ def test_gradio_document_endpoint(ui: Client, live_server: LiveServer, tmp_path:
     assert docx_structure(Path(out_path).read_bytes()) == docx_structure(expected.data)
 
 
+@pytest.mark.parametrize("name, data, message", [
+    ("virus.exe", b"MZ\x90\x00", "Invalid file type"),  # refused by the upload widget itself
+    ("broken.docx", b"not a zip at all", "not a Word document"),
+    ("empty.txt", b"", "empty"),
+])
+def test_gradio_document_errors_are_readable(ui: Client, tmp_path: Path, name: str, data: bytes,
+                                             message: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(Exception) as refused:
+        ui.predict(handle_file(str(path)), "en", "es", api_name="/translate_document")
+    assert message in str(refused.value) and "Traceback" not in str(refused.value)
+
+
 def test_gradio_status_endpoint_shows_resident_adapters(ui: Client, live_server: LiveServer) -> None:
     ui.predict(TEXT, "en", "es", api_name="/translate")
     overview, adapters, counters, latency, hit_rate = ui.predict(api_name="/status")
