@@ -42,6 +42,8 @@ AUTO = "auto"
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _LETTER = re.compile(r"[^\W\d_]")
+#: Confidence above which auto-detection trusts a language no adapter serves over the nearest one that has one.
+_CLEARLY = 0.9
 #: Segments per engine round in `translate_segments`, so documents report progress as they go.
 _DOC_CHUNK = 64
 
@@ -166,7 +168,15 @@ class TranslationService:
 
     def _resolve_source(self, text: str, src: Any) -> tuple[str, Detection | None]:
         if isinstance(src, str) and src.strip().lower() == AUTO:
-            found = detect_language(text, among=self.detect_among(), top=1)
+            among = self.detect_among()
+            found = detect_language(text, among=among, top=1)
+            if among is not None:
+                # Choosing among the adapters' languages sharpens short texts, but a text that is clearly in
+                # another language must say so (the router then explains that no adapter serves it) rather
+                # than be translated as the nearest language that has one.
+                wide = detect_language(text, among=None, top=1)
+                if wide and wide[0].code not in among and (not found or wide[0].confidence >= _CLEARLY):
+                    found = wide
             if not found:
                 raise InvalidInput("Could not detect the language of the text; give the source language.")
             return found[0].code, found[0]

@@ -95,6 +95,11 @@ def test_auto_detect(svc: TranslationService) -> None:
     assert svc.translate("今天天气很好。", "auto", "en").source == "zh"
     with pytest.raises(InvalidInput, match="^Could not detect the language"):
         svc.translate("12345 !!!", "auto", "en")
+    # Clearly a language no adapter serves: say so, do not translate it as the nearest served language.
+    with pytest.raises(UnreachablePair, match="^No route from ja to en"):
+        svc.translate("今日は天気がいいので、公園に行きます。", "auto", "en")
+    # Short and ambiguous among all languages, but the adapters' languages decide it.
+    assert svc.translate("Hola", "auto", "en").source == "es"
 
 
 @pytest.mark.parametrize("text,error,message", [
