@@ -33,7 +33,7 @@ VARIANTS = ("B0", "B1", "B2", "ours")
 #: Default request caps per concurrency level, sized so the whole default bench (3 runs) fits in ~15 minutes on a
 #: 2-core CPU with the demo model. B0 loads the model per request, so it gets a few requests (its QPS is exact;
 #: at c ≥ its cap the clients run one partial wave, see BENCHMARKS.md).
-DEFAULT_REQUESTS = {1: 30, 4: 60, 16: 128, 64: 256}
+DEFAULT_REQUESTS = {1: 24, 4: 48, 16: 96, 64: 192}
 DEFAULT_B0_REQUESTS = {1: 4, 4: 4, 16: 6, 64: 6}
 QUICK_REQUESTS = {1: 5, 4: 5, 16: 5, 64: 5}
 
