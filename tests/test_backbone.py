@@ -53,10 +53,13 @@ def test_backbone_loads_once_for_many_callers(tmp_path: Path, marian_dir: Path) 
 def test_architecture_dtype_and_info(fresh_backbone, marian_dir: Path, hunyuan_dir: Path) -> None:
     marian, hunyuan = fresh_backbone(marian_dir), fresh_backbone(hunyuan_dir)
     assert (marian.arch, hunyuan.arch) == ("encoder-decoder", "decoder-only")
-    assert marian.device == "cpu" and marian.dtype == torch.float32  # auto on CPU
+    if torch.cuda.is_available():
+        assert marian.device == "cuda:0" and marian.dtype == torch.bfloat16  # auto on CUDA
+    else:
+        assert marian.device == "cpu" and marian.dtype == torch.float32  # auto on CPU
     assert (marian.tokenizer.padding_side, hunyuan.tokenizer.padding_side) == ("right", "left")
     info = hunyuan.info()
-    assert info["arch"] == "decoder-only" and info["params"] > 0 and info["dtype"] == "float32"
+    assert info["arch"] == "decoder-only" and info["params"] > 0 and info["dtype"] == str(hunyuan.dtype)[6:]
     assert "model.layers.0.self_attn.q_proj" in hunyuan.spec.shapes
 
 
