@@ -74,7 +74,14 @@ class Segmented:
         self.is_segment.append(True)
 
 
+# A sentence end followed by more text somewhere in the line; without one the line is a single sentence and
+# pysbd (about a millisecond per call) is skipped.
+_INNER_END = re.compile(r"[.!?;:…。！？；]['\"”’)\]]*\s*[^\s.!?;:…。！？；]")
+
+
 def _sentences(line: str, code: str) -> list[str]:
+    if not _INNER_END.search(line):
+        return [line]
     segmenter, lock = _segmenter(code)
     with lock:
         found = segmenter.segment(line)
