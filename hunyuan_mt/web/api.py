@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -372,7 +373,8 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
     """The REST app. `app.state.metrics` and `app.state.api` are exposed for the UI and the tests."""
     metrics = metrics or WebMetrics(service)
     api = RestApi(service, cfg, metrics)
-    app = FastAPI(title="Hunyuan-MT translation server", version=__version__,
+    # Swagger UI and ReDoc served from the package, not a CDN: the server often runs without internet.
+    app = FastAPIOffline(title="Hunyuan-MT translation server", version=__version__,
                   description="LibreTranslate-compatible translation API, OpenAI-compatible chat completions, "
                               "adapter administration and metrics. The web UI is at /ui.")
     app.state.metrics = metrics
