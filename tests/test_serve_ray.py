@@ -1,9 +1,10 @@
 """Ray Serve: replica groups multiplexed by pair, on a simulated two-node local cluster.
 
 One module-scoped cluster (two nodes of 1 CPU each) runs the app: group "hot" (1 replica, pins en2es/es2en,
-1 slot, Ray capacity 1) and group "tail" (2 replicas, 0.6 CPU each, so one per node; 2 slots). Each replica
-loads the tiny Marian model and its adapters from tests/tiny_models.py. A `HoldingReplica` holds any generate
-whose rows start with HOLD until the test releases a signal actor, so races are reproducible.
+1 slot, Ray capacity 1) and group "tail" (2 replicas, 0.6 CPU each, so one per node; 3 slots). Each replica
+loads the embedded demo model and adapters when they are built, else the tiny Marian model and its adapters
+from tests/tiny_models.py. A `HoldingReplica` holds any generate whose rows start with HOLD until the test
+releases a signal actor, so races are reproducible.
 
 Order matters inside the module (the kill test runs last); the whole module takes about a minute.
 """
@@ -115,14 +116,24 @@ def free_port() -> int:
 # ---------------------------------------------------------------------------------------------- fixtures
 
 
+def _demo_ready() -> bool:
+    return (PROJECT_ROOT / "models/demo/config.json").is_file() and all(
+        (PROJECT_ROOT / "adapters" / pair / "adapter_config.json").is_file() for pair in PAIRS)
+
+
 @pytest.fixture(scope="module")
-def profile(tmp_path_factory: pytest.TempPathFactory, marian_dir: Path, marian_adapters: Path) -> Path:
-    """A service profile for the tiny Marian model and its adapters (pivot en, like the demo)."""
-    path = tmp_path_factory.mktemp("serve_ray") / "tiny.yaml"
+def profile(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """A service profile for the embedded demo model and adapters when they are built, else the tiny Marian model
+    and its adapters (pivot en either way)."""
+    if _demo_ready():
+        model_dir, adapters_dir = PROJECT_ROOT / "models/demo", PROJECT_ROOT / "adapters"
+    else:
+        model_dir, adapters_dir = request.getfixturevalue("marian_dir"), request.getfixturevalue("marian_adapters")
+    path = tmp_path_factory.mktemp("serve_ray") / "replicas.yaml"
     path.write_text(yaml.safe_dump({
-        "name": "tiny-ray",
-        "model": {"path": str(marian_dir), "device": "cpu", "warmup": False},
-        "cache": {"adapters_dir": str(marian_adapters), "slots": 2, "pinned": [], "lease_timeout_s": 60},
+        "name": "ray-test",
+        "model": {"path": str(model_dir), "device": "cpu", "warmup": False},
+        "cache": {"adapters_dir": str(adapters_dir), "slots": 2, "pinned": [], "lease_timeout_s": 60},
         "routing": {"pivot": "en", "allow_base": False},
         "engine": {"max_wait_ms": 2},
         "memory": {"enabled": False},
@@ -138,7 +149,7 @@ def settings(profile: Path) -> ServeSettings:
         groups=[
             GroupSpec(name="hot", replicas=1, pinned=["en2es", "es2en"], slots=1, max_models_per_replica=1,
                       ray_actor_options={"num_cpus": 0.3}),
-            GroupSpec(name="tail", replicas=2, long_tail=True, slots=2, ray_actor_options={"num_cpus": 0.6}),
+            GroupSpec(name="tail", replicas=2, long_tail=True, slots=3, ray_actor_options={"num_cpus": 0.6}),
         ],
         retries=8, retry_backoff_s=0.5,
     )
