@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from dataclasses import asdict
 from typing import Any, Callable
 
@@ -58,8 +59,8 @@ class TranslatorReplica:
         ctx = serve.get_replica_context()
         self.replica_id = f"{self.group.name}#{_replica_unique_id(ctx)}"
         self.capacity = self.group.max_models_per_replica or (cfg.cache.slots + len(cfg.cache.pinned))
-        #: What Ray evicted, and what our cache held for that pair at that moment (tests read this via info()).
-        self.ray_evictions: list[dict[str, Any]] = []
+        #: The last evictions by Ray, with what our cache held for that pair at that moment (shown by info()).
+        self.ray_evictions: deque[dict[str, Any]] = deque(maxlen=100)
         self._evict_lock = threading.Lock()
 
         # A plain function (not a bound method), so Ray keeps its multiplex state on this closure and the
