@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from hunyuan_mt.documents import read_document
+from hunyuan_mt.web.api import resolve_model_id
 from hunyuan_mt.web.doctranslate import translate_upload
 from sample_docs import HTML, MD, PDF_LINES, SRT, TXT, docx_structure, make_docx, make_pdf
 from web_server import ADMIN_KEY, LiveServer
@@ -160,8 +161,11 @@ def test_unknown_route_and_method_are_json(client: httpx.Client) -> None:
 
 def test_languages_lists_targets(client: httpx.Client, live_server: LiveServer) -> None:
     body = client.get("/languages").json()
-    expected = {i.code: sorted(i.targets) for i in live_server.service.languages()}
+    infos = live_server.service.languages()
+    used = {i.code for i in infos if i.targets} | {t for i in infos for t in i.targets}
+    expected = {i.code: sorted(i.targets) for i in infos if i.code in used}
     assert {entry["code"]: sorted(entry["targets"]) for entry in body} == expected
+    assert "ko" not in expected  # no adapter reads or writes Korean in the test profiles
     assert all(entry["name"] for entry in body)
     assert any(entry["targets"] for entry in body)
 
@@ -196,6 +200,15 @@ def test_metrics_count_requests_pairs_and_cache(client: httpx.Client) -> None:
     assert 'hmt_resident_adapters{adapter="en2es",state="pinned"} 1.0' in text
     assert 'hmt_adapter_cache_events_total{event="hits"}' in text
     assert 'hmt_memory_bytes{kind="rss"}' in text
+
+
+@pytest.mark.parametrize("model, expected", [
+    ("es", (None, "es")), ("zh-hant", (None, "zh-Hant")), ("en2es", ("en", "es")), ("en-es", ("en", "es")),
+    ("zh-Hant2en", ("zh-Hant", "en")), ("en-zh-Hant", ("en", "zh-Hant")), ("zh-Hant-en", ("zh-Hant", "en")),
+    ("en:es", ("en", "es")), ("hunyuan-mt", (None, None)), ("gpt-4", (None, None)), ("../es", (None, None)),
+])
+def test_openai_model_ids(model: str, expected: tuple[str | None, str | None]) -> None:
+    assert resolve_model_id(model) == expected
 
 
 # ---------------------------------------------------------------------------------------------------- documents

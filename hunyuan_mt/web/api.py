@@ -199,8 +199,10 @@ class RestApi:
 
     async def languages(self) -> JSONResponse:
         infos = await run_in_threadpool(self.service.languages)
+        # Only what this model can read or write: LibreTranslate clients offer every listed language.
+        used = {i.code for i in infos if i.targets} | {t for i in infos for t in i.targets}
         return JSONResponse([{"code": i.code, "name": i.english, "native": i.native, "targets": list(i.targets)}
-                             for i in infos])
+                             for i in infos if i.code in used])
 
     async def translate_file(self, request: Request) -> JSONResponse:
         try:
