@@ -241,6 +241,9 @@ class BatchEngine:
                 _fail(failed, exc)
                 continue
             if batch:
+                now = time.monotonic()
+                for p in batch:
+                    self.stats.queue_ms.append((now - p.enqueued) * 1000)
                 self._execute(batch, pinned)
 
     def _count_tokens(self, pending: list[_Pending]) -> None:
@@ -303,9 +306,6 @@ class BatchEngine:
     # ------------------------------------------------------------------ execution
 
     def _execute(self, batch: list[_Pending], pinned: set[str]) -> None:
-        now = time.monotonic()
-        for p in batch:
-            self.stats.queue_ms.append((now - p.enqueued) * 1000)
         try:
             with self.cache.lease([p.row.adapter for p in batch]) as lease:
                 self._generate(batch, list(lease.adapter_names), pinned, splits=0)
