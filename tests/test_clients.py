@@ -86,6 +86,39 @@ def test_gradio_document_endpoint(ui: Client, live_server: LiveServer, tmp_path:
     assert docx_structure(Path(out_path).read_bytes()) == docx_structure(expected.data)
 
 
+def test_gradio_document_progress_counts_segments(ui: Client, live_server: LiveServer, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service reports progress per segment; the UI's progress bar shows it (held between two segments)."""
+    halfway, release = threading.Event(), threading.Event()
+    real = live_server.service.translate_segments
+
+    def stepwise(segments: list[str], src: str, tgt: str, progress: Any = None) -> list[str]:
+        progress(1, len(segments))
+        halfway.set()
+        assert release.wait(60), "test never released the held job"
+        return real(segments, src, tgt, progress=progress)
+
+    monkeypatch.setattr(live_server.service, "translate_segments", stepwise)
+    source = tmp_path / "three.txt"
+    source.write_text("Open the file.\n\nSave the document.\n\nClose the window.\n", encoding="utf-8")
+    job = ui.submit(handle_file(str(source)), "en", "es", api_name="/translate_document")
+    try:
+        assert halfway.wait(60)
+        seen = None
+        for _ in range(600):  # progress messages reach the client asynchronously; poll, don't time
+            update = job.status()
+            if update.progress_data and update.progress_data[0].index == 1:
+                seen = update.progress_data[0]
+                break
+            threading.Event().wait(0.1)
+        assert seen is not None, "no per-segment progress reached the client"
+        assert (seen.index, seen.length, seen.unit) == (1, 3, "segments")
+    finally:
+        release.set()
+    out_path, _ = job.result(timeout=120)
+    assert Path(out_path).name == "three.es.txt"
+
+
 @pytest.mark.parametrize("name, data, message", [
     ("virus.exe", b"MZ\x90\x00", "Invalid file type"),  # refused by the upload widget itself
     ("broken.docx", b"not a zip at all", "not a Word document"),
