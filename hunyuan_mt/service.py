@@ -263,13 +263,12 @@ class TranslationService:
         layout = split_text(masked.text if masked else text, plan.src, sentences=self.cfg.engine.split_sentences)
         segments = layout.segments
         protected = [_local_spans(s, masked.spans) if masked else None for s in segments]
-        current = list(segments)
+        # Every segment carries its own renumbered sentinels, translated or not: restore() reads them against the
+        # segment's local spans (the text-wide numbering would put back the wrong span, or none past ⟦999⟧).
+        current = [p.text if p is not None else seg for seg, p in zip(segments, protected)]
         # A segment that is nothing but protected spans, numbers or symbols has nothing to translate.
         todo = [i for i, (seg, p) in enumerate(zip(segments, protected))
                 if (p.has_words if p is not None else _LETTER.search(seg))]
-        for i in todo:
-            if protected[i] is not None:
-                current[i] = protected[i].text
         return _Job(plan, layout, protected, current, todo)
 
     def _run_jobs(self, jobs: list[_Job]) -> None:
