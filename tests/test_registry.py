@@ -95,8 +95,8 @@ def test_config_problems_have_reasons(adapters_copy: Path, marian_spec) -> None:
     assert infos["en2fr"].reason == "adapter_config.json is unreadable (JSONDecodeError)"
     assert infos["fr2en"].reason == "adapter_config.json is missing"
     assert infos["en2zh"].reason.startswith("only adapter_model.bin (pickle) found; only safetensors")
-    assert infos["es2en"].reason == ("rank mismatch at model.decoder.layers.0.encoder_attn.q_proj: weights have "
-                                     "rank 4, adapter_config.json says r=8")
+    assert infos["es2en"].reason == ("rank mismatch at model.decoder.layers.0.encoder_attn.q_proj: lora_A [4, 32] "
+                                     "has rank 4, the config says r=8")
     assert {k for k, i in infos.items() if i.usable} == {"en2es", "zh2en"}
 
 

@@ -167,9 +167,6 @@ def _check_shapes(shapes: dict[str, tuple[int, ...]], spec: BackboneSpec, config
                 f"shape mismatch at {module}: lora_A {list(a)} / lora_B {list(b)} do not fit a "
                 f"{in_f}→{out_f} layer (trained for another base model?)"
             )
-        if not config.rank_pattern and a[0] != config.r:
-            raise AdapterUnusable(f"rank mismatch at {module}: weights have rank {a[0]}, adapter_config.json says "
-                                  f"r={config.r}")
         rank = _configured_rank(config, module)
         if a[0] != rank:
             # PEFT would build rank-r layers and then fail to copy these weights into them.
