@@ -177,3 +177,15 @@ def test_missing_demo_model_points_to_build_demo() -> None:
     with pytest.raises(ModelUnavailable, match=r"python -m hunyuan_mt build-demo"):
         Backbone.load_uncached(ModelConfig(path="models/demo")) if not ModelConfig().resolved_path.exists() \
             else pytest.skip("the demo model is built here")
+
+
+def test_beam_search_with_mixed_adapters_equals_rows_alone(fresh_backbone, make_cache, hunyuan_dir,
+                                                           hunyuan_adapters) -> None:
+    bb = fresh_backbone(hunyuan_dir)
+    cache = make_cache(bb, hunyuan_adapters, slots=3)
+    beams = GenerationConfig(num_beams=3)
+    rows, pairs = ROWS[:3], PAIRS[:3]
+    with cache.lease(pairs) as lease:
+        mixed = bb.generate(rows, lease.adapter_names, beams, max_new_tokens=8)
+        alone = [bb.generate([r], [n], beams, max_new_tokens=8)[0] for r, n in zip(rows, lease.adapter_names)]
+    assert mixed == alone
