@@ -368,3 +368,50 @@ def test_broken_adapter_in_a_shared_batch_fails_only_its_rows(env: FaultEnv, rea
             assert response.status_code == 200 and response.json()["translatedText"] == env.refs[pair], pair
     assert len(messages) == 1 and messages.pop().startswith("Adapter en2de could not be read")
     assert reads.count("en2de") == 1
+
+
+# -------------------------------------------------------------------------------------------------- out of memory
+
+
+def test_out_of_memory_fails_only_the_row_that_cannot_fit(env: FaultEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's OOM seam (tested in test_engine.py) seen from HTTP: the batch is split, the row that still does
+    not fit gets 507 with a readable message, the requests sharing its batch get their exact references."""
+    import torch
+
+    huge = "Save the document and close the window."
+    engine = env.service.engine
+    held, release = threading.Event(), threading.Event()
+
+    def seam(rows: list[Any]) -> None:
+        if not held.is_set():
+            held.set()
+            assert release.wait(60)
+        if any(r.text == huge for r in rows):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(engine, "before_generate", seam)
+    first = threading.Thread(target=env.rest.translate, args=("Close the window.", "en", "es"))
+    first.start()
+    assert held.wait(60)
+    results: dict[str, Any] = {}
+    calls = {"huge": (huge, "en", "de"), "en2de": (TEXT, "en", "de"), "en2es": (TEXT, "en", "es"),
+             "fr2en": (TEXT, "fr", "en")}
+    threads = [threading.Thread(target=lambda k=k, a=a: results.__setitem__(k, env.rest.translate(*a)))
+               for k, a in calls.items()]
+    for t in threads:
+        t.start()
+    while engine.queued() < len(calls):  # all four rows wait behind the held batch, then share one batch
+        threading.Event().wait(0.01)
+    splits = engine.stats.oom_splits
+    release.set()
+    for t in threads + [first]:
+        t.join(120)
+    oom = results.pop("huge")
+    assert oom.status_code == 507
+    assert oom.json()["error"].startswith("Out of memory translating one segment of ")
+    assert oom.json()["error"].endswith("tokens (en→de), even alone; shorten the text or try again later.")
+    assert "GiB" not in oom.text and "CUDA" not in oom.text
+    for key, response in results.items():
+        assert response.status_code == 200 and response.json()["translatedText"] == env.refs[key], key
+    assert engine.stats.oom_splits > splits
+    assert env.rest.client.get("/health").json()["status"] == "ok"
