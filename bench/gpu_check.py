@@ -37,6 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+# Run as `python bench/gpu_check.py`, Python puts bench/ first on sys.path, where a sibling module can shadow the
+# standard library (bench/profile.py hides `profile`, which torch._dynamo imports through cProfile): drop it.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != _HERE]
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -585,6 +590,19 @@ def _quantized_kv_backend() -> str | None:
     return None
 
 
+def filesystem_of(path: Path) -> str:
+    """The filesystem type holding `path` (tmpfs means the "disk" load really reads RAM)."""
+    best, kind = "", "unknown"
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and str(path.resolve()).startswith(parts[1]) and len(parts[1]) > len(best):
+                best, kind = parts[1], parts[2]
+    except OSError:
+        pass
+    return kind
+
+
 def environment(settings: Settings) -> dict[str, Any]:
     import peft
     import torch
@@ -637,7 +655,7 @@ def markdown(data: dict[str, Any]) -> str:
         f"transformers {env['transformers']}, peft {env['peft']}); total {data['total_s']} s. Random weights, no download: "
         f"HunYuanDenseV1 with hidden {shapes['hidden_size']}, {shapes['num_hidden_layers']} layers, "
         f"{shapes['num_attention_heads']}/{shapes['num_key_value_heads']} heads, vocab {shapes['vocab_size']}, "
-        f"bf16, attention `{env['attn_implementation']}`; 38 LoRA adapters r={g('adapters', 'rank')} on q/k/v/o "
+        f"bf16, attention `{env['attn_implementation']}`, weights on {env.get('workdir_fs', '?')}; 38 LoRA adapters r={g('adapters', 'rank')} on q/k/v/o "
         f"({g('adapters', 'mib_each')} MiB each).",
         "",
         "| measure | value |",
@@ -706,6 +724,7 @@ def main(argv: list[str] | None = None) -> int:
 
     report = Report(settings)
     report.data["environment"] = environment(settings)
+    report.data["environment"]["workdir_fs"] = filesystem_of(work)
     print(f"[gpu_check] {json.dumps(report.data['environment'])}", flush=True)
     check = Check(settings, work, report)
     try:
