@@ -105,6 +105,12 @@ def resolve_model_id(model: str | None) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _source_field(fields: dict[str, Any]) -> str:
+    """`source`, with "auto" in any case (and a missing source) meaning detect."""
+    source = text_field(fields, "source", required=False, default="auto")
+    return "auto" if source.strip().lower() == "auto" else source
+
+
 class RestApi:
     """Route handlers over one service; kept as a class so the handlers share the policy, store and metrics."""
 
@@ -162,7 +168,7 @@ class RestApi:
             fields = await read_fields(request)
             self._authorize(request, fields)
             texts, as_list = self._texts(fields.get("q"))
-            source = text_field(fields, "source", required=False, default="auto")
+            source = _source_field(fields)
             target = text_field(fields, "target")
             fmt = text_field(fields, "format", required=False, default="text")
             if fmt not in ("text", "html"):
@@ -181,7 +187,7 @@ class RestApi:
         finally:
             await request.close()
         body: dict[str, Any] = {"translatedText": translated if as_list else translated[0]}
-        if source.lower() == "auto":
+        if source == "auto":
             found = [detection_json(d) if d else {"confidence": 0.0, "language": None} for d in detected]
             body["detectedLanguage"] = found if as_list else found[0]
         return JSONResponse(body)
@@ -211,7 +217,7 @@ class RestApi:
             upload = fields.get("file")
             if not isinstance(upload, UploadFile):
                 raise InvalidInput("Invalid request: missing file parameter")
-            source = text_field(fields, "source", required=False, default="auto")
+            source = _source_field(fields)
             target = text_field(fields, "target")
             data = await upload.read(self.cfg.limits.max_file_bytes + 1)
             if len(data) > self.cfg.limits.max_file_bytes:
