@@ -25,7 +25,7 @@ import torch
 
 from .adapters.registry import BackboneSpec
 from .config import GenerationConfig, ModelConfig
-from .errors import ConfigError, ModelUnavailable
+from .errors import ConfigError, InputTooLarge, ModelUnavailable
 from .languages import LANGUAGES, hunyuan_prompt
 
 log = logging.getLogger(__name__)
@@ -181,6 +181,13 @@ class Backbone:
         #: Tokenizing is safe beside a running generate, except for NLLB/M2M's per-row `src_lang` switch.
         self._tok_lock = threading.Lock()
         self._target_prefix = self._detect_target_prefix()
+        positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        #: Longest model input a row may have (tokens), or None when the model sets no limit. The engine checks
+        #: rows against it so one over-long row fails alone instead of failing its batch inside `generate`.
+        self.max_input_tokens: int | None = (
+            None if not isinstance(positions, int) else (positions if arch == ENCODER_DECODER else positions - 1)
+        )
+        self._max_positions = positions if isinstance(positions, int) else None
 
     # ------------------------------------------------------------------ loading
 
@@ -354,6 +361,14 @@ class Backbone:
             with self._tok_lock:
                 batch = tok.pad(encoded, padding=True, return_tensors="pt")
             batch = {k: v.to(self.device) for k, v in batch.items()}
+            longest = max(len(e["input_ids"]) for e in encoded)
+            if self.max_input_tokens is not None and longest > self.max_input_tokens:
+                raise InputTooLarge(f"A segment of {longest} tokens is longer than this model's limit of "
+                                    f"{self.max_input_tokens} tokens.")
+            if self._max_positions is not None:
+                # Learned/sinusoidal position tables end at max_positions: never generate past them.
+                room = self._max_positions - (2 if self.arch == ENCODER_DECODER else batch["input_ids"].shape[1])
+                max_new_tokens = max(1, min(max_new_tokens, room))
             kwargs = self._generation_kwargs(gen, max_new_tokens)
             kwargs.update(extra)
             prefix_len = 0

@@ -189,3 +189,15 @@ def test_beam_search_with_mixed_adapters_equals_rows_alone(fresh_backbone, make_
         mixed = bb.generate(rows, lease.adapter_names, beams, max_new_tokens=8)
         alone = [bb.generate([r], [n], beams, max_new_tokens=8)[0] for r, n in zip(rows, lease.adapter_names)]
     assert mixed == alone
+
+
+def test_over_long_row_is_refused_and_generation_stays_in_the_position_table(fresh_backbone, marian_dir) -> None:
+    from hunyuan_mt.errors import InputTooLarge
+
+    bb = fresh_backbone(marian_dir)
+    assert bb.max_input_tokens == 128  # the tiny Marian's max_position_embeddings
+    long_row = PromptRow("Hello world " * 200, "en", "es")
+    with pytest.raises(InputTooLarge, match=r"^A segment of \d+ tokens is longer than this model's limit of 128"):
+        bb.generate([long_row], [BASE], GREEDY, max_new_tokens=8)
+    # asking for more new tokens than positions exist does not crash: it is clamped
+    assert isinstance(bb.generate([ROWS[0]], [BASE], GREEDY, max_new_tokens=500)[0], str)
