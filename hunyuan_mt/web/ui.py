@@ -72,8 +72,7 @@ class TranslatorUI:
         self.cfg = cfg
         self.metrics = metrics
         infos = service.languages()
-        self.targets: dict[str, list[str]] = {info.code: list(info.targets) for info in infos}
-        # Languages the model can read or write; the dropdowns list these first.
+        # Languages the model can read or write at start; the dropdowns list these first.
         self.model_codes = [i.code for i in infos if i.targets] + sorted(
             {t for i in infos for t in i.targets} - {i.code for i in infos if i.targets})
         self.outputs = Path(tempfile.mkdtemp(prefix="hmt-ui-"))
@@ -104,7 +103,8 @@ class TranslatorUI:
     def _reachable(self, source: str) -> set[str] | None:
         if source == AUTO:
             return None  # depends on what is detected; the service refuses with a reason if needed
-        return set(self.targets.get(source, []))
+        # Asked each time: an admin rescan or pin can change what is reachable while the page is open.
+        return {t for info in self.service.languages() if info.code == source for t in info.targets}
 
     def pair_note(self, source: str, target: str) -> str:
         if source == AUTO or not target:
@@ -339,6 +339,10 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None) -> gr
                 doc_out = gr.File(label="Translated document", interactive=False, elem_id="hmt-doc-out")
             doc_btn = gr.Button("Translate document", variant="primary", elem_id="hmt-doc-translate")
             doc_note = gr.Markdown("", elem_id="hmt-doc-note")
+            doc_src.change(ui.on_source_change, [doc_src, doc_tgt], [doc_tgt, doc_note],
+                           api_name="doc_source_changed", api_visibility="undocumented")
+            doc_tgt.change(ui.pair_note, [doc_src, doc_tgt], [doc_note], api_name="doc_pair_note",
+                           api_visibility="undocumented")
             doc_btn.click(ui.translate_document, [doc_in, doc_src, doc_tgt], [doc_out, doc_note],
                           api_name="translate_document", api_visibility="public")
 
