@@ -523,7 +523,8 @@ class Check:
             import bitsandbytes  # noqa: F401
             from transformers import BitsAndBytesConfig
         except ImportError as exc:
-            return {"status": "skipped", "reason": f"bitsandbytes not importable here ({exc})"}
+            return {"status": "skipped", "reason": f"bitsandbytes not importable here ({exc})",
+                    "nf4_estimate_gib": nf4_estimate_gib(self.s)}
         if not self.s.device.startswith("cuda"):
             return {"status": "skipped", "reason": "NF4 needs CUDA"}
         from transformers import AutoModelForCausalLM
@@ -547,6 +548,18 @@ class Check:
         _free(self.s.device)
         return {"nf4_gpu_gib": gib(mem), "bf16_gpu_gib": gib(self.mem.get("backbone")), "load_s": round(load_s, 2),
                 "generates": True}
+
+
+def nf4_estimate_gib(settings: Settings) -> float:
+    """What NF4 would take, computed (not measured): bitsandbytes quantizes the Linear layers of the decoder to
+    4 bits plus about 0.127 bit of double-quantized scales per weight; embeddings and norms stay bf16."""
+    c = TINY if settings.tiny else HUNYUAN_MT_7B
+    h, hd = c["hidden_size"], c["head_dim"]
+    per_layer = (h * c["num_attention_heads"] * hd * 2 + h * c["num_key_value_heads"] * hd * 2
+                 + 3 * h * c["intermediate_size"])
+    linear = per_layer * c["num_hidden_layers"]
+    bf16 = c["vocab_size"] * h * (1 if c["tie_word_embeddings"] else 2) + (2 * c["num_hidden_layers"] + 1) * h
+    return round((linear * (4 + 0.127) / 8 + bf16 * 2) / GIB, 2)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -679,7 +692,10 @@ def markdown(data: dict[str, Any]) -> str:
         f"| same rows, serial set_adapter per pair | {g('throughput', 'serial_tok_s')} tok/s "
         f"({g('throughput', 'serial_set_adapter_ms')} ms); speedup {g('throughput', 'speedup')}× |",
         f"| rows identical, mixed vs serial (greedy, bf16) | {g('throughput', 'rows_identical_to_serial')} |",
-        f"| 4-bit NF4 backbone memory | {g('four_bit', 'nf4_gpu_gib')} GiB |",
+        "| 4-bit NF4 backbone memory | " + (
+            f"{g('four_bit', 'nf4_gpu_gib')} GiB" if sec.get("four_bit", {}).get("status") == "ok" else
+            f"not measured ({g('four_bit', 'status')}); computed estimate "
+            f"{sec.get('four_bit', {}).get('nf4_estimate_gib', 'n/a')} GiB") + " |",
         f"| light mode: enter (detach {g('light_mode', 'evicted')} non-pinned) | {g('light_mode', 'enter_ms')} ms, "
         f"GPU {g('light_mode', 'gpu_gib_before')} → {g('light_mode', 'gpu_gib_after')} GiB |",
         f"| light mode: generate ({g('light_mode', 'light_generate', 'rows')} rows) | "
