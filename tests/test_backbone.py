@@ -201,3 +201,23 @@ def test_over_long_row_is_refused_and_generation_stays_in_the_position_table(fre
         bb.generate([long_row], [BASE], GREEDY, max_new_tokens=8)
     # asking for more new tokens than positions exist does not crash: it is clamped
     assert isinstance(bb.generate([ROWS[0]], [BASE], GREEDY, max_new_tokens=500)[0], str)
+
+
+def test_many_services_share_one_backbone_load(tmp_path: Path, marian_dir: Path, marian_adapters: Path) -> None:
+    """Service objects built by a UI, an API and a CLI call in one process load the backbone once."""
+    from hunyuan_mt.config import load_config
+    from hunyuan_mt.service import TranslationService
+
+    model_dir = tmp_path / "service-model"
+    shutil.copytree(marian_dir, model_dir)
+    cfg = load_config(overrides={"model.path": str(model_dir), "cache.adapters_dir": str(marian_adapters),
+                                 "cache.pinned": [], "memory.enabled": False}, env={})
+    before = backbone_mod.LOAD_COUNT
+    services = [TranslationService(cfg) for _ in range(3)]
+    try:
+        assert backbone_mod.LOAD_COUNT - before == 1
+        assert services[0].backbone is services[1].backbone is services[2].backbone
+        assert services[2].translate("Hello world", "en", "es").text  # the newest one serves
+    finally:
+        for service in services:
+            service.close()

@@ -175,7 +175,11 @@ def _keep_active_valid(model: object) -> None:
 
 
 class AdapterCache:
-    """Slots, pins, RAM tier, leases and single-flight loading over one backbone."""
+    """Slots, pins, RAM tier, leases and single-flight loading over one backbone.
+
+    One cache per backbone: a new cache on a backbone takes it over and detaches the adapters an earlier cache
+    attached (so that earlier cache must no longer be used). Build services through `get_service()`.
+    """
 
     def __init__(self, backbone: Backbone, registry: AdapterRegistry, cfg: CacheConfig) -> None:
         self.backbone = backbone
