@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+import gradio as gr
 import pytest
 
 import tiny_models
 from fault_env import RestEnv, rest_env, tiny_config
 from hunyuan_mt.adapters import cache as cache_mod
 from hunyuan_mt.errors import AdapterUnusable
+from hunyuan_mt.web.ui import TranslatorUI
 
 TEXT = "Open the file, save the document and close the window."
 #: Pairs whose output the "others keep serving" check compares; en2es is pinned, the rest use slots.
@@ -43,6 +45,7 @@ class FaultEnv:
     root: Path  # the service's adapters folder (a private copy)
     pristine: Path  # the session's intact adapters
     refs: dict[str, str]  # pair (or "de>fr" pivot) → output for TEXT, computed before any fault
+    ui: Any  # the UI's handlers (web/ui.py TranslatorUI) over the same service
 
     @property
     def service(self) -> Any:
@@ -60,7 +63,9 @@ def module_env(tmp_path_factory: pytest.TempPathFactory, marian_dir: Path, maria
         refs = {p: rest.service.translate(TEXT, *codes(p)).text for p in PAIRS}
         refs["de>fr"] = rest.service.translate(TEXT, "de", "fr").text  # pivot de → en → fr
         assert len(set(refs.values())) == len(refs), "each adapter must give its own output"
-        yield FaultEnv(rest, root, marian_adapters, refs)
+        ui = TranslatorUI(rest.service, cfg)
+        yield FaultEnv(rest, root, marian_adapters, refs, ui)
+        ui.close()
 
 
 def restore(env: FaultEnv) -> None:
@@ -104,7 +109,8 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def refused(env: FaultEnv, pair: str, status: int, message: str) -> str:
-    """The pair fails with `message` (a prefix) through the service and over HTTP, identically, without paths."""
+    """The pair fails with `message` (a prefix) through the service, over HTTP and in the UI, identically, without
+    paths."""
     with pytest.raises(AdapterUnusable if status == 503 else Exception) as err:
         env.service.translate(TEXT, *codes(pair))
     said = err.value.message
@@ -113,6 +119,9 @@ def refused(env: FaultEnv, pair: str, status: int, message: str) -> str:
     assert response.status_code == status, response.text
     assert response.json() == {"error": said}
     assert str(env.root) not in said and "Traceback" not in response.text and "slot" not in said
+    with pytest.raises(gr.Error) as shown:
+        env.ui.translate_text(TEXT, *codes(pair))
+    assert shown.value.message == said
     return said
 
 
@@ -226,7 +235,7 @@ def test_adapter_replaced_by_one_for_another_base_model_while_cached(env: FaultE
 @pytest.mark.parametrize("edit, says", [
     (lambda c: c.update(r=8), "lora_A [4, 32] has rank 4, the config says r=8"),
     (lambda c: c.update(target_modules=["q_proj", "v_proj", "k_proj"]), "lacks lora_A/lora_B weights for "),
-])
+], ids=["rank-disagrees", "target-modules-without-weights"])
 def test_config_that_disagrees_with_its_weights_is_refused_at_scan(env: FaultEnv, reads: list[str], edit: Any,
                                                                    says: str) -> None:
     """Validate before loading: such an adapter would only fail inside PEFT, with a page of internal names."""
@@ -414,4 +423,7 @@ def test_out_of_memory_fails_only_the_row_that_cannot_fit(env: FaultEnv, monkeyp
     for key, response in results.items():
         assert response.status_code == 200 and response.json()["translatedText"] == env.refs[key], key
     assert engine.stats.oom_splits > splits
+    with pytest.raises(gr.Error) as shown:  # the UI shows the same message
+        env.ui.translate_text(huge, "en", "de")
+    assert shown.value.message == oom.json()["error"]
     assert env.rest.client.get("/health").json()["status"] == "ok"
