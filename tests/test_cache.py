@@ -191,10 +191,17 @@ def test_busy_when_all_slots_are_leased(marian, make_cache, marian_adapters: Pat
                                      "(waited 0.2 s); try again.")
         assert err.value.retryable
         assert cache.lru_order() == ["en2de", "de2en"]
+        touch(cache, "en2de")  # a resident pair is still served while every slot is leased
+        assert cache.lru_order() == ["de2en", "en2de"]
+    with cache.lease([P("en2de")]):
+        with pytest.raises(Busy) as err:
+            touch(cache, "en2fr", "fr2en")
+        assert err.value.message == ("Cannot attach adapter en2fr, fr2en: it needs 2 free slots and only 1 of 2 "
+                                     "are not leased by running requests (waited 0.2 s); try again.")
     s = cache.stats()
-    assert (s.busy, s.slot_waits) == (1, 1)
+    assert (s.busy, s.slot_waits) == (2, 2)
     touch(cache, "en2fr")  # once released, the same request succeeds
-    assert cache.lru_order() == ["de2en", "en2fr"]
+    assert cache.lru_order() == ["en2de", "en2fr"]
 
 
 def test_batch_asking_for_more_slots_than_exist_is_busy_at_once(marian, make_cache, marian_adapters) -> None:

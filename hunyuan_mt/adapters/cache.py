@@ -419,8 +419,14 @@ class AdapterCache:
                 if remaining <= 0:
                     self._counts["busy"] += 1
                     leased = sum(1 for s in self._slots if s.leases > 0)
-                    raise Busy(f"Cannot attach adapter {missing[0].key}: all {leased} slots are leased by running "
-                               f"requests (waited {self.cfg.lease_timeout_s:g} s); try again.")
+                    keys = ", ".join(p.key for p in missing)
+                    if leased == len(self._slots):
+                        why = f"all {leased} slots are leased by running requests"
+                    else:
+                        why = (f"it needs {len(missing)} free slots and only {len(self._slots) - leased} of "
+                               f"{len(self._slots)} are not leased by running requests")
+                    raise Busy(f"Cannot attach adapter {keys}: {why} (waited {self.cfg.lease_timeout_s:g} s); "
+                               "try again.")
                 self._cv.wait(remaining)
             for entry in entries:
                 held.append(entry)
