@@ -203,6 +203,9 @@ def test_broken_pivot_hop_names_the_broken_adapter(env: FaultEnv) -> None:
     assert response.json()["error"].startswith(
         "No route from de to fr: no adapter de2fr, and the pivot route through en lacks en2fr (unusable: "
         "adapter_model.safetensors is corrupt or truncated")
+    with pytest.raises(gr.Error) as shown:
+        env.ui.translate_text(TEXT, "de", "fr")
+    assert shown.value.message == response.json()["error"]
     serves(env, "de2en")
 
 
