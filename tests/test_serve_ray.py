@@ -87,12 +87,14 @@ class HoldingReplica(TranslatorReplica):
         return service
 
 
-def _no_detector_warmup() -> None:
+def _no_detector_warmup() -> Callable[[], None]:
     """Skip the service's background lingua warm-up (seconds of CPU per process on a 2-core machine): the one
-    `auto` test loads it on first use instead. Detection results are the same either way."""
+    `auto` test loads it on first use instead. Detection results are the same either way. Returns the original."""
     import hunyuan_mt.service as service_module
 
+    original = service_module.warm_detector
     service_module.warm_detector = lambda: None
+    return original
 
 
 def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
@@ -160,8 +162,13 @@ def reference(settings: ServeSettings) -> Any:
     """The single-process service on the same profile: what every replica's answer must equal."""
     from hunyuan_mt.service import TranslationService
 
-    _no_detector_warmup()
-    service = TranslationService(load_config(settings.profile))
+    import hunyuan_mt.service as service_module
+
+    original = _no_detector_warmup()
+    try:
+        service = TranslationService(load_config(settings.profile))
+    finally:
+        service_module.warm_detector = original  # only this construction skips it; later tests are untouched
     yield service
     service.close()
 
