@@ -179,8 +179,8 @@ def cluster(settings: ServeSettings) -> Any:
 
     # Workers inherit this environment: they import hunyuan_mt (and this module, for HoldingReplica) from here.
     tests_dir = str(Path(__file__).resolve().parent)
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), tests_dir, os.environ.get("PYTHONPATH", "")])
-    os.environ.setdefault("RAY_SERVE_LOG_TO_STDERR", "0")
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), tests_dir, saved) if p)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)
     ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)
@@ -194,6 +194,10 @@ def cluster(settings: ServeSettings) -> Any:
     serve.shutdown()
     ray.shutdown()
     cluster.shutdown()
+    if saved is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = saved
 
 
 def infos(cluster: Any) -> dict[str, dict[str, Any]]:
