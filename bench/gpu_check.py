@@ -312,16 +312,34 @@ class Check:
     # -- attach ------------------------------------------------------------------------------------------------
 
     def attach_disk(self, pairs: list[str], times: list[float]) -> None:
-        from peft import PeftModel
-
+        """Attach from disk the way hunyuan_mt.adapters.cache does: read the safetensors into RAM, then inject
+        (get_peft_model for the first adapter, add_adapter after) and load the state dict."""
         for pair in pairs:
             path = self.adapters_dir / pair
             with timed(self.s.device, times):
-                if self.model is None:
-                    self.model = PeftModel.from_pretrained(self.base, str(path), adapter_name=pair,
-                                                           is_trainable=False)
-                else:
-                    self.model.load_adapter(str(path), adapter_name=pair, is_trainable=False)
+                from safetensors.torch import load_file
+
+                self.inject(pair, load_file(str(path / "adapter_model.safetensors")), self.lora_config(pair))
+
+    def lora_config(self, pair: str) -> Any:
+        from peft import LoraConfig
+
+        cfg = LoraConfig.from_pretrained(str(self.adapters_dir / pair))
+        cfg.inference_mode = True
+        return cfg
+
+    def inject(self, pair: str, state_dict: dict[str, Any], cfg: Any) -> None:
+        from peft import get_peft_model, set_peft_model_state_dict
+
+        if self.model is None:
+            self.model = get_peft_model(self.base, cfg, adapter_name=pair)
+        else:
+            self.model.add_adapter(pair, cfg)
+        result = set_peft_model_state_dict(self.model, state_dict, adapter_name=pair)
+        missing = [k for k in result.missing_keys if "lora_" in k and f".{pair}." in k]
+        if missing:
+            raise RuntimeError(f"adapter {pair} lacks weights for {missing[0]}")
+        self.model.eval()
 
     def attach_pinned_and_slots(self) -> dict[str, Any]:
         times: list[float] = []
@@ -341,7 +359,6 @@ class Check:
     def ram_tier_and_hotswap(self) -> dict[str, Any]:
         """RAM tier: detach an adapter, keep its state dict in host RAM, re-attach from it (no disk).
         Hotswap: copy another pair's weights into an attached slot's tensors (same rank and targets)."""
-        from peft import LoraConfig, set_peft_model_state_dict
         from safetensors.torch import load_file
 
         slot_pairs = [p for p in PAIRS if p not in PINNED][:SLOTS]
@@ -354,8 +371,7 @@ class Check:
                 sd = {k: v.pin_memory() for k, v in sd.items()}
             self.ram_tier[pair] = sd
         fill_s = time.perf_counter() - t
-        cfg = LoraConfig.from_pretrained(str(self.adapters_dir / slot_pairs[0]))
-        cfg.inference_mode = True
+        cfg = self.lora_config(slot_pairs[0])
 
         ram_times: list[float] = []
         victim = slot_pairs[-1]
@@ -363,13 +379,11 @@ class Check:
             # evict the slot's adapter (as the cache's eviction hook does) then attach `pair` from RAM
             self.model.delete_adapter(victim)
             with timed(self.s.device, ram_times):
-                self.model.add_adapter(pair, cfg)
-                set_peft_model_state_dict(self.model, self.ram_tier[pair], adapter_name=pair)
+                self.inject(pair, self.ram_tier[pair], cfg)
             victim = pair
         # restore the original slot pair so later sections see the usual residents
         self.model.delete_adapter(victim)
-        self.model.add_adapter(slot_pairs[-1], cfg)
-        set_peft_model_state_dict(self.model, self.ram_tier[slot_pairs[-1]], adapter_name=slot_pairs[-1])
+        self.inject(slot_pairs[-1], self.ram_tier[slot_pairs[-1]], cfg)
 
         out: dict[str, Any] = {"ram_tier_fill_s": round(fill_s, 2), "ram_attach": summary_ms(ram_times)}
         try:
@@ -455,7 +469,6 @@ class Check:
         stays in the RAM tier), generates with a smaller batch (and a quantized KV cache where a backend is
         installed), then leaves light mode by re-attaching the slot adapters from RAM."""
         import torch
-        from peft import LoraConfig, set_peft_model_state_dict
 
         used = gpu_bytes(self.s.device) or param_bytes(self.model)
         threshold = int(used * 0.9)  # forced: current use is above it
@@ -494,17 +507,15 @@ class Check:
         gen_out["generate_ms"] = round(gen_t[0], 1)
 
         # leave light mode: pressure gone, the slots come back from the RAM tier
-        cfg = LoraConfig.from_pretrained(str(self.adapters_dir / PINNED[0]))
-        cfg.inference_mode = True
+        cfg = self.lora_config(PINNED[0])
         slot_pairs = [p for p in PAIRS if p not in PINNED][:SLOTS]
         t = time.perf_counter()
         for pair in slot_pairs:
             sd = self.ram_tier.get(pair)
             if sd is None:
-                self.model.load_adapter(str(self.adapters_dir / pair), adapter_name=pair, is_trainable=False)
+                self.attach_disk([pair], [])
             else:
-                self.model.add_adapter(pair, cfg)
-                set_peft_model_state_dict(self.model, sd, adapter_name=pair)
+                self.inject(pair, sd, cfg)
         _sync(self.s.device)
         exit_ms = (time.perf_counter() - t) * 1000
         return {"forced_threshold_gib": gib(threshold), "used_gib": gib(used), "pressure": pressure,
