@@ -83,7 +83,8 @@ class TranslatorReplica:
     # ------------------------------------------------------------------ multiplexing
 
     def _warm(self, pair_key: str) -> None:
-        """Attach the adapters of the pair's route now, so Ray advertises this replica only once they are in.
+        """Attach the adapters of the pair's route through the cache (a lease taken and released), so the
+        requests Ray routes here for this pair find them attached; the cache decides what makes room.
 
         A pair that cannot be served is not an error here: the request itself raises the typed error next.
         """
