@@ -79,7 +79,7 @@ def test_quick_bench_writes_well_formed_results(tmp_path: Path, marian_dir: Path
                    "  pinned: [en2es, es2en]\n  slots: 3\nrouting:\n  pivot: en\nlimits:\n  max_new_tokens: 6\n")
     parser = argparse.ArgumentParser()
     bench_run.add_arguments(parser)
-    args = parser.parse_args(["--quick", "--levels", "1,4", "--config", str(cfg), "--out", str(tmp_path / "out"),
+    args = parser.parse_args(["--quick", "--levels", "1,4", "--variants", ",".join(VARIANTS), "--config", str(cfg), "--out", str(tmp_path / "out"),
                               "--workdir", str(tmp_path / "work"), "--threads", "1"])
     assert bench_run.run(args) == 0
     results = json.loads((tmp_path / "out" / "bench.json").read_text())
