@@ -1,6 +1,6 @@
 """Bounded soak: steady mixed load over HTTP against the real app, watching for leaks.
 
-    python -m bench.soak                     # 10 minutes (1 of warm-up), 8 clients
+    python -m bench.soak                     # 10 minutes (2 of warm-up), 8 clients
     python -m bench.soak --minutes 3         # shorter, clearly labelled as such in the results
 
 It starts `app.py` as a separate process on 127.0.0.1 (its own TMPDIR, so temp files can be counted), waits for
@@ -170,7 +170,7 @@ def leases_held(base: str) -> tuple[int, int]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n")[0])
     p.add_argument("--minutes", type=float, default=10.0, help="total duration including warm-up (default 10)")
-    p.add_argument("--warmup-minutes", type=float, default=None, help="default: 10%% of the duration, at least 0.5")
+    p.add_argument("--warmup-minutes", type=float, default=None, help="default: 20%% of the duration, at least 1")
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--interval", type=float, default=5.0, help="sampling interval in seconds")
     p.add_argument("--config", default=None)
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
-    warmup_s = 60 * (args.warmup_minutes if args.warmup_minutes is not None else max(0.5, args.minutes * 0.1))
+    warmup_s = 60 * (args.warmup_minutes if args.warmup_minutes is not None else max(1.0, args.minutes * 0.2))
     total_s = 60 * args.minutes
     work = args.out / "tmp" / f"soak-{os.getpid()}"
     tmpdir = work / "server-tmp"
