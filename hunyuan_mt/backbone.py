@@ -364,7 +364,7 @@ class Backbone:
             longest = max(len(e["input_ids"]) for e in encoded)
             if self.max_input_tokens is not None and longest > self.max_input_tokens:
                 raise InputTooLarge(f"A segment of {longest} tokens is longer than this model's limit of "
-                                    f"{self.max_input_tokens} tokens.")
+                                    f"{self.max_input_tokens} tokens; split the text into shorter segments.")
             if self._max_positions is not None:
                 # Learned/sinusoidal position tables end at max_positions: never generate past them.
                 room = self._max_positions - (2 if self.arch == ENCODER_DECODER else batch["input_ids"].shape[1])

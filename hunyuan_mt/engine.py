@@ -10,7 +10,9 @@ oldest waiting row has waited `max_wait_ms` (or at once when `max_rows` rows wai
 
 The whole batch runs under ONE cache lease. An out-of-memory error splits the batch in halves and retries them
 under the same lease; a single row that still does not fit fails alone with `OutOfMemory`. A lease failure for
-one adapter (broken or missing) fails only the rows of that pair: the batch is retried per pair.
+one adapter (broken or missing) fails only the rows of that pair: the batch is retried per pair. A row longer than
+the model's input limit (`backbone.max_input_tokens`) fails with `InputTooLarge` when it is counted, before any
+batch is formed.
 
 Greedy output per row equals that row run alone: padding is chosen by the backbone so rows do not see each
 other, and `max_new_tokens` is the same for every row.
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import torch
 
 from .config import EngineConfig, GenerationConfig, LimitsConfig
-from .errors import InvalidInput, OutOfMemory, TranslationError
+from .errors import InputTooLarge, InvalidInput, OutOfMemory, TranslationError
 from .memory import QUANTIZED_KV_KWARGS, quantized_kv_support
 
 if TYPE_CHECKING:
@@ -263,6 +265,23 @@ class BatchEngine:
                     lengths.append(0)
         for p, n in zip(pending, lengths):
             p.tokens = n
+        self._refuse_over_long(pending)
+
+    def _refuse_over_long(self, pending: list[_Pending]) -> None:
+        """Fail rows longer than the model's input limit now, so they never join (and fail) a batch."""
+        limit = self.backbone.max_input_tokens
+        if limit is None:
+            return
+        over = [p for p in pending if p.tokens is not None and p.tokens > limit and not p.future.done()]
+        if not over:
+            return
+        with self._cv:
+            self._queue = [q for q in self._queue if all(q is not p for p in over)]
+        for p in over:
+            log.info("engine: refused a %s→%s row of %d tokens (model limit %d)", p.row.src, p.row.tgt, p.tokens,
+                     limit)
+            _fail([p], InputTooLarge(f"A segment of {p.tokens} tokens is longer than this model's limit of "
+                                     f"{limit} tokens; split the text into shorter segments."))
 
     def _form_batch(self, pinned: set[str], resident: set[str]) -> list[_Pending]:
         """Pick rows for one batch and drop them from the queue (caller holds the lock)."""

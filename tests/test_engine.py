@@ -19,7 +19,7 @@ import tiny_models
 from hunyuan_mt.adapters.request import Pair
 from hunyuan_mt.config import EngineConfig, GenerationConfig, LimitsConfig
 from hunyuan_mt.engine import BatchEngine, Row
-from hunyuan_mt.errors import AdapterUnusable, OutOfMemory
+from hunyuan_mt.errors import AdapterUnusable, InputTooLarge, OutOfMemory
 
 TEXTS = ["Hello world, how are you today?", "Open the file, save the document.", "Hola mundo.",
          "The quick brown fox jumps.", "Datei öffnen, Dokument speichern.", "Bonjour le monde."]
@@ -318,3 +318,27 @@ def test_max_new_tokens_capped_by_model_positions(marian_dir: Path, marian_adapt
     engine = make_engine(marian_dir, marian_adapters, max_new_tokens=500)
     assert engine._max_new_tokens([]) == 126
     assert isinstance(engine.run([row("en2es", TEXTS[0])])[0], str)
+
+
+def test_over_long_row_fails_alone_before_batching(arch: str, model_and_adapters, make_engine) -> None:
+    """A row over the model's input limit is refused when it is counted: it never reaches generate, and the rows
+    queued with it run in one batch with the output they have alone."""
+    engine = make_engine(*model_and_adapters)
+    limit = engine.backbone.max_input_tokens
+    assert limit is not None
+    long_row = row("en2es", "Hello world " * 200)
+    tokens = engine.backbone.prompt_lengths([engine._prompt_row(long_row)])[0]
+    assert tokens > limit
+    rows = [row("en2es", TEXTS[0]), long_row, row(None, TEXTS[2])]
+    ref = references(engine, [rows[0], rows[2]])
+    seen: list[list[str]] = []
+    start = len(engine.history)
+    futures = held_batch(engine, rows, then=lambda batch: seen.append([r.text for r in batch]))
+    with pytest.raises(InputTooLarge) as info:
+        futures[1].result(timeout=60)
+    assert info.value.message == (f"A segment of {tokens} tokens is longer than this model's limit of {limit} "
+                                  "tokens; split the text into shorter segments.")
+    assert [futures[0].result(timeout=60), futures[2].result(timeout=60)] == ref
+    assert seen == [[TEXTS[0], TEXTS[2]]]  # one generate, without the long row
+    assert [h.rows for h in list(engine.history)[start + 1:]] == [2]
+    assert engine.stats.error_splits == 0
