@@ -175,6 +175,45 @@ def test_rest_job_does_not_block_ui(live_server: LiveServer, ui: Client, monkeyp
     assert result["response"].json()["translatedText"] == real([held_text], "en", "es")[0].text
 
 
+def test_saturated_rest_pool_leaves_the_ui_its_own_threads(live_server: LiveServer, ui: Client,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every REST worker thread held inside the service at once; the UI still translates (its own pool)."""
+    from hunyuan_mt.web.api import REST_THREADS
+
+    held_text = "Close the window before you open the file."
+    inside = threading.Semaphore(0)
+    release = threading.Event()
+    real = live_server.service.translate_batch
+
+    def maybe_held(texts: list[str], src: str, tgt: str, **kw: Any) -> list[Any]:
+        if texts == [held_text]:
+            inside.release()
+            assert release.wait(120), "test never released the held requests"
+        return real(texts, src, tgt, **kw)
+
+    monkeypatch.setattr(live_server.service, "translate_batch", maybe_held)
+    statuses: list[int] = []
+
+    def call_rest() -> None:
+        with httpx.Client(base_url=live_server.url, timeout=180) as c:
+            statuses.append(c.post("/translate", json={"q": held_text, "source": "en", "target": "es"}).status_code)
+
+    threads = [threading.Thread(target=call_rest) for _ in range(REST_THREADS)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(REST_THREADS):
+            assert inside.acquire(timeout=60), "not every REST call reached the service (shared thread pool?)"
+        text, _ = ui.predict(TEXT, "en", "es", api_name="/translate")
+        assert text == real([TEXT], "en", "es")[0].text
+        assert statuses == []
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(180)
+    assert statuses == [200] * REST_THREADS
+
+
 def test_gradio_admin_needs_the_key(ui: Client) -> None:
     with pytest.raises(Exception) as refused:
         ui.predict("wrong", "en2es", api_name="/admin_pin")

@@ -7,6 +7,7 @@ serves the Gradio UI. Errors are typed below this layer and rendered here, once,
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -14,12 +15,12 @@ import uuid
 from typing import Any, AsyncIterator, Protocol, Sequence
 from urllib.parse import quote
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi_offline import FastAPIOffline
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -37,6 +38,9 @@ from .requests import FORM, JSON, MULTIPART, BodyLimitMiddleware, client_address
 
 log = logging.getLogger(__name__)
 
+#: Worker threads for blocking service calls from REST routes. Their own pool, apart from the one the Gradio
+#: queue uses, so that a flood of slow REST calls cannot starve the UI (and the other way round).
+REST_THREADS = 64
 #: JSON bodies beyond this are refused before parsing; generous next to the character limit (UTF-8, escapes).
 _JSON_OVERHEAD = 64 * 1024
 
@@ -120,6 +124,13 @@ class RestApi:
         self.metrics = metrics
         self.policy = AccessPolicy(cfg.server, cfg.limits)
         self.downloads = DownloadStore()
+        self._limiter: anyio.CapacityLimiter | None = None  # made on first use: it needs the running loop
+
+    async def _call(self, fn: Any, *args: Any) -> Any:
+        """Run a blocking service call in the REST thread pool."""
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(REST_THREADS)
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter)
 
     # ------------------------------------------------------------------ helpers
 
@@ -176,11 +187,11 @@ class RestApi:
             self.policy.check_chars(texts)
             started = time.perf_counter()
             if fmt == "html":
-                pairs = [await run_in_threadpool(self._translate_html, t, source, target) for t in texts]
+                pairs = [await self._call(self._translate_html, t, source, target) for t in texts]
                 translated = [html for html, _ in pairs]
                 detected = [d for _, d in pairs]
             else:
-                results = await run_in_threadpool(self.service.translate_batch, texts, source, target)
+                results = await self._call(self.service.translate_batch, texts, source, target)
                 self._observe(results, started, "rest")
                 translated = [r.text for r in results]
                 detected = [r.detected for r in results]
@@ -198,13 +209,13 @@ class RestApi:
             self._authorize(request, fields)
             q = text_field(fields, "q")
             self.policy.check_chars([q])
-            detections = await run_in_threadpool(self.service.detect, q)
+            detections = await self._call(self.service.detect, q)
         finally:
             await request.close()
         return JSONResponse([detection_json(d) for d in detections])
 
     async def languages(self) -> JSONResponse:
-        infos = await run_in_threadpool(self.service.languages)
+        infos = await self._call(self.service.languages)
         # Only what this model can read or write: LibreTranslate clients offer every listed language.
         used = {i.code for i in infos if i.targets} | {t for i in infos for t in i.targets}
         return JSONResponse([{"code": i.code, "name": i.english, "native": i.native, "targets": list(i.targets)}
@@ -226,7 +237,7 @@ class RestApi:
             filename = safe_filename(upload.filename or "document.txt")
         finally:
             await request.close()  # removes python-multipart's spooled temp file
-        rendered, _ = await run_in_threadpool(translate_upload, self.service, data, filename, source, target,
+        rendered, _ = await self._call(translate_upload, self.service, data, filename, source, target,
                                               self.cfg.limits)
         token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type)
         url = str(request.url_for("download_file", token=token, filename=safe_filename(rendered.filename)))
@@ -246,18 +257,18 @@ class RestApi:
     # ------------------------------------------------------------------ service routes
 
     async def health(self) -> JSONResponse:
-        status = await run_in_threadpool(self.service.status)
+        status = await self._call(self.service.status)
         backbone = status.get("backbone") or {}
         memory = status.get("memory") or {}
         return JSONResponse({"status": "ok", "version": __version__, "model": backbone.get("name"),
                              "device": backbone.get("device"), "mode": memory.get("mode", "normal")})
 
     async def metrics_route(self) -> Response:
-        data = await run_in_threadpool(self.metrics.render)
+        data = await self._call(self.metrics.render)
         return Response(data, media_type=METRICS_CONTENT_TYPE)
 
     async def adapters(self) -> JSONResponse:
-        status = await run_in_threadpool(self.service.status)
+        status = await self._call(self.service.status)
         cache = status.get("cache") or {}
         return JSONResponse({key: cache.get(key) for key in (
             "registered", "resident", "ram_tier", "lru_order", "failed", "slots")})
@@ -274,11 +285,11 @@ class RestApi:
             fields.get("admin_key"), str) else None)
         self.policy.check_admin(given)
         if action == "rescan":
-            await run_in_threadpool(self.service.rescan)
+            await self._call(self.service.rescan)
             return JSONResponse({"ok": True, "action": "rescan"})
         name = text_field(fields, "pair")
         pair = Pair.parse(name)  # pure string parsing: a path or "../" never gets further than this
-        changed = await run_in_threadpool(getattr(self.service, action), pair)
+        changed = await self._call(getattr(self.service, action), pair)
         return JSONResponse({"ok": True, "action": action, "pair": pair.key, "changed": bool(changed)})
 
     # ------------------------------------------------------------------ OpenAI-compatible
@@ -319,7 +330,7 @@ class RestApi:
         model, source, target, text = self._chat_request(fields)
         self.policy.check_chars([text])
         started = time.perf_counter()
-        results = await run_in_threadpool(self.service.translate_batch, [text], source, target)
+        results = await self._call(self.service.translate_batch, [text], source, target)
         self._observe(results, started, "openai")
         result = results[0]
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -338,7 +349,7 @@ class RestApi:
         })
 
     async def models(self) -> JSONResponse:
-        infos = await run_in_threadpool(self.service.languages)
+        infos = await self._call(self.service.languages)
         ids: list[str] = []
         targets = sorted({t for info in infos for t in info.targets})
         ids.extend(targets)

@@ -372,5 +372,8 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None) -> gr
                        show_progress="hidden", concurrency_limit=None)
         demo.load(ui.status_view, None, status_outputs, api_visibility="private", show_progress="hidden")
     demo.queue(default_concurrency_limit=max(4, cfg.engine.max_rows))
+    # Any value but Gradio's default (40) gives the UI its own thread pool instead of anyio's shared one,
+    # which the REST routes would otherwise compete for.
+    demo.max_threads = max(41, 2 * cfg.engine.max_rows)
     demo.hmt_ui = ui  # type: ignore[attr-defined]  # the server closes it on shutdown
     return demo
