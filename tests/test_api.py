@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -300,6 +301,24 @@ def test_upload_limits_and_missing_file(client: httpx.Client, live_server: LiveS
     big = b"a" * (live_server.cfg.limits.max_file_bytes + 1)
     response = client.post("/translate_file", files={"file": ("big.txt", big)}, data={"target": "es"})
     assert response.status_code == 413, response.text
+
+
+def test_upload_temp_files_are_released(client: httpx.Client) -> None:
+    """A 3 MiB multipart upload spools to a temporary file; after the request the server holds none open.
+
+    (Only this process's open files are compared: other processes may create files in /tmp meanwhile.)"""
+    import tempfile
+
+    import psutil
+
+    tmp = Path(tempfile.gettempdir())
+    me = psutil.Process()
+    before_open = {f.path for f in me.open_files()}
+    response = client.post("/translate_file", files={"file": ("big.exe", b"MZ" + b"\0" * (3 * 2**20))},
+                           data={"target": "es"})
+    assert response.status_code == 415, response.text
+    leaked_open = {f.path for f in me.open_files()} - before_open
+    assert not [p for p in leaked_open if p.startswith(str(tmp))], leaked_open
 
 
 def test_unknown_download_is_404(client: httpx.Client) -> None:

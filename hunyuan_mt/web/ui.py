@@ -370,7 +370,8 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None) -> gr
             timer = gr.Timer(2.0)
             timer.tick(ui.status_view, None, status_outputs, api_name="status", api_visibility="public",
                        show_progress="hidden", concurrency_limit=None)
-        demo.load(ui.status_view, None, status_outputs, api_visibility="private", show_progress="hidden")
+        demo.load(ui.status_view, None, status_outputs, api_name="status_on_load", api_visibility="private",
+                  show_progress="hidden")
     demo.queue(default_concurrency_limit=max(4, cfg.engine.max_rows))
     # Any value but Gradio's default (40) gives the UI its own thread pool instead of anyio's shared one,
     # which the REST routes would otherwise compete for.
