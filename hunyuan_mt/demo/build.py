@@ -68,7 +68,8 @@ def tokenizer_sample(corpus: Corpus, per_direction: int = 25000) -> list[str]:
 
 
 def train(corpus: Corpus, device_name: str, preset: str, minutes: float, checkpoint: Path,
-          max_steps: int | None = None, tokenizer_path: Path | None = None) -> dict:
+          max_steps: int | None = None, tokenizer_path: Path | None = None, resume: Path | None = None,
+          overrides: dict | None = None) -> dict:
     import torch
 
     from .checkpoint import save_checkpoint
@@ -76,10 +77,32 @@ def train(corpus: Corpus, device_name: str, preset: str, minutes: float, checkpo
     from .trainer import PRESETS, build_config, count_parameters, encode_pairs, multi_lora_model, train_joint
     from transformers import MarianMTModel
 
-    size = PRESETS[preset]
+    from dataclasses import replace
+
+    from .checkpoint import load_multi_lora
+    from .trainer import ModelSize
+
     device = torch.device(device_name)
     torch.manual_seed(0)
     started = time.monotonic()
+    previous: dict = {}
+    if resume is not None:
+        # Continue an earlier build (e.g. a GPU run) with the same tokenizer, backbone and adapters.
+        model, tokenizer, meta = load_multi_lora(resume)
+        size = replace(ModelSize(**meta["size"]), **(overrides or {}))
+        previous = meta.get("build", {})
+        model = model.to(device)
+        data = {d: encode_pairs(tokenizer, [(s, t) for s, t, _ in corpus.train[d]], size.max_len)
+                for d in ADAPTER_DIRECTIONS}
+        remaining = minutes - (time.monotonic() - started) / 60
+        log = train_joint(model, data, size, max(0.1, remaining), tokenizer.pad_token_id, device,
+                          max_steps=max_steps, warmup=50, seed=1)
+        info = {"device": device_name, "device_name": _device_name(device_name), "preset": preset,
+                "minutes": minutes, "train": log.as_dict(), "parameters": count_parameters(model.get_base_model()),
+                "resumed_from": previous, "resume_settings": overrides or {}}
+        save_checkpoint(model, tokenizer, size, list(ADAPTER_DIRECTIONS), checkpoint, extra={"build": info})
+        return info
+    size = replace(PRESETS[preset], **(overrides or {}))
     if tokenizer_path is not None:
         tokenizer = load_tokenizer(tokenizer_path)
     else:
@@ -141,6 +164,8 @@ def ship(checkpoint: Path, corpus: Corpus, out: Path, eval_limit: int | None = N
                                                                 encoding="utf-8")
     report["build"] = build
     report["stats"] = corpus.stats
+    # The full report, with every hypothesis, stays with the extracted data (not committed).
+    (checkpoint.parent / "eval.json").write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
     (out / "models" / "demo" / "build.json").write_text(
         json.dumps({"build": build, "chrf": report["chrf"],
                     "frequent": {d: {k: v for k, v in r.items() if k != "samples"}
@@ -162,6 +187,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from-checkpoint", action="store_true", help="skip training: export + evaluate")
     parser.add_argument("--eval-limit", type=int, default=None, help="evaluate on the first N held-out items only")
     parser.add_argument("--tokenizer", type=Path, default=None, help="reuse this tokenizer.json instead of training")
+    parser.add_argument("--resume", type=Path, default=None, help="continue training this checkpoint folder")
+    parser.add_argument("--lr", type=float, default=None, help="override the preset's learning rate")
+    parser.add_argument("--max-len", type=int, default=None, help="override the longest example (tokens)")
+    parser.add_argument("--max-tokens", type=int, default=None, help="override the tokens per batch")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--max-steps", type=int, default=None, help="stop training after N steps (smoke runs)")
     parser.set_defaults(handler=run)
 
@@ -182,9 +212,14 @@ def run(args: argparse.Namespace) -> int:
         corpus = extract(args.data)
     print(f"data ready in {time.monotonic() - started:.0f}s: "
           + ", ".join(f"{d} {s['train']}/{s['test']}" for d, s in corpus.stats.items()))
+    overrides = {k: v for k, v in (("lr", args.lr), ("max_len", args.max_len), ("max_tokens", args.max_tokens))
+                 if v is not None}
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
     if not args.from_checkpoint:
         info = train(corpus, device, preset, minutes, checkpoint, max_steps=args.max_steps,
-                     tokenizer_path=args.tokenizer)
+                     tokenizer_path=args.tokenizer, resume=args.resume, overrides=overrides)
         print(f"trained: {info['train']['steps']} steps in {info['train']['seconds'] / 60:.1f} min")
         if args.checkpoint_only:
             return 0

@@ -58,7 +58,7 @@ def load_backbone_from_checkpoint(folder: Path) -> tuple[MarianMTModel, PreTrain
     model.tie_weights()
     model.generation_config = GenerationConfig(
         decoder_start_token_id=meta["pad_id"], pad_token_id=meta["pad_id"], eos_token_id=meta["eos_id"],
-        bad_words_ids=[[meta["pad_id"]]], num_beams=1, max_length=128)
+        bad_words_ids=[[meta["pad_id"]]], num_beams=1, max_new_tokens=128)
     return model.eval(), tokenizer, meta
 
 
@@ -66,6 +66,17 @@ def adapter_state(folder: Path, direction: str) -> dict[str, torch.Tensor]:
     prefix = f"{direction}::"
     return {k[len(prefix):]: v for k, v in load_file(str(folder / "adapters.safetensors")).items()
             if k.startswith(prefix)}
+
+
+def load_multi_lora(folder: Path) -> tuple[PeftModel, PreTrainedTokenizerFast, dict]:
+    """Backbone plus every direction's adapter from a checkpoint, ready to train further."""
+    from .trainer import multi_lora_model
+
+    base, tokenizer, meta = load_backbone_from_checkpoint(folder)
+    model = multi_lora_model(base, list(meta["directions"]), meta["size"]["lora_rank"])
+    for direction in meta["directions"]:
+        set_peft_model_state_dict(model, adapter_state(folder, direction), adapter_name=direction)
+    return model, tokenizer, meta
 
 
 def export(folder: Path, model_dir: Path, adapters_dir: Path) -> tuple[MarianMTModel, PreTrainedTokenizerFast, dict]:
@@ -82,4 +93,6 @@ def export(folder: Path, model_dir: Path, adapters_dir: Path) -> tuple[MarianMTM
             raise ValueError(f"{direction}: unexpected adapter keys {result.unexpected_keys[:3]}")
         peft_model.peft_config["default"].base_model_name_or_path = "models/demo"
         peft_model.save_pretrained(str(adapters_dir / direction))
+        # PEFT's generated model card is all placeholders; metadata.json says what the adapter is.
+        (adapters_dir / direction / "README.md").unlink(missing_ok=True)
     return model, tokenizer, meta

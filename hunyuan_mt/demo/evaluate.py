@@ -7,6 +7,7 @@ en→Y adapter of another target, for X→en the reverse en→X adapter), right 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 import sacrebleu
@@ -38,11 +39,20 @@ def translate(model: PeftModel, tokenizer: PreTrainedTokenizerFast, texts: list[
         rows = order[start:start + batch_size]
         enc = tokenizer([protected[i].text for i in rows], return_tensors="pt", padding=True, truncation=True,
                         max_length=128).to(device)
+        # A bound from the source length keeps a looping row from holding its whole batch to max_new_tokens.
+        bound = min(max_new_tokens, 2 * int(enc["attention_mask"].sum(1).max()) + 8)
         generated = model.generate(**enc, adapter_names=[adapter] * len(rows), num_beams=1, do_sample=False,
-                                   max_new_tokens=max_new_tokens)
+                                   max_new_tokens=bound)
         for i, text in zip(rows, tokenizer.batch_decode(generated, skip_special_tokens=True)):
             outputs[i] = restore(text.strip(), protected[i])
     return outputs
+
+
+def _subset(items: list[tuple[str, str]], limit: int | None) -> list[tuple[str, str]]:
+    # The held-out files are sorted by English text; a seeded sample avoids evaluating only "--option" strings.
+    if not limit or limit >= len(items):
+        return items
+    return random.Random(0).sample(items, limit)
 
 
 def chrf(hypotheses: list[str], references: list[str]) -> float:
@@ -55,7 +65,7 @@ def evaluate(model: PeftModel, tokenizer: PreTrainedTokenizerFast, test: dict[st
     scores: dict[str, dict] = {}
     samples: dict[str, list[dict[str, str]]] = {}
     for direction in directions + ["es2de"]:
-        items = test[direction][:limit] if limit else test[direction]
+        items = _subset(test[direction], limit)
         sources = [s for s, _ in items]
         refs = [r for _, r in items]
         row: dict[str, float | int | None] = {"items": len(items), "copy": chrf(sources, refs)}
@@ -76,6 +86,7 @@ def evaluate(model: PeftModel, tokenizer: PreTrainedTokenizerFast, test: dict[st
     for direction, items in frequent.items():
         if direction not in directions:
             continue
+        items = items[:limit] if limit else items
         hyps = translate(model, tokenizer, [s for s, _ in items], direction)
         hits = sum(h == r for h, (_, r) in zip(hyps, items))
         folded = sum(h.casefold().rstrip(".") == r.casefold().rstrip(".") for h, (_, r) in zip(hyps, items))

@@ -38,8 +38,7 @@ PRESETS: dict[str, ModelSize] = {
     # 2 shared CPU cores: small and shallow, so that each direction gets many updates in an hour.
     "cpu": ModelSize(d_model=192, layers=2, heads=4, ffn=768, vocab=6000, lora_rank=16, max_tokens=1536),
     # One GPU for minutes: wider and deeper, still under the 60 MB backbone / 3 MB adapter budgets in fp32.
-    "cuda": ModelSize(d_model=384, layers=3, heads=6, ffn=1024, vocab=8000, lora_rank=16, max_tokens=12288,
-                      lr=1.5e-3),
+    "cuda": ModelSize(d_model=384, layers=3, heads=6, ffn=1024, vocab=8000, lora_rank=16, max_tokens=12288),
 }
 
 
@@ -52,7 +51,6 @@ def build_config(size: ModelSize, vocab_size: int, pad_id: int, eos_id: int) -> 
         pad_token_id=pad_id, eos_token_id=eos_id, decoder_start_token_id=pad_id, forced_eos_token_id=eos_id,
         share_encoder_decoder_embeddings=True, tie_word_embeddings=True, scale_embedding=True,
         activation_function="gelu", dropout=0.1, attention_dropout=0.0, activation_dropout=0.0,
-        num_beams=1, max_length=128,
     )
 
 
@@ -136,7 +134,8 @@ class TrainLog:
 
 
 def train_joint(model: PeftModel, data: dict[str, list[Example]], size: ModelSize, minutes: float, pad_id: int,
-                device: torch.device, seed: int = 0, log_every: int = 100, max_steps: int | None = None) -> TrainLog:
+                device: torch.device, seed: int = 0, log_every: int = 100, max_steps: int | None = None,
+                warmup: int = 400) -> TrainLog:
     rng = random.Random(seed)
     streams = {d: batches(examples, size.max_tokens, rng) for d, examples in data.items() if examples}
     directions = sorted(streams)
@@ -145,7 +144,6 @@ def train_joint(model: PeftModel, data: dict[str, list[Example]], size: ModelSiz
     optimizer = torch.optim.AdamW([{"params": shared, "lr": size.lr}, {"params": lora, "lr": 2 * size.lr}],
                                   betas=(0.9, 0.98), weight_decay=0.01, eps=1e-8)
     base_lrs = [group["lr"] for group in optimizer.param_groups]
-    warmup = 300
     log = TrainLog(steps_per_direction={d: 0 for d in directions})
     use_bf16 = device.type == "cuda"
     budget = minutes * 60.0
