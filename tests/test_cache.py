@@ -570,3 +570,30 @@ def test_hotswap_applies_each_adapters_own_scaling(marian, fresh_backbone, make_
     assert run(marian, cache, "it2en") == ref["it2en"]  # fewer modules: re-injected
     assert run(marian, cache, "en2fr") == ref["en2fr"]
     assert (cache.stats().injections, cache.stats().hotswaps) == (3, 1)
+
+
+def test_peft_attach_failure_reads_as_one_line_and_is_remembered(marian, make_cache, adapters_copy, references,
+                                                                 caplog) -> None:
+    """An adapter the scan accepts but PEFT refuses to inject: the caller gets one short line naming the pair and
+    the cause class, not PEFT's text (which can run to kilobytes of module names); the log keeps the full text."""
+    import json
+    import logging
+
+    config_path = adapters_copy / "en2de" / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    config["layers_to_transform"] = [99]  # no such layer: PEFT raises while injecting, after the scan passed it
+    config_path.write_text(json.dumps(config))
+    cache = make_cache(marian, adapters_copy, slots=2)
+    with caplog.at_level(logging.DEBUG, logger="hunyuan_mt.adapters.cache"):
+        with pytest.raises(AdapterUnusable) as err:
+            run(marian, cache, "en2de")
+    assert err.value.message == ("Adapter en2de could not be attached to this backbone (NoMatchingPeftModuleError); "
+                                 "it may be incompatible with the model. The server log has the details.")
+    assert cache.stats().failed == {"en2de": err.value.message}
+    with pytest.raises(AdapterUnusable) as again:  # remembered: fails fast with the same reason
+        run(marian, cache, "en2de")
+    assert again.value.message == err.value.message
+    peft_text = [r for r in caplog.records if r.levelno == logging.WARNING and "not found in the base model" in
+                 r.getMessage()]
+    assert len(peft_text) == 1 and "en2de" in peft_text[0].getMessage()
+    assert run(marian, cache, "en2fr") == references["en2fr"]  # the others keep working

@@ -707,7 +707,14 @@ class AdapterCache:
             return self._remember_failure_locked(pair, exc)
 
     def _remember_failure_locked(self, pair: Pair, exc: BaseException) -> str:
-        reason = exc.message if isinstance(exc, TranslationError) else f"Adapter {pair.key} failed to attach: {exc}"
+        if isinstance(exc, TranslationError):
+            reason = exc.message
+        else:
+            # PEFT's own text can run to kilobytes of internal module names: callers get one line, the log the rest.
+            log.warning("adapter %s failed to attach: %s: %s", pair.key, type(exc).__name__, exc)
+            log.debug("adapter %s attach traceback", pair.key, exc_info=exc)
+            reason = (f"Adapter {pair.key} could not be attached to this backbone ({type(exc).__name__}); it may be "
+                      "incompatible with the model. The server log has the details.")
         if pair not in self._failures:
             self._counts["failures"] += 1
         self._failures[pair] = (time.monotonic(), reason)
