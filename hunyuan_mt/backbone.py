@@ -83,6 +83,37 @@ def resolve_dtype(cfg: ModelConfig, device: str) -> torch.dtype:
     return _DTYPES[cfg.dtype]
 
 
+def choose_attn_implementation(requested: str, device: str, dtype: torch.dtype, flash_available: bool,
+                               model_supports_flash: bool = True) -> str | None:
+    """The `attn_implementation` to load with; None lets transformers decide (it picks sdpa where it can).
+
+    "auto" on CUDA: FlashAttention-2 when the flash_attn package works there, the model class supports it and the
+    dtype is fp16/bf16 (its kernels take nothing else), otherwise sdpa. On CPU, transformers' own choice.
+    """
+    if requested != "auto":
+        return requested
+    if not device.startswith("cuda"):
+        return None
+    if flash_available and model_supports_flash and dtype in (torch.float16, torch.bfloat16):
+        return "flash_attention_2"
+    return "sdpa"
+
+
+def _flash_attn_available() -> bool:
+    from transformers.utils import is_flash_attn_2_available
+
+    return bool(is_flash_attn_2_available())
+
+
+def _supports_flash(model_cls: Any, hf_config: Any) -> bool:
+    """Whether the concrete model class for this config declares FlashAttention-2 support (True if unknown)."""
+    try:
+        concrete = model_cls._model_mapping[type(hf_config)]
+    except (AttributeError, KeyError, ValueError):
+        return True
+    return bool(getattr(concrete, "_supports_flash_attn", True))
+
+
 def _model_source(cfg: ModelConfig) -> str:
     """The folder to load, or a hub id to look up in the local cache only. ModelUnavailable when neither exists."""
     folder = cfg.resolved_path
@@ -223,14 +254,17 @@ class Backbone:
             )
         kwargs: dict[str, Any] = dict(common, dtype=dtype)
         kwargs["use_safetensors"] = None if cfg.allow_pickle else True
-        if cfg.attn_implementation != "auto":
-            kwargs["attn_implementation"] = cfg.attn_implementation
+        model_cls = AutoModelForSeq2SeqLM if arch == ENCODER_DECODER else AutoModelForCausalLM
+        flash = cfg.attn_implementation == "auto" and device.startswith("cuda") and _flash_attn_available()
+        attn = choose_attn_implementation(cfg.attn_implementation, device, dtype, flash_available=flash,
+                                          model_supports_flash=_supports_flash(model_cls, hf_config))
+        if attn is not None:
+            kwargs["attn_implementation"] = attn
         if quant is not None:
             kwargs["quantization_config"] = quant
             kwargs["device_map"] = cfg.device_map or {"": device}
         elif cfg.device_map:
             kwargs["device_map"] = cfg.device_map
-        model_cls = AutoModelForSeq2SeqLM if arch == ENCODER_DECODER else AutoModelForCausalLM
         try:
             model = model_cls.from_pretrained(source, **kwargs)
             tokenizer = AutoTokenizer.from_pretrained(source, **common)
@@ -248,8 +282,9 @@ class Backbone:
         name = Path(source).name if Path(source).is_dir() else source
         backbone = cls(model, tokenizer, arch, device, dtype, name, cfg, load_s=0.0)
         backbone.load_s = time.perf_counter() - t0
-        log.info("backbone %s loaded: %s, %s, %s, %.1fM params in %.2f s", name, arch, device,
-                 str(dtype).replace("torch.", ""), backbone.param_count / 1e6, backbone.load_s)
+        log.info("backbone %s loaded: %s, %s, %s, attention %s, %.1fM params in %.2f s", name, arch, device,
+                 str(dtype).replace("torch.", ""), backbone.info()["attn_implementation"], backbone.param_count / 1e6,
+                 backbone.load_s)
         if cfg.warmup:
             backbone.warmup()
         return backbone
@@ -415,6 +450,7 @@ class Backbone:
             "device": self.device,
             "dtype": str(self.dtype).replace("torch.", ""),
             "quantization": self.cfg.quantization,
+            "attn_implementation": getattr(getattr(self.base_model, "config", None), "_attn_implementation", None),
             "params": self.param_count,
             "load_s": round(self.load_s, 3),
             "warmup_ms": None if self.warmup_ms is None else round(self.warmup_ms, 1),

@@ -46,7 +46,8 @@ class ModelConfig:
     device: str = "auto"
     #: "none", "8bit" or "4bit" (bitsandbytes; CUDA only).
     quantization: str = "none"
-    #: "auto" lets transformers pick (sdpa when available); or "sdpa", "flash_attention_2", "eager".
+    #: "auto": flash_attention_2 on CUDA when flash_attn works and the dtype is fp16/bf16, else sdpa; on CPU
+    #: transformers picks. Or "sdpa", "flash_attention_2", "eager".
     attn_implementation: str = "auto"
     #: accelerate device map for multi-GPU ("auto", "balanced", ...) or None for a single device.
     device_map: str | None = None

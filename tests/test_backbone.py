@@ -221,3 +221,32 @@ def test_many_services_share_one_backbone_load(tmp_path: Path, marian_dir: Path,
     finally:
         for service in services:
             service.close()
+
+
+@pytest.mark.parametrize(("requested", "device", "dtype", "flash", "supports", "expected"), [
+    ("auto", "cuda:0", torch.bfloat16, True, True, "flash_attention_2"),
+    ("auto", "cuda:0", torch.float16, True, True, "flash_attention_2"),
+    ("auto", "cuda:0", torch.float32, True, True, "sdpa"),  # flash kernels take fp16/bf16 only
+    ("auto", "cuda:0", torch.bfloat16, False, True, "sdpa"),  # flash_attn not installed
+    ("auto", "cuda:0", torch.bfloat16, True, False, "sdpa"),  # the model class does not support it
+    ("auto", "cpu", torch.bfloat16, True, True, None),  # CPU: transformers decides
+    ("auto", "cpu", torch.float32, False, True, None),
+    ("eager", "cuda:0", torch.bfloat16, True, True, "eager"),  # an explicit choice is kept
+    ("flash_attention_2", "cuda:0", torch.float32, False, True, "flash_attention_2"),
+])
+def test_attention_implementation_choice(requested: str, device: str, dtype: torch.dtype, flash: bool,
+                                         supports: bool, expected: str | None) -> None:
+    from hunyuan_mt.backbone import choose_attn_implementation
+
+    assert choose_attn_implementation(requested, device, dtype, flash_available=flash,
+                                      model_supports_flash=supports) == expected
+
+
+def test_loaded_backbone_reports_its_attention(fresh_backbone, marian_dir: Path) -> None:
+    from transformers import AutoModelForSeq2SeqLM, MarianConfig, T5Config
+
+    bb = fresh_backbone(marian_dir, attn_implementation="eager")
+    assert bb.info()["attn_implementation"] == "eager"
+    # Support is read from the concrete class the auto class would build: Marian has FlashAttention-2, T5 not.
+    assert backbone_mod._supports_flash(AutoModelForSeq2SeqLM, MarianConfig()) is True
+    assert backbone_mod._supports_flash(AutoModelForSeq2SeqLM, T5Config()) is False
