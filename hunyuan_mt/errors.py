@@ -84,6 +84,13 @@ class ModelUnavailable(TranslationError):
     http_status = 503
 
 
+class ReplicaUnavailable(TranslationError):
+    """Ray Serve: every attempt found the group's replica dead or unreachable (it is being restarted)."""
+
+    http_status = 503
+    retryable = True
+
+
 class UnsupportedDocument(InvalidInput):
     """A document whose format is not supported, lies about its type, or is corrupt."""
 

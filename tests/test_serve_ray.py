@@ -268,6 +268,18 @@ def test_typed_errors_cross_the_ray_boundary_with_their_attributes() -> None:
     assert type(rebuild_error({"type": "SystemExit", "message": "x"})).__name__ == "TranslationError"
 
 
+def test_replica_unavailable_is_a_domain_error_that_crosses_the_boundary() -> None:
+    from hunyuan_mt import errors
+    from hunyuan_mt.serve_ray import transport
+
+    assert transport.ReplicaUnavailable is errors.ReplicaUnavailable  # the old import path keeps working
+    exc = errors.ReplicaUnavailable("No replica of group 'tail' answered after 3 attempts.")
+    assert isinstance(exc, errors.TranslationError) and exc.retryable and errors.http_status(exc) == 503
+    # A nested ingress (or any hop) that forwards it as data gets the same class back, not a bare TranslationError.
+    back = transport.rebuild_error(transport.error_payload(exc))
+    assert type(back) is errors.ReplicaUnavailable and back.message == exc.message and back.retryable
+
+
 def test_settings_route_pairs_to_the_group_that_pins_them(settings: ServeSettings) -> None:
     assert group_for(settings, "en", "es", "en").name == "hot"
     assert group_for(settings, "es", "en", "en").name == "hot"
@@ -395,7 +407,7 @@ def test_ray_evicts_a_pair_mid_generate_and_the_lease_keeps_its_adapter(cluster:
 
 
 def test_killing_a_replica_mid_load_loses_no_accepted_request(cluster: Any, reference: Any) -> None:
-    from hunyuan_mt.serve_ray.transport import ReplicaUnavailable
+    from hunyuan_mt.errors import ReplicaUnavailable
 
     signal = cluster["signal"]
     ray.get(signal.reset.remote())

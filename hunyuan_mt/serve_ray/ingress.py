@@ -21,10 +21,10 @@ from typing import Any, Callable, Sequence
 from ..adapters.request import Pair
 from ..config import Config
 from ..detect import Detection
-from ..errors import InputTooLarge, InvalidInput
+from ..errors import InputTooLarge, InvalidInput, ReplicaUnavailable
 from ..languages import normalize_code
 from .settings import ServeSettings, group_for, settings_from_args
-from .transport import ReplicaUnavailable, rebuild_error
+from .transport import rebuild_error
 
 log = logging.getLogger(__name__)
 

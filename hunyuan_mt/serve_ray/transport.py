@@ -1,4 +1,4 @@
-"""Typed errors across the Ray boundary, and the error for a replica that is gone.
+"""Typed errors across the Ray boundary.
 
 A replica answers a TranslationError as plain data (its class name, message and attributes) instead of raising
 it: Ray would wrap it in a RayTaskError and lose attributes such as `reachable` or `retry_after_s`. The ingress
@@ -10,14 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from .. import errors
-from ..errors import TranslationError
+from ..errors import ReplicaUnavailable, TranslationError
 
-
-class ReplicaUnavailable(TranslationError):
-    """Every attempt found the group's replica dead or unreachable (it is being restarted): retry shortly."""
-
-    http_status = 503
-    retryable = True
+# ReplicaUnavailable lives in errors.py with the other domain errors (so rebuild_error finds it); the name stays
+# importable from here for existing callers.
+__all__ = ["ReplicaUnavailable", "error_payload", "rebuild_error"]
 
 
 def error_payload(exc: TranslationError) -> dict[str, Any]:
