@@ -148,3 +148,11 @@ def test_hostile_pair_names_never_parse(name: str) -> None:
 def test_pair_parse_normalises_case() -> None:
     assert Pair.parse("zh-hant2EN") == Pair("zh-Hant", "en")
     assert Pair.parse("zh-Hant2en").key == "zh-Hant2en"
+
+
+def test_a_config_value_of_the_wrong_type_fails_only_that_adapter(adapters_copy: Path, marian_spec) -> None:
+    write_config(adapters_copy / "en2de", lora_alpha="x")
+    _, infos = scan(adapters_copy, marian_spec)
+    assert infos["en2de"].usable is False
+    assert infos["en2de"].reason.startswith("adapter_config.json has an invalid value (")
+    assert infos["en2es"].usable is True

@@ -242,6 +242,9 @@ def validate(folder: Path, pair: Pair, spec: BackboneSpec) -> AdapterInfo:
         info.reason = exc.message
     except OSError as exc:
         info.reason = f"read error ({_short(exc)})"
+    except (TypeError, ValueError) as exc:
+        # A config field of the wrong type (e.g. lora_alpha: "x") must fail this adapter only, not the scan.
+        info.reason = f"{CONFIG_FILE} has an invalid value ({_short(exc)})"
     return info
 
 
