@@ -25,6 +25,14 @@ DEMO_ADAPTERS = PROJECT_ROOT / "adapters"
 #: "demo" when the embedded model is present, else "tiny" (random weights: outputs are compared, not read).
 WEB_BACKEND = "demo" if (DEMO_MODEL / "config.json").exists() and any(DEMO_ADAPTERS.glob("*2*")) else "tiny"
 ADMIN_KEY = "test-admin-key"
+#: Exact outputs of the shipped demo build for a few catalogue strings (tests/test_demo_model.py pins the same
+#: build). With the tiny random model only "equals the service's own answer" can be checked.
+DEMO_EXPECTED = {
+    ("File not found", "en", "de"): "Datei nicht gefunden",
+    ("Unknown error", "en", "es"): "Error desconocido",
+    ("Could not open file", "en", "fr"): "Impossible d'ouvrir le fichier",
+    ("Error desconocido", "es", "de"): "Unbekannter Fehler",  # es → en → de through the pivot
+}
 
 
 def free_port() -> int:
@@ -63,6 +71,13 @@ class LiveServer:
     def reference(self, text: str, src: str, tgt: str) -> str:
         """What the service itself answers, in process: the expected output of every front."""
         return self.service.translate_batch([text], src, tgt)[0].text
+
+    def expected(self, text: str, src: str, tgt: str) -> str:
+        """The reference, and on the demo model also the known-good translation it must equal."""
+        out = self.reference(text, src, tgt)
+        if WEB_BACKEND == "demo":
+            assert out == DEMO_EXPECTED[(text, src, tgt)], (text, src, tgt, out)
+        return out
 
 
 @contextlib.contextmanager
