@@ -68,6 +68,23 @@ def test_text_tab_translates_with_ctrl_enter(page, live_server: LiveServer) -> N
     page.screenshot(path=str(ARTIFACTS / "ui-text.png"), full_page=True)
 
 
+def test_swap_after_auto_detect(page, live_server: LiveServer) -> None:
+    choose(page, "hmt-src", "Auto-detect")
+    choose(page, "hmt-tgt", "Español — Spanish (es)")
+    page.locator("#hmt-source textarea").fill("Unknown error")
+    page.locator("#hmt-translate").click()
+    detected = live_server.service.detect("Unknown error")[0].code
+    translation = live_server.reference("Unknown error", detected, "es")
+    page.wait_for_function("t => document.querySelector('#hmt-result textarea').value === t", arg=translation)
+    page.locator("#hmt-info").get_by_text("Detected:").wait_for()
+    page.locator("#hmt-swap").click()
+    # The detected language becomes the target, Spanish the source, and the translation the new input.
+    page.wait_for_function("t => document.querySelector('#hmt-source textarea').value === t", arg=translation)
+    assert page.locator("#hmt-src input").input_value() == "Español — Spanish (es)"
+    assert page.locator("#hmt-tgt input").input_value().endswith(f"({detected})")
+    assert page.locator("#hmt-result textarea").input_value() == ""
+
+
 def test_text_tab_marks_unreachable_pairs_and_shows_errors(page, live_server: LiveServer) -> None:
     reachable = {i.code: set(i.targets) for i in live_server.service.languages()}
     code = next(c for c in ("ko", "ja", "ar", "th") if c not in reachable["en"])

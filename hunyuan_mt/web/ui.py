@@ -122,8 +122,8 @@ class TranslatorUI:
 
     # ------------------------------------------------------------------ text tab
 
-    def translate_text(self, text: str, source: str, target: str) -> tuple[str, str]:
-        """Returns (translation, info line with route, detected language and latency)."""
+    def translate_text(self, text: str, source: str, target: str) -> tuple[str, str, str | None]:
+        """(translation, info line with route, detected language and latency, detected code for the swap)."""
         if not text or not text.strip():
             raise gr.Error("Type or paste some text to translate.", print_exception=False)
         started = time.perf_counter()
@@ -139,11 +139,15 @@ class TranslatorUI:
             parts.append(f"**Detected:** {name} ({result.detected.confidence:.0%})")
         total_ms = result.timings_ms.get("total", elapsed * 1000.0)
         parts.append(f"**Latency:** {total_ms:.0f} ms")
-        return result.text, " · ".join(parts)
+        return result.text, " · ".join(parts), result.source
 
-    def swap(self, source: str, target: str, text: str, result: str) -> tuple[Any, Any, str, str]:
+    def swap(self, source: str, target: str, text: str, result: str,
+             last_source: str | None) -> tuple[Any, Any, str, str]:
+        """Swap languages and texts; from Auto-detect, the language detected for the last translation is used."""
         if source == AUTO:
-            raise gr.Error("Choose a source language before swapping.", print_exception=False)
+            if not last_source:
+                raise gr.Error("Choose a source language (or translate once) before swapping.", print_exception=False)
+            source = last_source
         return (gr.update(value=target), gr.update(value=source, choices=self.target_choices(target)),
                 result or text, "")
 
@@ -316,9 +320,11 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None) -> gr
             translate_btn = gr.Button("Translate", variant="primary", elem_id="hmt-translate")
             info = gr.Markdown("", elem_id="hmt-info")
 
-            translate_btn.click(ui.translate_text, [source_box, src, tgt], [result_box, info],
+            # The source actually used (detected or chosen) of the last translation; State stays out of the API.
+            last_source = gr.State(None)
+            translate_btn.click(ui.translate_text, [source_box, src, tgt], [result_box, info, last_source],
                                 api_name="translate", api_visibility="public")
-            swap.click(ui.swap, [src, tgt, source_box, result_box], [src, tgt, source_box, result_box],
+            swap.click(ui.swap, [src, tgt, source_box, result_box, last_source], [src, tgt, source_box, result_box],
                        api_name="swap", api_visibility="undocumented")
             src.change(ui.on_source_change, [src, tgt], [tgt, pair_note], api_name="source_changed",
                        api_visibility="undocumented")
