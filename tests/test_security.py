@@ -58,9 +58,11 @@ def _app_args(web_cfg: Config) -> list[str]:
 
 @pytest.fixture()
 def app_process(web_cfg: Config) -> Iterator[tuple[subprocess.Popen[str], int, list[str]]]:
-    """`python app.py --share` as an operator runs it (no internet here, so the share link must fail clearly)."""
+    """`python app.py --share` as an operator runs it; the share link cannot be made and must fail clearly."""
     port = free_port()
-    env = dict(os.environ, HMT_AUTH="", PYTHONUNBUFFERED="1")
+    # A share server that refuses connections: the link fails the same way with or without internet (CI may
+    # have it), and nothing is ever exposed publicly by a test.
+    env = dict(os.environ, HMT_AUTH="", PYTHONUNBUFFERED="1", GRADIO_SHARE_SERVER_ADDRESS="127.0.0.1:9")
     proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--share", *_app_args(web_cfg)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
