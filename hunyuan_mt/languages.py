@@ -77,7 +77,8 @@ _ALIASES: dict[str, str] = {
     "zh-cn": "zh", "zh-hans": "zh", "zh_cn": "zh", "zh-tw": "zh-Hant", "zh-hk": "zh-Hant", "zh_tw": "zh-Hant",
     "zh_hant": "zh-Hant", "fil": "tl", "iw": "he", "pt-br": "pt", "pt-pt": "pt", "in": "id",
 }
-_CODE_SHAPE = re.compile(r"^[A-Za-z]{2,3}([-_][A-Za-z]{2,4})?$")
+_CODE_SHAPE = re.compile(r"^[A-Za-z]{2,3}([-_]([A-Za-z]{2,4}|\d{3}))?$")
+_REGION = re.compile(r"^[A-Za-z]{2,3}[-_]([A-Za-z]{2}|\d{3})$")
 
 ZH_GROUP = frozenset({"zh", "zh-Hant", "yue"})
 
@@ -96,6 +97,9 @@ def normalize_code(code: str) -> str:
         raise UnsupportedLanguage(f"Malformed language code {shown!r}: expected something like 'en' or 'zh-Hant'.")
     lowered = raw.lower()
     canonical = _BY_LOWER.get(lowered) or _ALIASES.get(lowered)
+    if canonical is None and _REGION.match(raw):
+        # Clients often send locale tags (es-ES, de_DE, en-US); the region does not change the model's language.
+        canonical = _BY_LOWER.get(re.split(r"[-_]", lowered)[0])
     if canonical is None:
         raise UnsupportedLanguage(
             f"Unsupported language code {shown!r}. Supported codes: {', '.join(LANGUAGES)}."

@@ -13,12 +13,14 @@ def test_table_has_38_codes_including_minority_languages() -> None:
 
 
 @pytest.mark.parametrize(("given", "expected"), [("zh-hant", "zh-Hant"), ("EN", "en"), ("zh-TW", "zh-Hant"),
-                                                 ("zh_CN", "zh"), (" es ", "es")])
+                                                 ("zh_CN", "zh"), (" es ", "es"),
+                                                 ("es-ES", "es"), ("de_DE", "de"), ("en-US", "en"),
+                                                 ("es-419", "es"), ("zh-HK", "zh-Hant")])
 def test_case_variants_and_aliases_are_accepted(given: str, expected: str) -> None:
     assert normalize_code(given) == expected
 
 
-@pytest.mark.parametrize("bad", ["xx", "english", "../en", "en/../../etc", "", "e", "%2e%2e"])
+@pytest.mark.parametrize("bad", ["xx", "english", "../en", "en/../../etc", "", "e", "%2e%2e", "xx-ES", "es-Latn-ES"])
 def test_unknown_or_malformed_codes_are_refused(bad: str) -> None:
     with pytest.raises(UnsupportedLanguage):
         normalize_code(bad)
