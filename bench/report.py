@@ -104,7 +104,10 @@ def _scaling(memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row = {"variant": m["variant"], "registered": m["registered"], "rss_mb_started": m["rss_mb_started"],
                "rss_mb_after_traffic": m["rss_mb_after_traffic"], "peak_rss_mb": m["peak_rss_mb"],
                "served": m["served"], "errors": m["errors"], "adapter_mb": round(m["adapter_bytes"] / 2**20, 3),
-               "gpu_peak_mb": m.get("gpu_peak_mb")}
+               "gpu_peak_mb": m.get("gpu_peak_mb"),
+               "attached": (m.get("extra") or {}).get("adapters_attached") if m["variant"] == "B2" else
+               len((m.get("extra") or {}).get("resident") or []),
+               "preload_s": (m.get("extra") or {}).get("preload_s")}
         if base is not None:
             budget = (base + (m["slots"] + m["pinned"]) * m["adapter_bytes"] / 2**20) * 1.10
             row["budget_mb"] = round(budget, 1)
@@ -212,10 +215,11 @@ def markdown(results: dict[str, Any]) -> str:
     if s["scaling"]:
         lines += ["", "## Memory scaling (resident RSS after traffic over every registered pair, after gc + "
                   "malloc_trim)", "",
-                  "| registered pairs | variant | RSS after start MB | RSS after traffic MB | budget MB | served | "
-                  "errors |", "|---|---|---|---|---|---|---|"]
+                  "| registered pairs | variant | adapters attached at the end | RSS after start MB | "
+                  "RSS after traffic MB | budget MB | requests served | errors |", "|---|---|---|---|---|---|---|---|"]
         for r in s["scaling"]:
-            lines.append(f"| {r['registered']} | {r['variant']} | {_f(r['rss_mb_started'])} | "
+            attached = f"{r['attached']}" + (f" (in {r['preload_s']} s)" if r.get("preload_s") else "")
+            lines.append(f"| {r['registered']} | {r['variant']} | {attached} | {_f(r['rss_mb_started'])} | "
                          f"{_f(r['rss_mb_after_traffic'])} | {_f(r.get('budget_mb'))} | {r['served']} | "
                          f"{r['errors']} |")
     if s["cold"]:

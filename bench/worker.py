@@ -75,14 +75,16 @@ def model_spec(cfg, adapters_dir: Path):
                      num_beams=cfg.generation.num_beams, repetition_penalty=cfg.generation.repetition_penalty)
 
 
-def make_variant(name: str, cfg, adapters_dir: Path):
+def make_variant(name: str, cfg, adapters_dir: Path, preload_deadline_s: float | None = None):
     from .baselines import AllAttached, ReloadPerRequest, SetAdapterServer
     from .ours import Ours
 
     if name == "ours":
         return Ours(cfg)
     spec = model_spec(cfg, adapters_dir)
-    return {"B0": ReloadPerRequest, "B1": SetAdapterServer, "B2": AllAttached}[name](spec)
+    if name == "B2":
+        return AllAttached(spec, preload_deadline_s=preload_deadline_s)
+    return {"B0": ReloadPerRequest, "B1": SetAdapterServer}[name](spec)
 
 
 def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
@@ -218,7 +220,7 @@ def run_memory(spec: dict[str, Any]) -> dict[str, Any]:
     cfg = build_config(spec)
     adapters_dir = Path(spec["adapters_dir"])
     rss_before = trimmed_rss_mb()
-    variant = make_variant(spec["variant"], cfg, adapters_dir)
+    variant = make_variant(spec["variant"], cfg, adapters_dir, spec.get("preload_deadline_s"))
     variant.start()
     rss_started = trimmed_rss_mb()
     out: dict[str, Any] = {"variant": variant.name, "registered": spec["registered"],
@@ -226,6 +228,10 @@ def run_memory(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["variant"] == "ours" and spec.get("attach_probe"):
         out["attach"] = variant.attach_probe(spec["attach_probe"])
     pairs = sorted(p.name for p in adapters_dir.iterdir() if (p / "adapter_config.json").is_file())
+    if spec["variant"] == "B2":
+        # B2's memory is its attached adapters; its serving path is B1's. A sample of the attached pairs is
+        # enough traffic (a pair it did not attach in time would be a B1-style lazy load, not B2).
+        pairs = [p for p in pairs if p in variant.preload][:spec.get("b2_requests", 40)]
     text = spec["text"]
     stream = [Request(p, *split_pair(p), text) for p in pairs]
     lat, errs, wall, _, _ = closed_loop(variant.translate, stream, 4, len(stream), spec["time_cap_s"])
