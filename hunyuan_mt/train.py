@@ -307,6 +307,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-length", type=int, default=128, help="longest example in tokens; longer ones are skipped")
     p.add_argument("--held-out", type=float, default=0.1, help="fraction kept for the chrF printed at the end")
     p.add_argument("--target-modules", default=None, help="comma-separated module names (default: by architecture)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (on a busy shared CPU, 1 is often faster than the default)")
     p.add_argument("--force", action="store_true", help="overwrite an existing adapter folder")
     add_config_arguments(p)
     p.set_defaults(handler=run)
@@ -320,6 +322,9 @@ def run(args: argparse.Namespace) -> int:
     from .cli import config_from
 
     pair = Pair.parse(args.pair)
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
     cfg = config_from(args)
     model_cfg = cfg.model
     if args.base:

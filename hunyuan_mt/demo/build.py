@@ -57,7 +57,7 @@ def extract(data_root: Path) -> Corpus:
     return corpus
 
 
-def tokenizer_sample(corpus: Corpus, per_direction: int = 25000) -> list[str]:
+def tokenizer_sample(corpus: Corpus, per_direction: int = 10000) -> list[str]:
     """Both sides of a sample of every direction: Unigram training time grows with the text, the vocabulary
     does not need all of it."""
     texts: set[str] = set()
