@@ -105,3 +105,45 @@ def test_build_corpus_holds_out_and_filters(locale_root: Path, tmp_path: Path) -
     write_corpus(corpus, tmp_path / "out")
     again = load_corpus(tmp_path / "out")
     assert again.train == corpus.train and again.test == corpus.test and again.frequent == corpus.frequent
+
+
+def test_build_demo_command_is_registered() -> None:
+    from hunyuan_mt.cli import build_parser
+    from hunyuan_mt.demo import build
+
+    args = build_parser("build-demo").parse_args(["build-demo", "--device", "cpu", "--minutes", "2", "--reuse-data"])
+    assert args.handler is build.run and args.minutes == 2.0 and args.reuse_data
+
+
+def test_whole_build_pipeline_on_the_sample(locale_root: Path, tmp_path: Path) -> None:
+    """Tokenizer → joint training → checkpoint → export → evaluation → metadata, with a toy model size."""
+    import json
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from hunyuan_mt.demo.build import ship, train
+    from hunyuan_mt.demo.corpus import ADAPTER_DIRECTIONS
+
+    torch.set_num_threads(1)
+    entries = list(sources.gettext_catalogues(locale_root, {k: (v,) for k, v in LANG_FOLDERS.items()}))
+    corpus = build_corpus(entries, test_size=2, frequent_size=2, seed=1)
+    toy = {"d_model": 32, "layers": 1, "heads": 2, "ffn": 64, "vocab": 120, "lora_rank": 2, "max_tokens": 256}
+    info = train(corpus, "cpu", "cpu", minutes=1.0, checkpoint=tmp_path / "ckpt", max_steps=3, overrides=toy)
+    assert info["train"]["steps"] == 3
+    report = ship(tmp_path / "ckpt", corpus, tmp_path / "out")
+    assert set(report["chrf"]) == set(ADAPTER_DIRECTIONS) | {"es2de"}
+    assert report["chrf"]["es2de"]["pivot"] is not None and report["chrf"]["en2de"]["right"] is not None
+
+    model_dir, adapters = tmp_path / "out" / "models" / "demo", tmp_path / "out" / "adapters"
+    backbone = AutoModelForSeq2SeqLM.from_pretrained(str(model_dir), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    assert tokenizer.convert_tokens_to_ids("⟦0⟧") != tokenizer.unk_token_id
+    model = PeftModel.from_pretrained(backbone, str(adapters / "en2es"), adapter_name="en2es")
+    model.load_adapter(str(adapters / "zh2en"), adapter_name="zh2en")
+    assert sorted(p.name for p in adapters.iterdir()) == sorted(ADAPTER_DIRECTIONS)
+    metadata = json.loads((adapters / "en2es" / "metadata.json").read_text(encoding="utf-8"))
+    assert metadata["pair"] == "en2es" and metadata["test_size"] == 2
+    assert metadata["data_sources"][0]["id"] == "gettext" and "licence" in metadata["data_sources"][0]
+    assert not (adapters / "en2es" / "README.md").exists()

@@ -92,7 +92,9 @@ def export(folder: Path, model_dir: Path, adapters_dir: Path) -> tuple[MarianMTM
         if getattr(result, "unexpected_keys", None):
             raise ValueError(f"{direction}: unexpected adapter keys {result.unexpected_keys[:3]}")
         peft_model.peft_config["default"].base_model_name_or_path = "models/demo"
-        peft_model.save_pretrained(str(adapters_dir / direction))
+        # The embeddings belong to the backbone; never copy them into an adapter (PEFT guesses "resized" when the
+        # base_model_name_or_path folder holds a different model).
+        peft_model.save_pretrained(str(adapters_dir / direction), save_embedding_layers=False)
         # PEFT's generated model card is all placeholders; metadata.json says what the adapter is.
         (adapters_dir / direction / "README.md").unlink(missing_ok=True)
     return model, tokenizer, meta
