@@ -454,11 +454,12 @@ def test_ui_text_handler_messages(ui: Any, limits: LimitsConfig, live_server: Li
         f"Text is {over} characters, over the limit of {limits.max_chars} (limits.max_chars).")
     assert ui_error(lambda: ui.translate_text(GOOD, "en", "xx")).startswith("Unsupported language code 'xx'.")
     assert ui_error(lambda: ui.translate_text(GOOD, "../en", "es")).startswith("Malformed language code '../en'")
-    text, info = ui.translate_text("Open\x00 the file.", "en", "en")
+    text, info, _ = ui.translate_text("Open\x00 the file.", "en", "en")
     assert text == GOOD and "identity" in info
-    text, _ = ui.translate_text("Open the \ud800file.", "en", "es")
+    text, _, _ = ui.translate_text("Open the \ud800file.", "en", "es")
     assert text == live_server.reference("Open the \ufffdfile.", "en", "es")
-    assert ui_error(lambda: ui.swap("auto", "es", GOOD, "")) == "Choose a source language before swapping."
+    assert ui_error(lambda: ui.swap("auto", "es", GOOD, "", None)) == (
+        "Choose a source language (or translate once) before swapping.")
     assert ui_error(lambda: ui.translate_document(None, "en", "es", progress=_no_progress)) == (
         "Drop a document first (.txt .md .srt .docx .pdf .html).")
 

@@ -89,10 +89,7 @@ def resolve_model_id(model: str | None) -> tuple[str | None, str | None]:
     if not model:
         return None, None
     name = model.strip()
-    try:
-        return None, normalize_code(name)
-    except InvalidInput:
-        pass
+    # Pair forms first: "en-es" is a pair here, although normalize_code would read it as a locale tag (en-ES).
     if "2" in name:
         try:
             pair = Pair.parse(name)
@@ -106,7 +103,10 @@ def resolve_model_id(model: str | None) -> tuple[str | None, str | None]:
                 return normalize_code(left), normalize_code(right)
             except InvalidInput:
                 continue
-    return None, None
+    try:
+        return None, normalize_code(name)
+    except InvalidInput:
+        return None, None
 
 
 def _source_field(fields: dict[str, Any]) -> str:
