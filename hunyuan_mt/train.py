@@ -267,15 +267,10 @@ def _collate(batch, pad_id: int, enc_dec: bool, device: str):
     import torch
 
     if enc_dec:
-        width = max(len(i) for i, _ in batch)
-        label_width = max(len(label) for _, label in batch)
-        input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-        labels = torch.full((len(batch), label_width), -100, dtype=torch.long)
-        for row, (ids, label) in enumerate(batch):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            labels[row, : len(label)] = torch.tensor(label)
-        return {"input_ids": input_ids.to(device), "attention_mask": (input_ids != pad_id).to(device),
-                "labels": labels.to(device)}
+        # Same batch layout as the demo build's trainer: source right-padded, labels -100 past each target.
+        from .demo.trainer import collate
+
+        return collate(batch, pad_id, torch.device(device))
     width = max(len(i) for i, _ in batch)
     input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(batch), width), dtype=torch.long)
