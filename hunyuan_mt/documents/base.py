@@ -37,6 +37,15 @@ def split_outer_whitespace(text: str) -> tuple[str, str, str]:
     return text[:start], core, text[start + len(core):]
 
 
+def trim_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """Narrow text[start:end] to its non-whitespace core, so the whitespace around a segment stays in the template."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
 def output_filename(filename: str, ext: str, target: str | None) -> str:
     """`report.pdf` → `report.es.docx` (or `report.translated.docx` without a target); never a path."""
     stem = PurePath(filename.replace("\\", "/")).stem or "document"

@@ -14,7 +14,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from ..config import LimitsConfig
-from .base import Document, RenderedDocument, TextTemplate, needs_translation, output_filename
+from .base import Document, RenderedDocument, TextTemplate, needs_translation, output_filename, trim_span
 from .encoding import DecodedText, decode_text
 
 _NOTE = "Markdown syntax, code, HTML and front matter are kept as they were."
@@ -104,7 +104,7 @@ class MarkdownDocument(Document):
                 pieces = [(located[0][0], located[-1][1])]
             for n, (a, b) in enumerate(pieces):
                 if hard_break:
-                    a, b = _strip_span(source, a, b)
+                    a, b = trim_span(source, a, b)
                     text = source[a:b]
                 elif in_cell:
                     text = token.content  # the parser already dropped the escapes of "\\|"
@@ -159,14 +159,6 @@ class MarkdownDocument(Document):
         return RenderedDocument(self._decoded.encode(self._template.render(escaped)),
                                 output_filename(self.filename, ".md", target), "text/markdown; charset=utf-8",
                                 self._decoded.note(_NOTE))
-
-
-def _strip_span(source: str, start: int, end: int) -> tuple[int, int]:
-    while start < end and source[start].isspace():
-        start += 1
-    while end > start and source[end - 1].isspace():
-        end -= 1
-    return start, end
 
 
 def read_markdown(data: bytes, filename: str, limits: LimitsConfig) -> MarkdownDocument:

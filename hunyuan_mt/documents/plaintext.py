@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ..config import LimitsConfig
-from .base import Document, RenderedDocument, TextTemplate, needs_translation, output_filename
+from .base import Document, RenderedDocument, TextTemplate, needs_translation, output_filename, trim_span
 from .encoding import DecodedText, decode_text
 
 _BLANK_LINES = re.compile(r"(?:\r\n|\r|\n)(?:[ \t]*(?:\r\n|\r|\n))+")
@@ -37,23 +37,15 @@ def _add_paragraph(template: TextTemplate, text: str, start: int, end: int) -> N
     if not lines:
         return
     if len(lines) > 1 and _is_wrapped_prose([text[a:b] for a, b in lines]):
-        a, b = _core(text, lines[0][0], lines[-1][1])
+        a, b = trim_span(text, lines[0][0], lines[-1][1])
         joined = " ".join(text[x:y].strip() for x, y in lines)
         if needs_translation(joined):
             template.add(a, b, joined)
         return
     for line_start, line_end in lines:
-        a, b = _core(text, line_start, line_end)
+        a, b = trim_span(text, line_start, line_end)
         if needs_translation(text[a:b]):
             template.add(a, b, text[a:b])
-
-
-def _core(text: str, start: int, end: int) -> tuple[int, int]:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
 
 
 class TextDocument(Document):
