@@ -143,11 +143,17 @@ def make_adapter(
     scale: float = 1.5,
     shape_override: dict[str, tuple[int, int]] | None = None,
     base_model: str | None = None,
+    rank_pattern: dict[str, int] | None = None,
+    alpha_pattern: dict[str, int] | None = None,
+    use_rslora: bool = False,
 ) -> Path:
     """Write a PEFT LoRA folder (adapter_config.json + adapter_model.safetensors + metadata.json).
 
     Weights are random with a large scale so each adapter's output differs from the base and from the others.
+    `rank_pattern` / `alpha_pattern` follow PEFT's rule (a regex matching a dotted suffix of the module path).
     """
+    import re
+
     from safetensors.torch import save_file
 
     shapes = shape_override or linear_shapes(model_dir)
@@ -156,8 +162,9 @@ def make_adapter(
     for name, (out_f, in_f) in shapes.items():
         if name.rsplit(".", 1)[-1] not in target_modules:
             continue
-        tensors[f"base_model.model.{name}.lora_A.weight"] = torch.randn(r, in_f, generator=gen) * scale
-        tensors[f"base_model.model.{name}.lora_B.weight"] = torch.randn(out_f, r, generator=gen) * scale
+        rank = next((v for k, v in (rank_pattern or {}).items() if re.match(rf"(.*\.)?({k})$", name)), r)
+        tensors[f"base_model.model.{name}.lora_A.weight"] = torch.randn(rank, in_f, generator=gen) * scale
+        tensors[f"base_model.model.{name}.lora_B.weight"] = torch.randn(out_f, rank, generator=gen) * scale
     if not tensors:
         raise ValueError(f"no module of {model_dir} matches {target_modules}")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -168,7 +175,8 @@ def make_adapter(
         "peft_type": "LORA", "task_type": task, "r": r, "lora_alpha": alpha, "lora_dropout": 0.0,
         "target_modules": sorted(target_modules), "bias": "none", "fan_in_fan_out": False,
         "base_model_name_or_path": base_model or str(model_dir), "inference_mode": True,
-        "init_lora_weights": True, "use_rslora": False, "use_dora": False, "modules_to_save": None,
+        "init_lora_weights": True, "use_rslora": use_rslora, "use_dora": False, "modules_to_save": None,
+        "rank_pattern": rank_pattern or {}, "alpha_pattern": alpha_pattern or {},
     }
     (out_dir / "adapter_config.json").write_text(json.dumps(config, indent=2))
     (out_dir / "metadata.json").write_text(json.dumps({"pair": out_dir.name, "seed": seed, "synthetic": True}))

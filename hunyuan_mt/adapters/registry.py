@@ -8,6 +8,7 @@ leading outside the root, are ignored and listed in `ignored()`.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import re
@@ -80,6 +81,9 @@ class AdapterInfo:
     metadata: dict[str, Any] = field(default_factory=dict)
     #: (mtime_ns, size) of the config and the weights; a changed fingerprint means the folder was replaced.
     fingerprint: tuple[int, ...] | None = None
+    #: Module paths the weights hold LoRA for, and the largest rank among them (what the slot layers must fit).
+    modules: list[str] = field(default_factory=list)
+    max_rank: int = 0
 
     @property
     def key(self) -> str:
@@ -88,16 +92,19 @@ class AdapterInfo:
 
 @dataclass
 class AdapterWeights:
-    """An adapter read into host RAM: what the cache attaches, hotswaps and keeps in its RAM tier."""
+    """An adapter read into host RAM: what the cache copies into slots and keeps in its RAM tier."""
 
     pair: Pair
     config: Any  # peft.LoraConfig
     state_dict: dict[str, torch.Tensor]
     fingerprint: tuple[int, ...] | None
+    #: The same weights scaled and converted for slot copies (lora.PreparedAdapter), made on first attach.
+    prepared: Any = None
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.state_dict.values())
+        held = sum(t.numel() * t.element_size() for t in self.state_dict.values())
+        return held + (self.prepared.nbytes if self.prepared is not None else 0)
 
 
 def fingerprint_of(folder: Path) -> tuple[int, ...] | None:
@@ -142,11 +149,29 @@ def _read_config(folder: Path) -> tuple[Any, dict[str, Any]]:
         raise AdapterUnusable("DoRA adapters are not supported (per-row mixed batches need plain LoRA)")
     if config.modules_to_save:
         raise AdapterUnusable("adapters with modules_to_save are not supported (they replace whole layers)")
+    # Variants whose forward is not base(x) + B·A·x·scale, or that change more than linear layers.
+    for field_name, what in _UNSUPPORTED.items():
+        if getattr(config, field_name, None):
+            raise AdapterUnusable(f"{what} are not supported (served adapters must be plain LoRA on linear layers)")
     return config, data
 
 
-def _check_shapes(shapes: dict[str, tuple[int, ...]], spec: BackboneSpec, config: Any) -> None:
-    """Every tensor must be lora_A/lora_B of a Linear the backbone has, with fitting in/out widths and rank."""
+#: LoraConfig fields that make an adapter something the slot layers cannot serve, with their name for users.
+_UNSUPPORTED = {
+    "alora_invocation_tokens": "activated LoRA (aLoRA) adapters",
+    "trainable_token_indices": "adapters with trainable tokens",
+    "layer_replication": "adapters with layer_replication",
+    "target_parameters": "LoRA on parameters (target_parameters)",
+    "lora_bias": "adapters with a LoRA bias (lora_bias)",
+    "use_qalora": "QA-LoRA adapters",
+    "use_bdlora": "BD-LoRA adapters",
+    "arrow_config": "Arrow-routed adapters",
+}
+
+
+def _check_shapes(shapes: dict[str, tuple[int, ...]], spec: BackboneSpec, config: Any) -> dict[str, int]:
+    """Every tensor must be lora_A/lora_B of a Linear the backbone has, with fitting in/out widths and rank.
+    Returns module path → rank."""
     if not shapes:
         raise AdapterUnusable(f"{WEIGHTS_FILE} holds no tensors")
     ranks: dict[str, dict[str, tuple[int, ...]]] = {}
@@ -155,9 +180,16 @@ def _check_shapes(shapes: dict[str, tuple[int, ...]], spec: BackboneSpec, config
         if match is None:
             raise AdapterUnusable(f"unexpected tensor {key!r} (only lora_A/lora_B weights are supported)")
         ranks.setdefault(match["module"], {})[match["part"]] = shape
+    targeted = set(peft_targets(config, spec))
+    if not targeted:
+        shown = config.target_modules if isinstance(config.target_modules, str) else sorted(config.target_modules)
+        raise AdapterUnusable(f"its target_modules {shown!r} (with layers_to_transform / "
+                              f"exclude_modules) select no layer of this backbone ({spec.model_type})")
     for module, parts in sorted(ranks.items()):
         if module not in spec.shapes:
             raise AdapterUnusable(f"targets module {module!r}, which this backbone ({spec.model_type}) does not have")
+        if module not in targeted:
+            continue  # PEFT would not put a LoRA layer there and ignores these weights: so do we
         if set(parts) != {"lora_A", "lora_B"}:
             raise AdapterUnusable(f"module {module!r} lacks {({'lora_A', 'lora_B'} - set(parts)).pop()}")
         out_f, in_f = spec.shapes[module]
@@ -172,21 +204,62 @@ def _check_shapes(shapes: dict[str, tuple[int, ...]], spec: BackboneSpec, config
             # PEFT would build rank-r layers and then fail to copy these weights into them.
             raise AdapterUnusable(f"rank mismatch at {module}: lora_A {list(a)} has rank {a[0]}, the config "
                                   f"says r={rank}")
-    restricted = getattr(config, "layers_to_transform", None) is not None or getattr(config, "exclude_modules", None)
-    if isinstance(config.target_modules, (list, set, tuple)) and not restricted:
-        # Every layer the config targets gets LoRA layers; weights missing for one would fail inside PEFT.
-        uncovered = [m for m in spec.matching(list(config.target_modules)) if m not in ranks]
-        if uncovered:
-            raise AdapterUnusable(f"{WEIGHTS_FILE} lacks lora_A/lora_B weights for {len(uncovered)} of the layers "
-                                  f"its target_modules select (e.g. {uncovered[0]})")
+    # Every layer the config targets gets LoRA layers; weights missing for one mean an incomplete adapter.
+    uncovered = sorted(m for m in targeted if m not in ranks)
+    if uncovered:
+        raise AdapterUnusable(f"{WEIGHTS_FILE} lacks lora_A/lora_B weights for {len(uncovered)} of the layers "
+                              f"its target_modules select (e.g. {uncovered[0]})")
+    return {module: int(parts["lora_A"][0]) for module, parts in ranks.items() if module in targeted}
+
+
+def peft_targets(config: Any, spec: BackboneSpec) -> list[str]:
+    """The backbone modules PEFT would give this config a LoRA layer on (target_modules, layers_to_transform,
+    layers_pattern, exclude_modules), decided by PEFT's own matcher."""
+    from peft.tuners.tuners_utils import check_target_module_exists
+
+    if config.target_modules == "all-linear":
+        candidates = spec.matching("all-linear")
+        probe = copy.copy(config)
+        probe.target_modules = {m.rsplit(".", 1)[-1] for m in candidates}
+        return [m for m in candidates if check_target_module_exists(probe, m)]
+    return [m for m in spec.shapes if check_target_module_exists(config, m)]
+
+
+def _pattern_value(patterns: dict[str, Any] | None, module: str, default: Any) -> Any:
+    """PEFT's rule for rank_pattern / alpha_pattern: the first key that matches a dotted suffix of `module`."""
+    for pattern, value in (patterns or {}).items():
+        if re.match(rf"(.*\.)?({pattern})$", module):
+            return value
+    return default
 
 
 def _configured_rank(config: Any, module: str) -> int:
-    """The rank PEFT gives `module`: a matching rank_pattern entry (PEFT's own suffix-regex rule), else r."""
-    for pattern, rank in (getattr(config, "rank_pattern", None) or {}).items():
-        if re.match(rf"(.*\.)?({pattern})$", module):
-            return int(rank)
-    return int(config.r)
+    """The rank PEFT gives `module`: a matching rank_pattern entry, else r."""
+    return int(_pattern_value(getattr(config, "rank_pattern", None), module, config.r))
+
+
+def lora_scale(config: Any, module: str) -> float:
+    """The scaling PEFT applies to `module`'s LoRA product: alpha / r, or alpha / sqrt(r) with rsLoRA, where r and
+    alpha follow rank_pattern and alpha_pattern."""
+    rank = _configured_rank(config, module)
+    alpha = float(_pattern_value(getattr(config, "alpha_pattern", None), module, config.lora_alpha))
+    return alpha / (rank ** 0.5) if getattr(config, "use_rslora", False) else alpha / rank
+
+
+def lora_modules(state_dict: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """module path → (lora_A [r, in], lora_B [out, r]) from a PEFT adapter's state dict (adapter name stripped)."""
+    parts: dict[str, dict[str, torch.Tensor]] = {}
+    for key, tensor in state_dict.items():
+        match = _KEY.match(key)
+        if match is None:
+            raise AdapterUnusable(f"unexpected tensor {key!r} (only lora_A/lora_B weights are supported)")
+        parts.setdefault(match["module"], {})[match["part"]] = tensor
+    out: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for module, found in parts.items():
+        if set(found) != {"lora_A", "lora_B"}:
+            raise AdapterUnusable(f"module {module!r} lacks {({'lora_A', 'lora_B'} - set(found)).pop()}")
+        out[module] = (found["lora_A"], found["lora_B"])
+    return out
 
 
 def _header_shapes(weights: Path) -> dict[str, tuple[int, ...]]:
@@ -232,11 +305,13 @@ def validate(folder: Path, pair: Pair, spec: BackboneSpec) -> AdapterInfo:
             if f.is_symlink() and not _inside(f.resolve(), folder.parent.resolve()):
                 raise AdapterUnusable(f"{f.name} is a symlink leading outside the adapters folder")
         info.size_bytes = weights.stat().st_size
-        if not spec.matching(config.target_modules):
+        if not spec.matching(config.target_modules) and not isinstance(config.target_modules, str):
             raise AdapterUnusable(
                 f"target_modules {info.target_modules} match no layer of this backbone ({spec.model_type})"
             )
-        _check_shapes(_header_shapes(weights), spec, config)
+        module_ranks = _check_shapes(_header_shapes(weights), spec, config)
+        info.modules = sorted(module_ranks)
+        info.max_rank = max(module_ranks.values())
         info.usable = True
     except AdapterUnusable as exc:
         info.reason = exc.message
@@ -272,6 +347,11 @@ def read_adapter(info: AdapterInfo) -> AdapterWeights:
     try:
         config, _ = _read_config(info.path)
         state_dict = load_file(str(info.path / WEIGHTS_FILE), device="cpu")
+        if info.modules:
+            # Only what validation kept: tensors for modules PEFT would not target are ignored, as PEFT does.
+            keep = set(info.modules)
+            state_dict = {k: v for k, v in state_dict.items()
+                          if (m := _KEY.match(k)) is not None and m["module"] in keep}
     except AdapterUnusable as exc:
         raise AdapterUnusable(f"Adapter {name} is unusable: {exc.message}") from None
     except Exception as exc:  # truncated/corrupt safetensors, read errors

@@ -1,0 +1,83 @@
+"""The row → slot index of the forward pass in flight, set once per step and read by every `SlotLinear`.
+
+One `SlotMapping` per model. Whoever runs a forward (the decode loop, `Backbone.generate`) sets it first, under the
+backbone's `model_lock`, so every layer of that forward sees the same rows. Slot 0 is the bare backbone: its
+tensors stay zero, so a row on it gets exactly the base layer's output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Sequence
+
+import torch
+
+#: The slot of rows that use no adapter. Never written: its A and B stay zero.
+BASE_SLOT = 0
+
+
+class SlotMapping:
+    """Per-row slot indices for the current forward, plus the two cases that need no gather."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        #: The one slot every row uses, or None for a mixed batch. BASE_SLOT here skips the LoRA math entirely.
+        self.uniform: int | None = BASE_SLOT
+        self._slots: tuple[int, ...] = ()
+        #: (rows in the forward, device) → index tensor; rebuilt after every `set`.
+        self._indices: dict[tuple[int, torch.device], torch.Tensor] = {}
+        #: Changes whenever the rows' slots or the weights in the slots change. Layers keep the per-row weights
+        #: they gathered for one version: a decode loop whose rows stay put gathers once, not at every step.
+        self.version = 0
+
+    def set(self, slots: Sequence[int]) -> None:
+        """Rows of the next forward, in batch order: row i reads slot `slots[i]`."""
+        slots = tuple(int(s) for s in slots)
+        if slots == self._slots:
+            return
+        self._slots = slots
+        self.version += 1
+        self.rows = len(self._slots)
+        distinct = set(self._slots)
+        self.uniform = next(iter(distinct)) if len(distinct) == 1 else (BASE_SLOT if not distinct else None)
+        self._indices = {}
+
+    def clear(self) -> None:
+        self.set(())
+
+    def invalidate(self) -> None:
+        """The weights in some slot changed: layers must gather again."""
+        self.version += 1
+
+    @contextlib.contextmanager
+    def use(self, slots: Sequence[int]) -> Iterator[None]:
+        """Set the mapping for one forward or one `generate`, and fall back to the bare backbone afterwards."""
+        self.set(slots)
+        try:
+            yield
+        finally:
+            self.clear()
+
+    @property
+    def slots(self) -> tuple[int, ...]:
+        return self._slots
+
+    def indices(self, batch: int, device: torch.device) -> torch.Tensor:
+        """Slot index per row of a layer input whose first dimension is `batch`.
+
+        `batch` may be a whole multiple of the rows: transformers' beam search repeats each row `num_beams` times
+        (repeat_interleave), so row i's copies stay next to each other.
+        """
+        key = (batch, device)
+        found = self._indices.get(key)
+        if found is not None:
+            return found
+        if not self.rows or batch % self.rows:
+            raise RuntimeError(f"slot mapping holds {self.rows} rows, but a layer saw a batch of {batch}; "
+                               "set the mapping for every forward")
+        idx = torch.tensor(self._slots, dtype=torch.long)
+        if batch != self.rows:
+            idx = idx.repeat_interleave(batch // self.rows)
+        idx = idx.to(device)
+        self._indices[key] = idx
+        return idx
