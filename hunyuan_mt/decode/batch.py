@@ -1,0 +1,224 @@
+"""The running batch: rows join between decode steps and leave as soon as they finish (iteration-level batching).
+
+A `RunningBatch` holds the KV cache of every live row in one padded tensor per layer. Rows are aligned on the
+right: a row that joins with a shorter history is padded on the left and its padding is masked, and every row
+carries its own position ids, so a row computes what it would compute alone. When rows leave, their cache rows are
+dropped and columns that are padding for every remaining row are cut.
+
+`add(sequences)` runs one prefill forward over the entering rows only and merges their cache into the batch;
+`step()` runs one decode forward over every live row; `pop_finished()` hands back the rows that hit an end token or
+their token limit, at once. Their cache rows are cut out lazily ("compaction"): with the next merge, or once a
+quarter of the batch is finished. Every compaction changes the row → slot mapping, so each LoRA layer gathers its
+per-row weights again (one copy per layer); pairing a leave with the next join halves those copies, and a finished
+row that rides along costs less than a gather on this hardware (measured in BENCHMARKS.md). Architecture subclasses (`causal.CausalBatch`, `marian.MarianBatch`) supply the forwards and the
+cache surgery; token choice is `picker.TokenPicker`'s. Every forward sets the slot mapping first, so each row runs
+with its own adapter (slot 0: the bare backbone).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ..lora.mapping import SlotMapping
+from .picker import RowTokens, TokenPicker
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """A row entering the batch. `input_ids` is the prompt (decoder-only) or the source (encoder-decoder)."""
+
+    tag: Any
+    input_ids: tuple[int, ...]
+    slot: int
+    max_new_tokens: int
+    #: Decoder tokens before the first generated one: (decoder_start,) or (decoder_start, target-language token).
+    decoder_prefix: tuple[int, ...] = ()
+
+
+@dataclass
+class Live:
+    """A row in the batch: what it generated so far."""
+
+    seq: Sequence
+    tokens: RowTokens
+    generated: list[int] = field(default_factory=list)
+    done: bool = False
+    #: Handed back by pop_finished; the row only rides along until the next compaction.
+    answered: bool = False
+
+    @property
+    def position(self) -> int:
+        """Position id of the row's last token (prompt or decoder prefix counted, padding not)."""
+        return len(self.tokens.seen) - 1
+
+
+def pad_left(t: torch.Tensor, n: int, dim: int) -> torch.Tensor:
+    if n <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = n
+    return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+
+def pad_right(t: torch.Tensor, n: int, dim: int) -> torch.Tensor:
+    if n <= 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = n
+    return torch.cat([t, t.new_zeros(shape)], dim=dim)
+
+
+def left_padded(rows: list[tuple[int, ...]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids padded on the left to the longest row, and the matching 0/1 mask."""
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([(pad_id,) * (width - len(r)) + tuple(r) for r in rows], dtype=torch.long, device=device)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], dtype=torch.long, device=device)
+    return ids, mask
+
+
+def positions(mask: torch.Tensor) -> torch.Tensor:
+    """Per-row position ids of a left-padded block: 0 at each row's first real token (padding gets 0)."""
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def leading_padding(mask: torch.Tensor) -> int:
+    """How many leading columns are padding for every row."""
+    used = mask.any(dim=0).nonzero()
+    return int(used[0]) if used.numel() else mask.shape[1]
+
+
+class RunningBatch(ABC):
+    """Shared bookkeeping; subclasses implement `_prefill`, `_merge`, `_decode` and `_select`."""
+
+    def __init__(self, model: Any, mapping: SlotMapping | None, picker: TokenPicker, device: torch.device,
+                 pad_id: int) -> None:
+        self.model = model
+        self.mapping = mapping
+        self.picker = picker
+        self.device = torch.device(device)
+        self.pad_id = pad_id
+        self.rows: list[Live] = []
+        #: Test seam: called before each forward with ("prefill" | "decode", the rows' tags).
+        self.before_forward: Callable[[str, list[Any]], None] | None = None
+
+    def __len__(self) -> int:
+        """Rows still generating (finished rows riding along until compaction are not counted)."""
+        return sum(1 for r in self.rows if not r.done)
+
+    @property
+    def live(self) -> list[Live]:
+        return [r for r in self.rows if not r.done]
+
+    @property
+    @abstractmethod
+    def cache_length(self) -> int:
+        """Padded length of the self-attention cache (0 when empty)."""
+
+    @property
+    def padded_tokens(self) -> int:
+        return len(self.rows) * self.cache_length
+
+    @property
+    def slots(self) -> list[int]:
+        """Slot of every row of the next forward, in batch order (finished rows riding along included)."""
+        return [r.seq.slot for r in self.rows]
+
+    # ------------------------------------------------------------------ the three moves
+
+    def add(self, sequences: list[Sequence]) -> list[Live]:
+        """Prefill `sequences` and make them live rows; each gets its first token. Returns the new rows."""
+        if not sequences:
+            return []
+        if self.before_forward is not None:
+            self.before_forward("prefill", [s.tag for s in sequences])
+        self._use_slots([s.slot for s in sequences])
+        logits, state = self._prefill(sequences)
+        live = [Live(s, RowTokens(seen=list(s.decoder_prefix or s.input_ids), generated=0,
+                                  max_new=s.max_new_tokens, prefix_len=len(s.decoder_prefix)))
+                for s in sequences]
+        self._choose(logits, live)
+        self.compact()  # the merge copies the cache anyway: drop finished rows in the same pass
+        self._merge(state)
+        self.rows.extend(live)
+        return live
+
+    def step(self) -> None:
+        """One token for every live row."""
+        if not any(not r.done for r in self.rows):
+            return
+        if self.before_forward is not None:
+            self.before_forward("decode", [r.seq.tag for r in self.rows if not r.done])
+        self._use_slots(self.slots)
+        # A finished row riding along repeats its last token at its last position: its output is thrown away,
+        # and its position never runs past the model's table.
+        last = torch.tensor([[r.generated[-1]] for r in self.rows], dtype=torch.long, device=self.device)
+        pos = torch.tensor([[r.position - (1 if r.done else 0)] for r in self.rows], dtype=torch.long,
+                           device=self.device)
+        logits = self._decode(last, pos)
+        live = [i for i, r in enumerate(self.rows) if not r.done]
+        if len(live) != len(self.rows):
+            logits = logits[live]
+        self._choose(logits, [self.rows[i] for i in live])
+
+    def pop_finished(self) -> list[Live]:
+        """Rows that finished since the last call. Their cache rows go at the next compaction."""
+        done = [r for r in self.rows if r.done and not r.answered]
+        for row in done:
+            row.answered = True
+        finished = sum(1 for r in self.rows if r.done)
+        if finished and (finished == len(self.rows) or 4 * finished >= len(self.rows)):
+            self.compact()
+        return done
+
+    def compact(self) -> None:
+        """Cut finished rows out of the cache now."""
+        keep = [i for i, r in enumerate(self.rows) if not r.done]
+        if len(keep) == len(self.rows):
+            return
+        self.rows = [self.rows[i] for i in keep]
+        self._select(keep)
+
+    def drop(self, tags: set[Any]) -> list[Live]:
+        """Take rows out unfinished (preemption after out-of-memory); they can be added again from scratch."""
+        keep = [i for i, r in enumerate(self.rows) if r.seq.tag not in tags and not r.done]
+        dropped = [r for r in self.rows if r.seq.tag in tags and not r.done]
+        if dropped:
+            self.rows = [self.rows[i] for i in keep]
+            self._select(keep)
+        return dropped
+
+    # ------------------------------------------------------------------ shared helpers
+
+    def _use_slots(self, slots: list[int]) -> None:
+        if self.mapping is not None:
+            self.mapping.set(slots)
+
+    def _choose(self, logits: torch.Tensor, live: list[Live]) -> None:
+        tokens = self.picker.pick(logits, [r.tokens for r in live])
+        for row, token in zip(live, tokens):
+            row.generated.append(token)
+            row.tokens.seen.append(token)
+            row.tokens.generated += 1
+            row.done = self.picker.finished(token, row.tokens)
+
+    # ------------------------------------------------------------------ per architecture
+
+    @abstractmethod
+    def _prefill(self, sequences: list[Sequence]) -> tuple[torch.Tensor, Any]:
+        """Forward over the entering rows alone: (last-position logits [n, vocab], their cache state)."""
+
+    @abstractmethod
+    def _merge(self, state: Any) -> None:
+        """Append the entering rows' cache state (from `_prefill`) after the live rows'."""
+
+    @abstractmethod
+    def _decode(self, last: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Forward of every live row's last token [B, 1] at its position [B, 1]: logits [B, vocab]."""
+
+    @abstractmethod
+    def _select(self, keep: list[int]) -> None:
+        """Keep only the cache rows `keep` (indices into the rows before the change), then trim padding."""
