@@ -35,7 +35,7 @@ class Ours(Variant):
         hits = s.hits + s.pinned_hits
         lookups = hits + s.ram_hits + s.disk_loads
         return {"lookups": lookups, "hits": hits, "pinned_hits": s.pinned_hits, "ram_hits": s.ram_hits,
-                "disk_loads": s.disk_loads, "hotswaps": s.hotswaps, "injections": s.injections,
+                "disk_loads": s.disk_loads, "attaches": s.attaches, "grows": s.grows,
                 "evictions": s.evictions, "failures": s.failures, "busy": s.busy}
 
     def extra(self) -> dict[str, Any]:

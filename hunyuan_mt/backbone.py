@@ -4,11 +4,13 @@
 or CLI call asking again gets the same object. Nothing is ever downloaded: models load with
 `local_files_only=True` from a folder (or the local Hugging Face cache for a hub id).
 
-`Backbone.generate` builds the inputs for each row the way the model family expects (Hunyuan prompt + chat
-template for decoder-only models, source text + target-language token for encoder-decoder ones) and runs one
-`generate` with per-row `adapter_names`. Padding is chosen so a row's greedy output equals that row run alone:
-left padding for decoder-only models, right padding for encoder-decoder ones (Marian's sinusoidal positions do
-not skip left padding).
+`Backbone.encode` builds the inputs for a row the way the model family expects (Hunyuan prompt + chat template for
+decoder-only models, source text + target-language token for encoder-decoder ones). Adapters are served by the
+slot layers the adapter cache puts into the model (`lora.SlotLoRA`, `backbone.lora`): a forward pass reads each
+row's slot index from `lora.mapping`, so rows of any mix of adapters share it. `new_batch` gives the decode loop's
+running batch for this model (`decode/`), and `generate` runs a whole batch through it, or through transformers'
+`generate` for beam search and for models the loop does not cover. Either way a row's greedy output equals that
+row run alone.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ import torch
 
 from .adapters.registry import BackboneSpec
 from .config import GenerationConfig, ModelConfig
+from .decode import RunningBatch, Sequence, TokenPicker, running_batch_class
 from .errors import ConfigError, InputTooLarge, ModelUnavailable
 from .languages import LANGUAGES, hunyuan_prompt
+from .lora import BASE_SLOT
 
 log = logging.getLogger(__name__)
 
-BASE = "__base__"
 DECODER_ONLY = "decoder-only"
 ENCODER_DECODER = "encoder-decoder"
 
@@ -60,6 +63,19 @@ class PromptRow:
     text: str
     src: str
     tgt: str
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """A row's model input: the prompt (decoder-only) or source (encoder-decoder) token ids, and for
+    encoder-decoder models the decoder tokens before the first generated one."""
+
+    input_ids: tuple[int, ...]
+    decoder_prefix: tuple[int, ...] = ()
+
+    @property
+    def tokens(self) -> int:
+        return len(self.input_ids)
 
 
 def resolve_device(cfg: ModelConfig) -> str:
@@ -188,13 +204,16 @@ def _has_safetensors(source: str) -> bool:
 
 
 class Backbone:
-    """The loaded model and tokenizer. The adapter cache replaces `model` by a PeftModel on its first attach."""
+    """The loaded model and tokenizer. The adapter cache wraps the model's target linears in slot layers
+    (`lora`); the model object itself is never replaced."""
 
     def __init__(self, model: Any, tokenizer: Any, arch: str, device: str, dtype: torch.dtype, name: str,
                  cfg: ModelConfig, load_s: float) -> None:
         self.model = model
-        #: The plain transformers model (what `model` wraps once adapters are attached).
+        #: The same model (kept for callers that predate the slot layers).
         self.base_model = model
+        #: The slot layers, owned and installed by the adapter cache (None until a cache takes the backbone).
+        self.lora: Any = None
         self.tokenizer = tokenizer
         self.arch = arch
         self.device = device
@@ -205,9 +224,8 @@ class Backbone:
         self.warmup_ms: float | None = None
         self.spec = BackboneSpec.from_model(model)
         self.param_count = sum(p.numel() for p in model.parameters())
-        #: Serialises generate with structural model changes (adapter inject/delete). PEFT's per-row
-        #: adapter_names works through forward hooks registered on the shared modules, so two generates, or a
-        #: generate and an inject, must not overlap.
+        #: Serialises forward passes with each other and with slot writes: the slot mapping is one per model, so
+        #: two forwards, or a forward and an attach that grows the layers, must not overlap.
         self.model_lock = threading.RLock()
         #: Tokenizing is safe beside a running generate, except for NLLB/M2M's per-row `src_lang` switch.
         self._tok_lock = threading.Lock()
@@ -219,6 +237,11 @@ class Backbone:
             None if not isinstance(positions, int) else (positions if arch == ENCODER_DECODER else positions - 1)
         )
         self._max_positions = positions if isinstance(positions, int) else None
+        #: The decode loop's running batch for this model, or None with the reason (transformers' generate then).
+        self.batch_class, self.batch_note = running_batch_class(model, arch)
+        if self.batch_class is None:
+            log.info("iteration-level decoding is not available for %s (%s); whole batches run through "
+                     "transformers' generate", name, self.batch_note)
 
     # ------------------------------------------------------------------ loading
 
@@ -292,7 +315,7 @@ class Backbone:
     def warmup(self) -> None:
         """One short generation so the first user request does not pay for lazy initialisation."""
         t0 = time.perf_counter()
-        self.generate([PromptRow("Hello.", "en", "es")], [BASE], GenerationConfig(), max_new_tokens=4)
+        self.generate([PromptRow("Hello.", "en", "es")], [BASE_SLOT], GenerationConfig(), max_new_tokens=4)
         self.warmup_ms = (time.perf_counter() - t0) * 1000
         log.info("backbone warm-up generation took %.0f ms", self.warmup_ms)
 
@@ -351,79 +374,125 @@ class Backbone:
                         break
             return tok(text, add_special_tokens=not templated)["input_ids"]
 
+    def encode(self, row: PromptRow) -> Encoded:
+        """The row's model input. Thread-safe; callers tokenize in their own thread, off the decode loop."""
+        ids = tuple(self._encode(row))
+        if self.arch != ENCODER_DECODER:
+            return Encoded(ids)
+        start = self.model.config.decoder_start_token_id
+        forced = self.target_token_id(row.tgt)
+        return Encoded(ids, (start,) if forced is None else (start, forced))
+
     def prompt_lengths(self, rows: list[PromptRow]) -> list[int]:
         """Token count of each row's model input (the engine's token budget uses it). Does not wait for a
         running generate."""
         return [len(self._encode(r)) for r in rows]
 
+    def check_length(self, encoded: Encoded) -> None:
+        """InputTooLarge when the row is longer than the model's input limit (quoting both numbers)."""
+        if self.max_input_tokens is not None and encoded.tokens > self.max_input_tokens:
+            raise InputTooLarge(f"A segment of {encoded.tokens} tokens is longer than this model's limit of "
+                                f"{self.max_input_tokens} tokens; split the text into shorter segments.")
+
+    def max_new_tokens(self, encoded: Encoded, requested: int) -> int:
+        """`requested`, capped so the row's positions stay inside the model's position table. Depends on the
+        row alone, never on its batch."""
+        if self._max_positions is None:
+            return max(1, requested)
+        used = len(encoded.decoder_prefix) if self.arch == ENCODER_DECODER else encoded.tokens
+        return max(1, min(requested, self._max_positions - used))
+
+    def decode(self, token_ids: list[int]) -> str:
+        return self.tokenizer.decode(token_ids, skip_special_tokens=True).strip()
+
     # ------------------------------------------------------------------ generation
 
-    def generate(self, rows: list[PromptRow], adapter_names: list[str], gen: GenerationConfig,
-                 max_new_tokens: int, **extra: Any) -> list[str]:
-        """Translate `rows` in one batch, row i with adapter `adapter_names[i]` ("__base__" = bare backbone).
+    def picker(self, gen: GenerationConfig) -> TokenPicker:
+        return TokenPicker.for_model(self.model, gen, self.tokenizer.eos_token_id,
+                                     encoder_decoder=self.arch == ENCODER_DECODER)
 
-        `extra` goes to `model.generate` as is (the engine's light mode passes a quantized KV cache setting).
+    def new_batch(self, gen: GenerationConfig) -> RunningBatch | None:
+        """An empty running batch for the decode loop, or None when this model or `gen` needs transformers'
+        `generate` (beam search; see `batch_note`). Its forwards must run under `model_lock`."""
+        if self.batch_class is None or gen.num_beams > 1:
+            return None
+        pad = self.tokenizer.pad_token_id
+        return self.batch_class(self.model, None if self.lora is None else self.lora.mapping, self.picker(gen),
+                                torch.device(self.device), pad if pad is not None else 0)
+
+    def generate(self, rows: list[PromptRow], slots: list[int], gen: GenerationConfig,
+                 max_new_tokens: int, **extra: Any) -> list[str]:
+        """Translate `rows` as one batch, row i with the adapter in slot `slots[i]` (0: the bare backbone).
+
+        Runs the decode loop when the model has one and `extra` is empty; else transformers' `generate` with
+        `extra` passed on (the engine's light mode passes a quantized KV cache setting). Thread-safe.
         """
-        if len(rows) != len(adapter_names):
-            raise ValueError(f"{len(rows)} rows but {len(adapter_names)} adapter names")
+        if len(rows) != len(slots):
+            raise ValueError(f"{len(rows)} rows but {len(slots)} slots")
         if not rows:
             return []
-        if self.arch == ENCODER_DECODER:
-            forced = [self.target_token_id(r.tgt) for r in rows]
-            if None in forced and any(f is not None for f in forced):
-                # Rows with and without a target token need different decoder prefixes; run them apart so each
-                # row's output stays what it would be alone.
-                with_tok = [i for i, f in enumerate(forced) if f is not None]
-                without = [i for i, f in enumerate(forced) if f is None]
-                out: list[str] = [""] * len(rows)
-                for group in (with_tok, without):
-                    texts = self.generate([rows[i] for i in group], [adapter_names[i] for i in group], gen,
+        capacity = 0 if self.lora is None else self.lora.capacity
+        wrong = sorted({s for s in slots if not 0 <= s <= capacity})
+        if wrong:
+            raise ValueError(f"slot {wrong[0]} does not exist: this backbone has {capacity} adapter slots")
+        encoded = [self.encode(r) for r in rows]
+        for e in encoded:
+            self.check_length(e)
+        batch = None if extra else self.new_batch(gen)
+        if batch is None:
+            return self._hf_generate(encoded, list(slots), gen, max_new_tokens, **extra)
+        out: dict[int, list[int]] = {}
+        with self.model_lock, torch.inference_mode():
+            batch.add([Sequence(i, e.input_ids, slot, self.max_new_tokens(e, max_new_tokens), e.decoder_prefix)
+                       for i, (e, slot) in enumerate(zip(encoded, slots))])
+            while True:
+                for row in batch.pop_finished():
+                    out[row.seq.tag] = row.generated
+                if not len(batch):
+                    break
+                batch.step()
+        return [self.decode(out[i]) for i in range(len(rows))]
+
+    def _hf_generate(self, encoded: list[Encoded], slots: list[int], gen: GenerationConfig, max_new_tokens: int,
+                     **extra: Any) -> list[str]:
+        """One transformers `generate` over the batch, the slot mapping set for its rows (beam search repeats
+        each row; the mapping follows)."""
+        prefixes = {e.decoder_prefix for e in encoded}
+        if len(prefixes) > 1:
+            # Rows with and without a target-language token need different decoder prefixes; run them apart so
+            # each row's output stays what it would be alone.
+            out: list[str] = [""] * len(encoded)
+            for prefix in prefixes:
+                group = [i for i, e in enumerate(encoded) if e.decoder_prefix == prefix]
+                texts = self._hf_generate([encoded[i] for i in group], [slots[i] for i in group], gen,
                                           max_new_tokens, **extra)
-                    for i, text in zip(group, texts):
-                        out[i] = text
-                return out
-        with self.model_lock:
-            model = self.model
-            is_peft = model is not self.base_model
-            if is_peft and not getattr(model, "peft_config", None):
-                # Every adapter was deleted (light mode): PeftModel.generate needs an active adapter, and the
-                # emptied LoRA layers compute the base output anyway.
-                model, is_peft = self.base_model, False
-            if not is_peft and any(n != BASE for n in adapter_names):
-                raise ValueError(f"no adapter is attached, cannot run {sorted(set(adapter_names) - {BASE})}")
-            tok = self.tokenizer
-            encoded = [{"input_ids": self._encode(r)} for r in rows]
-            with self._tok_lock:
-                batch = tok.pad(encoded, padding=True, return_tensors="pt")
-            batch = {k: v.to(self.device) for k, v in batch.items()}
-            longest = max(len(e["input_ids"]) for e in encoded)
-            if self.max_input_tokens is not None and longest > self.max_input_tokens:
-                raise InputTooLarge(f"A segment of {longest} tokens is longer than this model's limit of "
-                                    f"{self.max_input_tokens} tokens; split the text into shorter segments.")
-            if self._max_positions is not None:
-                # Learned/sinusoidal position tables end at max_positions: never generate past them.
-                room = self._max_positions - (2 if self.arch == ENCODER_DECODER else batch["input_ids"].shape[1])
-                max_new_tokens = max(1, min(max_new_tokens, room))
-            kwargs = self._generation_kwargs(gen, max_new_tokens)
-            kwargs.update(extra)
-            prefix_len = 0
-            if self.arch == ENCODER_DECODER:
-                forced = [self.target_token_id(r.tgt) for r in rows]
-                if any(f is not None for f in forced):
-                    # Per-row target token as the second decoder input: one generate serves mixed targets,
-                    # which a single forced_bos_token_id cannot.
-                    start = self.base_model.config.decoder_start_token_id
-                    ids = [[start, f if f is not None else start] for f in forced]
-                    batch["decoder_input_ids"] = torch.tensor(ids, device=self.device)
-                    prefix_len = 2
-            else:
-                prefix_len = batch["input_ids"].shape[1]
-            if is_peft:
-                kwargs["adapter_names"] = list(adapter_names)
-            with torch.inference_mode():
-                out = model.generate(**batch, **kwargs)
-        if self.arch == ENCODER_DECODER and prefix_len == 0:
-            prefix_len = 1  # decoder_start_token
+                for i, text in zip(group, texts):
+                    out[i] = text
+            return out
+        tok = self.tokenizer
+        with self._tok_lock:
+            batch = tok.pad([{"input_ids": list(e.input_ids)} for e in encoded], padding=True, return_tensors="pt")
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        if self._max_positions is not None:
+            # Learned/sinusoidal position tables end at max_positions: never generate past them.
+            room = self._max_positions - (2 if self.arch == ENCODER_DECODER else batch["input_ids"].shape[1])
+            max_new_tokens = max(1, min(max_new_tokens, room))
+        kwargs = self._generation_kwargs(gen, max_new_tokens)
+        kwargs.update(extra)
+        prefix = encoded[0].decoder_prefix
+        if self.arch == ENCODER_DECODER:
+            if len(prefix) > 1:
+                # Per-row target token as the second decoder input: one generate serves mixed targets, which a
+                # single forced_bos_token_id cannot.
+                batch["decoder_input_ids"] = torch.tensor([list(prefix)] * len(encoded), device=self.device)
+            prefix_len = len(prefix)
+        else:
+            prefix_len = batch["input_ids"].shape[1]
+        mapping = self.lora.mapping if self.lora is not None else None
+        with self.model_lock, torch.inference_mode():
+            if mapping is not None:
+                mapping.set(slots)
+            out = self.model.generate(**batch, **kwargs)
         return [s.strip() for s in tok.batch_decode(out[:, prefix_len:], skip_special_tokens=True)]
 
     def _generation_kwargs(self, gen: GenerationConfig, max_new_tokens: int) -> dict[str, Any]:

@@ -90,8 +90,6 @@ class CacheConfig:
     lease_timeout_s: float = 10.0
     #: How long a failed load is remembered (fails fast) before it is tried again.
     failure_ttl_s: float = 30.0
-    #: Re-attach from the RAM tier by copying weights into a free preallocated slot when shapes match.
-    hotswap: bool = True
 
     def __post_init__(self) -> None:
         _check(isinstance(self.slots, int) and self.slots >= 1, "cache.slots", "an integer >= 1", self.slots)

@@ -1,21 +1,34 @@
-"""The batching engine: rows of many pairs, one `generate` per batch, each row with its own adapter.
+"""The engine: iteration-level batching of rows of many pairs, each row with its own adapter.
 
-Callers (any thread) submit rows; one scheduler thread forms batches and runs them. A batch is formed after the
-oldest waiting row has waited `max_wait_ms` (or at once when `max_rows` rows wait), within these bounds:
+Callers (any thread) submit rows; their text is tokenized in the caller's thread. One scheduler thread runs the
+decode loop over a running batch (`decode.RunningBatch`):
 
-- at most `max_rows` rows and `max_tokens` padded input tokens (rows × longest prompt);
-- at most `slots` distinct non-pinned adapters, so the batch's single lease can always be granted;
-- rows whose adapter needs no load (pinned, resident, or the bare backbone) go first, which keeps the hit rate up;
-  a row passed over `fairness_max_skips` times jumps ahead of all of them, so a cold pair cannot starve.
+    admit waiting rows → prefill them (one forward over the entering rows) → one decode step for every live
+    row → hand back the rows that finished → repeat
 
-The whole batch runs under ONE cache lease. An out-of-memory error splits the batch in halves and retries them
-under the same lease; a single row that still does not fit fails alone with `OutOfMemory`. A lease failure for
-one adapter (broken or missing) fails only the rows of that pair: the batch is retried per pair. A row longer than
-the model's input limit (`backbone.max_input_tokens`) fails with `InputTooLarge` when it is counted, before any
-batch is formed.
+A row that arrives while others decode joins at the next step instead of waiting for the whole batch, and a row
+that finishes is answered at once (Orca's iteration-level scheduling, as in vLLM). Admission is bounded by:
 
-Greedy output per row equals that row run alone: padding is chosen by the backbone so rows do not see each
-other, and `max_new_tokens` is the same for every row.
+- `max_rows` live rows and `max_tokens` padded prompt tokens (rows × longest prompt);
+- the adapter slots: an entering row takes a lease on its pair (`cache.try_acquire`), which never waits; when
+  every slot is leased by running rows, the row waits in the queue for one to finish (at most
+  `cache.lease_timeout_s`, then `Busy`);
+- rows whose adapter needs no load (pinned, resident, or the bare backbone) are considered first, which keeps the
+  hit rate up; a row passed over `fairness_max_skips` times (a younger row entered ahead of it) stops every younger
+  row from entering until it is in, so a cold pair cannot starve.
+
+Leases are per row and end when the row does, so an adapter is never evicted or overwritten while a row uses it.
+
+Out of memory: a prefill that does not fit is split in halves; a decode step that does not fit sends the newest
+half of the batch back to the queue (they start again later: greedy output is the same); a single row that does
+not fit even alone fails with `OutOfMemory`. Any other error in a forward is isolated the same way, so only the
+row that causes it fails. A row longer than the model's input limit fails with `InputTooLarge` at submit.
+
+Beam search, light mode's quantized KV cache and models the decode loop does not cover run whole batches through
+transformers' `generate` instead ("static" batches, the same bounds), with the same per-row leases.
+
+Greedy output per row equals that row run alone: each row has its own padding mask, positions and token rules,
+and its own token limit.
 """
 
 from __future__ import annotations
@@ -32,15 +45,20 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import torch
 
 from .config import EngineConfig, GenerationConfig, LimitsConfig
-from .errors import InputTooLarge, InvalidInput, OutOfMemory, TranslationError
+from .decode import RunningBatch
+from .decode import Sequence as DecodeSequence
+from .errors import Busy, InvalidInput, OutOfMemory, TranslationError
+from .lora import BASE_SLOT
 from .memory import QUANTIZED_KV_KWARGS, quantized_kv_support
 
 if TYPE_CHECKING:
-    from .adapters.cache import AdapterCache
+    from .adapters.cache import AdapterCache, Lease
     from .adapters.request import Pair
-    from .backbone import Backbone
+    from .backbone import Backbone, Encoded
 
 log = logging.getLogger(__name__)
+
+BASE_KEY = "__base__"
 
 
 @dataclass(frozen=True)
@@ -51,46 +69,66 @@ class Row:
     src: str
     tgt: str
     adapter: "Pair | None"
+    #: A tighter cap on new tokens for this row than limits.max_new_tokens (None: the limit).
+    max_new_tokens: int | None = None
+
+    @property
+    def key(self) -> str:
+        return BASE_KEY if self.adapter is None else self.adapter.key
 
 
-@dataclass
+@dataclass(eq=False)
 class _Pending:
     row: Row
     future: Future
     seq: int
-    #: Prompt length in tokens; counted by the scheduler thread (the tokenizer is not shared across threads).
-    tokens: int | None
+    encoded: "Encoded"
+    max_new: int
     enqueued: float
     skips: int = 0
+    #: When the row first found every slot leased (for the Busy deadline), or None.
+    blocked_since: float | None = None
+    lease: "Lease | None" = None
+    slot: int = BASE_SLOT
+
+    @property
+    def tokens(self) -> int:
+        return self.encoded.tokens
 
 
 @dataclass(frozen=True)
-class BatchRecord:
-    """What one generate call held: for tests, metrics and the status page."""
+class StepRecord:
+    """One forward of the engine: for tests, metrics and the status page."""
 
+    kind: str  # "prefill" | "decode" | "static"
     rows: int
-    pairs: tuple[str, ...]  # per row, the pair key ("en2es") or "__base__" for the bare backbone
-    adapter_names: tuple[str, ...]  # per row, the PEFT adapter name the lease gave (slot or pinned name)
+    pairs: tuple[str, ...]  # per row, the pair key ("en2es") or "__base__"
+    slots: tuple[int, ...]  # per row, the slot index it read (0: the bare backbone)
     distinct_nonpinned: int
     padded_tokens: int
-    generate_ms: float
-    splits: int
+    ms: float
     #: Sequence numbers of the rows, in batch order (tests use them to check fairness).
     seqs: tuple[int, ...] = ()
 
 
 @dataclass
 class EngineStats:
-    batches: int = 0
+    prefills: int = 0
+    decode_steps: int = 0
+    static_batches: int = 0
+    #: Rows answered (translated or failed in a forward).
     rows: int = 0
+    decode_rows: int = 0
     oom_splits: int = 0
     oom_failures: int = 0
-    #: Batches split because a non-OOM error hit them (to find the row that causes it).
+    #: Forwards split because a non-OOM error hit them (to find the row that causes it).
     error_splits: int = 0
+    #: Rows sent back to the queue to make room (out of memory) or to find a failing row.
+    preempted: int = 0
     max_rows_seen: int = 0
     max_distinct_nonpinned: int = 0
-    generate_ms: deque = field(default_factory=lambda: deque(maxlen=1000))
-    queue_ms: deque = field(default_factory=lambda: deque(maxlen=1000))
+    step_ms: deque = field(default_factory=lambda: deque(maxlen=2000))
+    queue_ms: deque = field(default_factory=lambda: deque(maxlen=2000))
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -99,6 +137,14 @@ def is_oom(exc: BaseException) -> bool:
         return True
     text = str(exc).lower()
     return isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+class _ForwardFailed(Exception):
+    """A forward raised; `cause` is what it raised."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class BatchEngine:
@@ -116,38 +162,69 @@ class BatchEngine:
         self.light = False
         self.kv_quantization: str | None = None
         self.kv_quantization_note = ""
-        #: Test seam: called with the rows of every generate attempt, before the model runs. Raising
-        #: torch.OutOfMemoryError here behaves exactly like the model running out of memory.
+        #: Test seam: called with the rows of every forward (prefill, decode step or static batch), before the
+        #: model runs. Raising torch.OutOfMemoryError here behaves exactly like the model running out of memory.
         self.before_generate: Callable[[list[Row]], None] | None = None
         self.stats = EngineStats()
-        self.history: deque[BatchRecord] = deque(maxlen=2000)
+        self.history: deque[StepRecord] = deque(maxlen=4000)
         self._queue: list[_Pending] = []
         self._cv = threading.Condition()
         self._seq = itertools.count()
         self._closed = False
+        #: seq → pending row, for the rows in the running batch.
+        self._running: dict[int, _Pending] = {}
+        self._batch: RunningBatch | None = backbone.new_batch(gen_cfg)
+        if self._batch is not None:
+            self._batch.before_forward = self._seam
+        self.iteration_level = self._batch is not None
+        #: After an out-of-memory prefill of one row: admit nothing until the running batch drains.
+        self._drain = False
+        #: After an out-of-memory decode step: at most this many live rows until the batch drains.
+        self._oom_cap: int | None = None
         self._thread = threading.Thread(target=self._loop, name="hmt-engine", daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ public
 
     def submit(self, rows: Sequence[Row]) -> list[Future]:
-        """Queue rows; each future resolves to the translation or raises that row's error."""
+        """Queue rows; each future resolves to the translation or raises that row's error. The rows are tokenized
+        here, in the caller's thread."""
         now = time.monotonic()
-        futures: list[Future] = []
+        prepared: list[tuple[Future, _Pending | None]] = []
+        for row in rows:
+            fut: Future = Future()
+            if not row.text.strip():
+                # Nothing to translate (e.g. a pivot's first hop produced nothing); models cannot encode an
+                # empty input either.
+                fut.set_result("")
+                prepared.append((fut, None))
+                continue
+            try:
+                encoded = self.backbone.encode(self._prompt_row(row))
+                self.backbone.check_length(encoded)
+            except TranslationError as exc:
+                log.info("engine: refused a %s→%s row: %s", row.src, row.tgt, exc.message)
+                fut.set_exception(exc)
+                prepared.append((fut, None))
+                continue
+            except Exception as exc:  # noqa: BLE001 - a tokenizer refusing one text fails only that row
+                fut.set_exception(InvalidInput(f"This text cannot be tokenized: {type(exc).__name__}."))
+                prepared.append((fut, None))
+                continue
+            cap = self.limits.max_new_tokens
+            if row.max_new_tokens is not None:
+                cap = max(1, min(cap, row.max_new_tokens))
+            max_new = self.backbone.max_new_tokens(encoded, cap)
+            prepared.append((fut, _Pending(row, fut, 0, encoded, max_new, now)))
         with self._cv:
             if self._closed:
                 raise RuntimeError("engine is closed")
-            for row in rows:
-                fut: Future = Future()
-                if row.text.strip():
-                    self._queue.append(_Pending(row, fut, next(self._seq), None, now))
-                else:
-                    # Nothing to translate (e.g. a pivot's first hop produced nothing); models cannot encode an
-                    # empty input either.
-                    fut.set_result("")
-                futures.append(fut)
+            for _, pending in prepared:
+                if pending is not None:
+                    pending.seq = next(self._seq)
+                    self._queue.append(pending)
             self._cv.notify_all()
-        return futures
+        return [fut for fut, _ in prepared]
 
     def run(self, rows: Sequence[Row], timeout: float | None = None) -> list[str]:
         """Translate `rows` (shared batches with concurrent callers). Raises the first failing row's error."""
@@ -169,16 +246,21 @@ class BatchEngine:
             self._closed = True
             pending, self._queue = self._queue, []
             self._cv.notify_all()
-        for p in pending:
-            p.future.set_exception(RuntimeError("engine closed"))
         self._thread.join(timeout=10)
+        for p in pending + list(self._running.values()):
+            self._finish(p, error=RuntimeError("engine closed"))
+        self._running.clear()
 
     def queued(self) -> int:
         with self._cv:
             return len(self._queue)
 
+    def running(self) -> int:
+        return len(self._running)
+
     def set_light_mode(self, on: bool) -> dict[str, Any]:
-        """Light mode: a quarter of the rows and tokens per batch, quantized KV cache where supported."""
+        """Light mode: a quarter of the rows and tokens per batch, quantized KV cache where supported (decoder-only
+        models; whole batches then run through transformers' generate, which has that cache)."""
         with self._cv:
             self.light = on
             if on:
@@ -190,229 +272,389 @@ class BatchEngine:
             else:
                 self.max_rows, self.max_tokens = self.cfg.max_rows, self.cfg.max_tokens
                 self.kv_quantization, self.kv_quantization_note = None, ""
+            self._cv.notify_all()
             return {"max_rows": self.max_rows, "max_tokens": self.max_tokens,
                     "kv_cache": self.kv_quantization or "default",
                     **({"kv_cache_note": self.kv_quantization_note} if self.kv_quantization_note else {})}
 
     def status(self) -> dict[str, Any]:
         s = self.stats
-        gen = sorted(s.generate_ms.copy())  # deque.copy is atomic; iterating a deque being appended to is not
+        steps = sorted(s.step_ms.copy())  # deque.copy is atomic; iterating a deque being appended to is not
         queue = sorted(s.queue_ms.copy())
+        forwards = s.prefills + s.decode_steps + s.static_batches
         return {
-            "batches": s.batches, "rows": s.rows,
-            "mean_batch_rows": round(s.rows / s.batches, 2) if s.batches else None,
+            "mode": "iteration" if self.iteration_level and not self.kv_quantization else "static",
+            "batches": forwards, "prefills": s.prefills, "decode_steps": s.decode_steps,
+            "static_batches": s.static_batches, "rows": s.rows,
+            "mean_batch_rows": round(s.decode_rows / s.decode_steps, 2) if s.decode_steps else None,
             "max_rows_seen": s.max_rows_seen, "max_distinct_nonpinned": s.max_distinct_nonpinned,
             "oom_splits": s.oom_splits, "oom_failures": s.oom_failures, "error_splits": s.error_splits,
-            "generate_ms_p50": _pct(gen, 0.5), "generate_ms_p95": _pct(gen, 0.95),
+            "preempted": s.preempted,
+            "generate_ms_p50": _pct(steps, 0.5), "generate_ms_p95": _pct(steps, 0.95),
             "queue_ms_p50": _pct(queue, 0.5), "queue_ms_p95": _pct(queue, 0.95),
-            "queued": self.queued(), "light_mode": self.light, "max_rows": self.max_rows,
-            "max_tokens": self.max_tokens, "kv_cache": self.kv_quantization or "default",
-            "kv_cache_note": self.kv_quantization_note,
+            "queued": self.queued(), "running": self.running(), "light_mode": self.light,
+            "max_rows": self.max_rows, "max_tokens": self.max_tokens,
+            "kv_cache": self.kv_quantization or "default", "kv_cache_note": self.kv_quantization_note,
         }
 
-    # ------------------------------------------------------------------ scheduling
+    # ------------------------------------------------------------------ the loop
+
+    def _static(self) -> bool:
+        return self._batch is None or self.kv_quantization is not None
 
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self._queue and not self._closed:
+                while not self._queue and not self._running and not self._closed:
                     self._cv.wait()
                 if self._closed:
                     return
-                # Fill the window: wait until the oldest row has waited max_wait_ms, or a full batch is there.
-                deadline = self._queue[0].enqueued + self.cfg.max_wait_ms / 1000
-                while len(self._queue) < self.max_rows and not self._closed:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._cv.wait(left)
-                if self._closed:
-                    return
-                uncounted = [p for p in self._queue if p.tokens is None]
+                if not self._running and self._queue:
+                    # Idle: hold the first forward for max_wait_ms so rows sent together share their prefill.
+                    deadline = self._queue[0].enqueued + self.cfg.max_wait_ms / 1000
+                    while len(self._queue) < self.max_rows and not self._closed:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cv.wait(left)
+                    if self._closed:
+                        return
             try:
-                # Token counts and cache views are taken outside the engine lock, so callers can keep queueing.
-                self._count_tokens(uncounted)
-                pinned = set(self.cache.pinned())
-                resident = set(self.cache.lru_order())
-                with self._cv:
-                    batch = self._form_batch(pinned, resident)
-            except Exception as exc:  # the scheduler must survive anything; the rows it held hear about it
-                log.exception("engine: scheduling failed")
-                with self._cv:
-                    failed, self._queue = self._queue, []
-                _fail(failed, exc)
+                progressed = self._iterate()
+            except Exception as exc:  # the loop must survive anything; the rows it held hear about it
+                log.exception("engine: the decode loop failed")
+                self._fail_everything(exc)
                 continue
-            if batch:
-                now = time.monotonic()
-                for p in batch:
-                    self.stats.queue_ms.append((now - p.enqueued) * 1000)
-                self._execute(batch, pinned)
+            if not progressed:
+                # Every queued row waits for a slot that someone outside the running batch holds: poll, do not spin.
+                with self._cv:
+                    self._cv.wait(0.01)
 
-    def _count_tokens(self, pending: list[_Pending]) -> None:
-        if not pending:
-            return
-        try:
-            lengths = self.backbone.prompt_lengths([self._prompt_row(p.row) for p in pending])
-        except Exception:  # find the row the tokenizer refuses; only it fails
-            lengths = []
-            for p in pending:
-                try:
-                    lengths.extend(self.backbone.prompt_lengths([self._prompt_row(p.row)]))
-                except Exception as exc:  # noqa: BLE001
-                    with self._cv:
-                        self._queue = [q for q in self._queue if q is not p]
-                    _fail([p], InvalidInput(f"This text cannot be tokenized: {type(exc).__name__}."))
-                    lengths.append(0)
-        for p, n in zip(pending, lengths):
-            p.tokens = n
-        self._refuse_over_long(pending)
+    def _iterate(self) -> bool:
+        """One round of the loop. False when nothing could run (rows wait for slots)."""
+        if self._static() and self._running:
+            self._decode()  # light mode was switched on mid-flight: the running batch drains first
+            return True
+        admitted = self._admit()
+        if self._static():
+            if admitted:
+                self._run_static(admitted)
+            return bool(admitted)
+        if admitted:
+            self._prefill(admitted)
+        if self._running:
+            self._decode()
+        return bool(admitted) or bool(self._running)
 
-    def _refuse_over_long(self, pending: list[_Pending]) -> None:
-        """Fail rows longer than the model's input limit now, so they never join (and fail) a batch."""
-        limit = self.backbone.max_input_tokens
-        if limit is None:
-            return
-        over = [p for p in pending if p.tokens is not None and p.tokens > limit and not p.future.done()]
-        if not over:
-            return
+    # ------------------------------------------------------------------ admission
+
+    def _admit(self) -> list[_Pending]:
+        """Take rows from the queue into the batch, each with its lease. Rows that cannot enter stay queued."""
+        live = len(self._running)
+        if not live:
+            self._drain, self._oom_cap = False, None
+        room = (self.max_rows if self._oom_cap is None else min(self.max_rows, self._oom_cap)) - live
+        if self._drain:
+            room = 0
+        now = time.monotonic()
         with self._cv:
-            self._queue = [q for q in self._queue if all(q is not p for p in over)]
-        for p in over:
-            log.info("engine: refused a %s→%s row of %d tokens (model limit %d)", p.row.src, p.row.tgt, p.tokens,
-                     limit)
-            _fail([p], InputTooLarge(f"A segment of {p.tokens} tokens is longer than this model's limit of "
-                                     f"{limit} tokens; split the text into shorter segments."))
+            self._expire_blocked(now)
+            if room <= 0 or not self._queue:
+                return []
+            pinned = set(self.cache.pinned())
+            resident = set(self.cache.lru_order())
 
-    def _form_batch(self, pinned: set[str], resident: set[str]) -> list[_Pending]:
-        """Pick rows for one batch and drop them from the queue (caller holds the lock)."""
-        slots = self.cache.cfg.slots
-        bound = self.cfg.fairness_max_skips
+            def cheap(p: _Pending) -> bool:
+                a = p.row.adapter
+                return a is None or a.key in pinned or a.key in resident
 
-        def cheap(p: _Pending) -> bool:
-            a = p.row.adapter
-            return a is None or a.key in pinned or a.key in resident
-
-        starved = [p for p in self._queue if p.skips >= bound]
-        rest = [p for p in self._queue if p.skips < bound]
-        order = starved + [p for p in rest if cheap(p)] + [p for p in rest if not cheap(p)]
-        # Rows queued after the counts were taken wait for the next round.
-        order = [p for p in order if p.tokens is not None]
-        chosen: list[_Pending] = []
-        adapters: set[str] = set()
-        longest = 0
+            bound = self.cfg.fairness_max_skips
+            starved = sorted((p for p in self._queue if p.skips >= bound), key=lambda p: p.seq)
+            rest = [p for p in self._queue if p.skips < bound]
+            order = starved + [p for p in rest if cheap(p)] + [p for p in rest if not cheap(p)]
+        longest = max((p.tokens for p in self._running.values()), default=0)
+        admitted: list[_Pending] = []
+        refused: list[tuple[_Pending, BaseException]] = []
         for p in order:
-            if len(chosen) >= self.max_rows:
+            if len(admitted) >= room:
                 break
-            key = None if p.row.adapter is None else p.row.adapter.key
-            new_adapter = key is not None and key not in pinned and key not in adapters
-            if new_adapter and len(adapters) >= slots:
+            rows = live + len(admitted) + 1
+            if rows > 1 and max(longest, p.tokens) * rows > self.max_tokens:
                 continue
-            tokens = max(longest, p.tokens) * (len(chosen) + 1)
-            if chosen and tokens > self.max_tokens:
+            try:
+                lease = None if p.row.adapter is None else self.cache.try_acquire([p.row.adapter])
+            except TranslationError as exc:
+                refused.append((p, exc))
                 continue
-            chosen.append(p)
+            if p.row.adapter is not None and lease is None:
+                if p.blocked_since is None:
+                    p.blocked_since = now
+                if p.skips >= bound:
+                    break  # starved: nothing younger may take the slot it waits for
+                continue
+            p.lease, p.slot = lease, (BASE_SLOT if lease is None else lease.slots[0])
+            p.blocked_since = None
+            admitted.append(p)
             longest = max(longest, p.tokens)
-            if new_adapter:
-                adapters.add(key)
-        taken = {id(p) for p in chosen}
-        for p in order:
-            if id(p) not in taken:
-                p.skips += 1
-        self._queue = [p for p in self._queue if id(p) not in taken]
-        chosen.sort(key=lambda p: p.seq)
-        return chosen
+        taken = {id(p) for p in admitted} | {id(p) for p, _ in refused}
+        youngest = max((p.seq for p in admitted), default=-1)
+        with self._cv:
+            self._queue = [p for p in self._queue if id(p) not in taken]
+            for p in self._queue:
+                if p.seq < youngest:
+                    p.skips += 1  # a younger row went ahead of it
+        for p, exc in refused:
+            self._finish(p, error=exc)
+        now = time.monotonic()
+        for p in admitted:
+            self.stats.queue_ms.append((now - p.enqueued) * 1000)
+        return admitted
 
-    # ------------------------------------------------------------------ execution
-
-    def _execute(self, batch: list[_Pending], pinned: set[str]) -> None:
-        try:
-            with self.cache.lease([p.row.adapter for p in batch]) as lease:
-                self._generate(batch, list(lease.adapter_names), pinned, splits=0)
-        except TranslationError as exc:
-            batch = [p for p in batch if not p.future.done()]
-            by_pair: dict[str | None, list[_Pending]] = {}
-            for p in batch:
-                by_pair.setdefault(None if p.row.adapter is None else p.row.adapter.key, []).append(p)
-            if len(by_pair) == 1:
-                _fail(batch, exc)
-                return
-            # One adapter could not be leased (broken, missing, busy): retry per pair, so only its rows fail.
-            for rows in by_pair.values():
-                self._execute(rows, pinned)
-        except BaseException as exc:  # noqa: BLE001 - the rows' callers must hear about it, the loop must live
-            log.exception("engine: batch of %d rows failed", len(batch))
-            _fail(batch, exc)
-
-    def _generate(self, batch: list[_Pending], names: list[str], pinned: set[str], splits: int) -> None:
-        rows = [p.row for p in batch]
-        try:
-            if self.before_generate is not None:
-                self.before_generate(rows)
-            t0 = time.perf_counter()
-            outs = self.backbone.generate([self._prompt_row(r) for r in rows], names, self.gen,
-                                          self._max_new_tokens(batch), **self._extra_kwargs())
-            ms = (time.perf_counter() - t0) * 1000
-        except Exception as exc:  # noqa: BLE001
-            if not is_oom(exc):
-                if len(batch) == 1:
-                    log.error("engine: a %s→%s row failed: %s: %s", rows[0].src, rows[0].tgt, type(exc).__name__,
-                              exc)
-                    _fail(batch, exc)
-                    return
-                # Isolate the row that breaks the model rather than fail every caller in the batch.
-                self.stats.error_splits += 1
-                half = len(batch) // 2
-                self._generate(batch[:half], names[:half], pinned, splits + 1)
-                self._generate(batch[half:], names[half:], pinned, splits + 1)
-                return
-            self._free_memory()
-            if len(batch) == 1:
-                self.stats.oom_failures += 1
-                row = batch[0].row
-                log.warning("engine: one row (%d tokens, %s→%s) does not fit in memory", batch[0].tokens,
-                            row.src, row.tgt)
-                _fail(batch, OutOfMemory(
-                    f"Out of memory translating one segment of {batch[0].tokens} tokens ({row.src}→{row.tgt}), "
-                    "even alone; shorten the text or try again later."))
-                return
-            self.stats.oom_splits += 1
-            half = len(batch) // 2
-            log.info("engine: out of memory on %d rows, retrying as %d + %d", len(batch), half, len(batch) - half)
-            self._generate(batch[:half], names[:half], pinned, splits + 1)
-            self._generate(batch[half:], names[half:], pinned, splits + 1)
+    def _expire_blocked(self, now: float) -> None:
+        """Fail rows that have waited longer than lease_timeout_s for a slot (caller holds _cv)."""
+        limit = self.cache.cfg.lease_timeout_s
+        expired = [p for p in self._queue if p.blocked_since is not None and now - p.blocked_since > limit]
+        if not expired:
             return
-        keys = tuple("__base__" if p.row.adapter is None else p.row.adapter.key for p in batch)
-        distinct = len({k for k in keys if k != "__base__" and k not in pinned})
-        record = BatchRecord(len(batch), keys, tuple(names), distinct,
-                             max(p.tokens for p in batch) * len(batch), ms, splits, tuple(p.seq for p in batch))
-        self.history.append(record)
-        s = self.stats
-        s.batches += 1
-        s.rows += len(batch)
-        s.max_rows_seen = max(s.max_rows_seen, len(batch))
-        s.max_distinct_nonpinned = max(s.max_distinct_nonpinned, distinct)
-        s.generate_ms.append(ms)
-        for p, text in zip(batch, outs):
-            p.future.set_result(text)
+        self._queue = [p for p in self._queue if all(p is not e for e in expired)]
+        slots = self.cache.cfg.slots
+        for p in expired:
+            self.cache.count_busy()
+            p.future.set_exception(Busy(
+                f"Cannot attach adapter {p.row.key}: all {slots} adapter slots are held by running requests "
+                f"(waited {limit:g} s); try again."))
 
-    def _max_new_tokens(self, batch: list[_Pending]) -> int:
-        """limits.max_new_tokens, capped so positions stay inside the model's max_position_embeddings.
+    def _requeue(self, rows: list[_Pending], preempted: bool) -> None:
+        """Send rows back to the front of the queue (their leases are released; they re-enter from scratch)."""
+        for p in rows:
+            self._running.pop(p.seq, None)
+            self._release(p)
+        if preempted:
+            self.stats.preempted += len(rows)
+        with self._cv:
+            self._queue = sorted(rows, key=lambda p: p.seq) + self._queue
+            self._cv.notify_all()
 
-        Encoder-decoder: the cap does not depend on the batch. Decoder-only: it binds only for prompts within
-        max_new_tokens of the context length, the one case where a row's output could depend on its batch.
-        """
-        limit = self.limits.max_new_tokens
-        config = getattr(self.backbone.base_model, "config", None)
-        max_pos = getattr(config, "max_position_embeddings", None)
-        if isinstance(max_pos, int) and max_pos > 0:
-            if self.backbone.arch == "encoder-decoder":
-                limit = min(limit, max_pos - 2)  # decoder start + target-language token
+    # ------------------------------------------------------------------ forwards
+
+    def _seam(self, kind: str, tags: list[Any]) -> None:
+        if self.before_generate is not None:
+            self.before_generate([self._lookup(t).row for t in tags])
+
+    def _lookup(self, seq: int) -> _Pending:
+        return self._running[seq]
+
+    def _sequence(self, p: _Pending) -> DecodeSequence:
+        return DecodeSequence(p.seq, p.encoded.input_ids, p.slot, p.max_new, p.encoded.decoder_prefix)
+
+    def _forward(self, kind: str, rows: list[_Pending], fn: Callable[[], Any]) -> Any:
+        """Run one forward under the model lock, timed and recorded; errors come back as _ForwardFailed."""
+        t0 = time.perf_counter()
+        try:
+            with self.backbone.model_lock, torch.inference_mode():
+                result = fn()
+        except Exception as exc:  # noqa: BLE001 - sorted out by the caller (OOM split, error isolation)
+            raise _ForwardFailed(exc) from exc
+        ms = (time.perf_counter() - t0) * 1000
+        self._record(kind, rows, ms)
+        return result
+
+    def _prefill(self, rows: list[_Pending]) -> None:
+        assert self._batch is not None
+        for p in rows:
+            self._running[p.seq] = p
+        try:
+            self._forward("prefill", rows, lambda: self._batch.add([self._sequence(p) for p in rows]))
+        except _ForwardFailed as failed:
+            self._prefill_failed(rows, failed.cause)
+            return
+        self._collect()
+
+    def _prefill_failed(self, rows: list[_Pending], exc: BaseException) -> None:
+        oom = is_oom(exc)
+        if oom:
+            self._free_memory()
+        if len(rows) > 1:
+            # Split: the halves enter separately (the first now, the second at the next admission).
+            if oom:
+                self.stats.oom_splits += 1
             else:
-                limit = min(limit, max_pos - max((p.tokens or 0 for p in batch), default=0))
-        return max(1, limit)
+                self.stats.error_splits += 1
+            half = len(rows) // 2
+            self._requeue(rows[half:], preempted=False)
+            for p in rows[half:]:
+                p.skips = self.cfg.fairness_max_skips  # they were admitted already: first in line again
+            self._running_drop(rows[:half])
+            self._prefill(rows[:half])
+            return
+        p = rows[0]
+        if oom and self._running_others(p):
+            # It might fit once the running rows are done: wait for the batch to drain, then try it alone.
+            self._drain = True
+            self._requeue([p], preempted=True)
+            return
+        self._running.pop(p.seq, None)
+        if oom:
+            self.stats.oom_failures += 1
+            log.warning("engine: one row (%d tokens, %s→%s) does not fit in memory", p.tokens, p.row.src, p.row.tgt)
+            exc = OutOfMemory(f"Out of memory translating one segment of {p.tokens} tokens "
+                              f"({p.row.src}→{p.row.tgt}), even alone; shorten the text or try again later.")
+        else:
+            log.error("engine: a %s→%s row failed: %s: %s", p.row.src, p.row.tgt, type(exc).__name__, exc)
+        self._finish(p, error=exc)
 
-    def _extra_kwargs(self) -> dict[str, Any]:
-        return dict(QUANTIZED_KV_KWARGS) if self.kv_quantization else {}
+    def _running_others(self, p: _Pending) -> bool:
+        return any(seq != p.seq for seq in self._running)
+
+    def _running_drop(self, rows: list[_Pending]) -> None:
+        for p in rows:
+            self._running.pop(p.seq, None)
+
+    def _decode(self) -> None:
+        assert self._batch is not None
+        live = [self._running[r.seq.tag] for r in self._batch.live]
+        try:
+            self._forward("decode", live, self._batch.step)
+        except _ForwardFailed as failed:
+            self._decode_failed(live, failed.cause)
+            return
+        self._collect()
+
+    def _decode_failed(self, live: list[_Pending], exc: BaseException) -> None:
+        """Preempt the newest half of the batch (they start again later); a lone row fails."""
+        assert self._batch is not None
+        oom = is_oom(exc)
+        if oom:
+            self._free_memory()
+        if len(live) == 1:
+            p = live[0]
+            self._batch.drop({p.seq})
+            self._running.pop(p.seq, None)
+            if oom:
+                self.stats.oom_failures += 1
+                exc = OutOfMemory(f"Out of memory translating one segment of {p.tokens} tokens "
+                                  f"({p.row.src}→{p.row.tgt}), even alone; shorten the text or try again later.")
+            else:
+                log.error("engine: a %s→%s row failed: %s: %s", p.row.src, p.row.tgt, type(exc).__name__, exc)
+            self._finish(p, error=exc)
+            return
+        if oom:
+            self.stats.oom_splits += 1
+        else:
+            self.stats.error_splits += 1
+        newest = sorted(live, key=lambda p: p.seq)[len(live) // 2:]
+        self._batch.drop({p.seq for p in newest})
+        if oom:
+            self._oom_cap = len(live) - len(newest)  # what did fit, until the batch drains
+        log.info("engine: %s in a decode step of %d rows; %d rows go back to the queue",
+                 "out of memory" if oom else type(exc).__name__, len(live), len(newest))
+        self._requeue(newest, preempted=True)
+
+    def _collect(self) -> None:
+        """Answer the rows that finished."""
+        assert self._batch is not None
+        for live in self._batch.pop_finished():
+            p = self._running.pop(live.seq.tag, None)
+            if p is not None:
+                self._finish(p, result=self.backbone.decode(live.generated))
+
+    # ------------------------------------------------------------------ static batches
+
+    def _run_static(self, rows: list[_Pending]) -> None:
+        """A whole batch through transformers' generate (beam search, light mode's quantized cache, or a model the
+        decode loop does not cover). Splits in halves on out-of-memory or an error, like the loop."""
+        for p in rows:
+            self._running[p.seq] = p
+        try:
+            self._static_split(rows)
+        finally:
+            for p in rows:
+                if p.seq in self._running:
+                    self._running.pop(p.seq)
+                    self._finish(p, error=RuntimeError("engine: row was not answered"))
+
+    def _static_split(self, rows: list[_Pending]) -> None:
+        extra = dict(QUANTIZED_KV_KWARGS) if self.kv_quantization else {}
+        try:
+            self._seam("static", [p.seq for p in rows])
+            outs = self._forward("static", rows, lambda: self.backbone.generate(
+                [self._prompt_row(p.row) for p in rows], [p.slot for p in rows], self.gen,
+                self.limits.max_new_tokens, **extra))
+        except (_ForwardFailed, Exception) as failed:
+            exc = failed.cause if isinstance(failed, _ForwardFailed) else failed
+            oom = is_oom(exc)
+            if oom:
+                self._free_memory()
+            if len(rows) > 1:
+                if oom:
+                    self.stats.oom_splits += 1
+                else:
+                    self.stats.error_splits += 1
+                half = len(rows) // 2
+                self._static_split(rows[:half])
+                self._static_split(rows[half:])
+                return
+            p = rows[0]
+            self._running.pop(p.seq, None)
+            if oom:
+                self.stats.oom_failures += 1
+                exc = OutOfMemory(f"Out of memory translating one segment of {p.tokens} tokens "
+                                  f"({p.row.src}→{p.row.tgt}), even alone; shorten the text or try again later.")
+            self._finish(p, error=exc)
+            return
+        for p, text in zip(rows, outs):
+            self._running.pop(p.seq, None)
+            self._finish(p, result=text)
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _finish(self, p: _Pending, result: str | None = None, error: BaseException | None = None) -> None:
+        self._release(p)
+        if p.future.done():
+            return
+        self.stats.rows += 1
+        if error is not None:
+            p.future.set_exception(error)
+        else:
+            p.future.set_result(result if result is not None else "")
+
+    @staticmethod
+    def _release(p: _Pending) -> None:
+        lease, p.lease = p.lease, None
+        if lease is not None:
+            lease.release()
+
+    def _fail_everything(self, exc: BaseException) -> None:
+        with self._cv:
+            queued, self._queue = self._queue, []
+        running = list(self._running.values())
+        self._running.clear()
+        if self._batch is not None:
+            self._batch.drop({p.seq for p in running})
+        for p in queued + running:
+            self._finish(p, error=exc)
+
+    def _record(self, kind: str, rows: list[_Pending], ms: float) -> None:
+        pinned = set(self.cache.pinned())
+        keys = tuple(p.row.key for p in rows)
+        distinct = len({k for k in keys if k != BASE_KEY and k not in pinned})
+        if kind == "decode" and self._batch is not None:
+            padded = self._batch.padded_tokens
+        else:
+            padded = max((p.tokens for p in rows), default=0) * len(rows)
+        self.history.append(StepRecord(kind, len(rows), keys, tuple(p.slot for p in rows), distinct, padded,
+                                       ms, tuple(p.seq for p in rows)))
+        s = self.stats
+        if kind == "prefill":
+            s.prefills += 1
+        elif kind == "decode":
+            s.decode_steps += 1
+            s.decode_rows += len(rows)
+        else:
+            s.static_batches += 1
+        s.max_rows_seen = max(s.max_rows_seen, len(rows) if kind != "prefill" else len(self._running))
+        s.max_distinct_nonpinned = max(s.max_distinct_nonpinned, distinct)
+        s.step_ms.append(ms)
 
     def _free_memory(self) -> None:
         if str(self.backbone.device).startswith("cuda"):
@@ -423,12 +665,6 @@ class BatchEngine:
         from .backbone import PromptRow
 
         return PromptRow(row.text, row.src, row.tgt)
-
-
-def _fail(batch: list[_Pending], exc: BaseException) -> None:
-    for p in batch:
-        if not p.future.done():
-            p.future.set_exception(exc)
 
 
 def _pct(values: list[float], q: float) -> float | None:

@@ -10,6 +10,7 @@ which the adapter registry picks up on its next scan.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import shutil
@@ -144,12 +145,15 @@ def train_adapter(backbone, src: str, tgt: str, pairs: list[tuple[str, str]], ou
     from peft import LoraConfig, TaskType, get_peft_model
     from tqdm.auto import tqdm
 
-    from .backbone import BASE, ENCODER_DECODER, PromptRow
+    from .backbone import ENCODER_DECODER, PromptRow
     from .config import GenerationConfig
+    from .lora import BASE_SLOT
     from .masking import protect, restore
 
     if out.exists() and any(out.iterdir()) and not force:
         raise InvalidInput(f"{out} already exists; pass --force to overwrite it")
+    if getattr(backbone, "lora", None) is not None and backbone.lora.layers:
+        raise InvalidInput("this backbone serves adapters (slot layers are in); train on a backbone of its own")
     train_pairs, test_pairs = split_held_out(pairs, options.held_out, options.seed)
     enc_dec = backbone.arch == ENCODER_DECODER
     model = backbone.base_model
@@ -192,26 +196,25 @@ def train_adapter(backbone, src: str, tgt: str, pairs: list[tuple[str, str]], ou
     if test_pairs:
         import sacrebleu
 
-        backbone.model = peft_model
-        try:
-            protected = [protect(s) for s, _ in test_pairs]
-            rows = [PromptRow(p.text, src, tgt) for p in protected]
-            gen = GenerationConfig()
-            # Small backbones have short position tables; held-out targets are single segments anyway.
-            positions = getattr(model.config, "max_position_embeddings", None) or 4096
-            max_new = max(4, min(options.max_length, positions // 2))
-            outputs = {}
-            for name in (BASE, "default"):
-                hyps: list[str] = []
+        protected = [protect(s) for s, _ in test_pairs]
+        rows = [PromptRow(p.text, src, tgt) for p in protected]
+        gen = GenerationConfig()
+        # Small backbones have short position tables; held-out targets are single segments anyway.
+        positions = getattr(model.config, "max_position_embeddings", None) or 4096
+        max_new = max(4, min(options.max_length, positions // 2))
+        outputs = {}
+        # PEFT wrapped the backbone's own modules in place, so the serving path (prompt, decode loop) runs the
+        # freshly trained adapter; disable_adapter gives the bare backbone for the comparison.
+        for name in ("base", "adapter"):
+            hyps: list[str] = []
+            with peft_model.disable_adapter() if name == "base" else contextlib.nullcontext():
                 for i in range(0, len(rows), options.batch_size):
                     chunk = rows[i:i + options.batch_size]
-                    hyps += backbone.generate(chunk, [name] * len(chunk), gen, max_new_tokens=max_new)
-                outputs[name] = [restore(h, p) for h, p in zip(hyps, protected)]
-            refs = [[t for _, t in test_pairs]]
-            chrf_base = round(sacrebleu.corpus_chrf(outputs[BASE], refs).score, 1)
-            chrf_adapter = round(sacrebleu.corpus_chrf(outputs["default"], refs).score, 1)
-        finally:
-            backbone.model = backbone.base_model
+                    hyps += backbone.generate(chunk, [BASE_SLOT] * len(chunk), gen, max_new_tokens=max_new)
+            outputs[name] = [restore(h, p) for h, p in zip(hyps, protected)]
+        refs = [[t for _, t in test_pairs]]
+        chrf_base = round(sacrebleu.corpus_chrf(outputs["base"], refs).score, 1)
+        chrf_adapter = round(sacrebleu.corpus_chrf(outputs["adapter"], refs).score, 1)
 
     if out.exists():
         shutil.rmtree(out)

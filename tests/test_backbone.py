@@ -11,9 +11,10 @@ import torch
 
 from hunyuan_mt import backbone as backbone_mod
 from hunyuan_mt.adapters.request import Pair
-from hunyuan_mt.backbone import BASE, Backbone, PromptRow, load_backbone
+from hunyuan_mt.backbone import Backbone, PromptRow, load_backbone
 from hunyuan_mt.config import GenerationConfig, ModelConfig
 from hunyuan_mt.errors import ConfigError, ModelUnavailable
+from hunyuan_mt.lora import BASE_SLOT
 
 GREEDY = GenerationConfig()
 ROWS = [
@@ -109,12 +110,13 @@ def test_encoder_decoder_input_is_source_text_with_target_token(fresh_backbone, 
     assert bb.target_token_id("de") != bb.target_token_id("es")
 
 
-def test_bare_backbone_generates_without_peft(fresh_backbone, marian_dir: Path) -> None:
+def test_bare_backbone_generates_without_slot_layers(fresh_backbone, marian_dir: Path) -> None:
     bb = fresh_backbone(marian_dir)
-    out = bb.generate(ROWS[:2], [BASE, BASE], GREEDY, max_new_tokens=8)
+    assert bb.lora is None
+    out = bb.generate(ROWS[:2], [BASE_SLOT, BASE_SLOT], GREEDY, max_new_tokens=8)
     assert len(out) == 2 and all(isinstance(o, str) for o in out)
-    with pytest.raises(ValueError, match="no adapter is attached"):
-        bb.generate(ROWS[:1], ["en2es"], GREEDY, max_new_tokens=8)
+    with pytest.raises(ValueError, match="slot 1 does not exist: this backbone has 0 adapter slots"):
+        bb.generate(ROWS[:1], [1], GREEDY, max_new_tokens=8)
 
 
 @pytest.mark.parametrize("arch", ["encoder-decoder", "decoder-only"])
@@ -125,18 +127,18 @@ def test_mixed_adapter_rows_equal_rows_run_alone(arch, request, fresh_backbone, 
     bb = fresh_backbone(model_dir)
     cache = make_cache(bb, adapters, slots=4, pinned=["en2es"])
     with cache.lease(PAIRS) as lease:
-        mixed = bb.generate(ROWS, lease.adapter_names, GREEDY, max_new_tokens=12)
+        mixed = bb.generate(ROWS, lease.slots, GREEDY, max_new_tokens=12)
     alone = []
     for row, pair in zip(ROWS, PAIRS):
         with cache.lease([pair]) as lease:
-            alone.append(bb.generate([row], lease.adapter_names, GREEDY, max_new_tokens=12)[0])
+            alone.append(bb.generate([row], lease.slots, GREEDY, max_new_tokens=12)[0])
     assert mixed == alone
     # The adapters really act: the same text under each adapter and under the base gives distinct outputs.
     text = ROWS[0]
     outs = []
     for pair in (None, Pair("en", "es"), Pair("en", "de"), Pair("en", "fr")):
         with cache.lease([pair]) as lease:
-            outs.append(bb.generate([text], lease.adapter_names, GREEDY, max_new_tokens=12)[0])
+            outs.append(bb.generate([text], lease.slots, GREEDY, max_new_tokens=12)[0])
     assert len(set(outs)) == 4, outs
 
 
@@ -147,8 +149,8 @@ def test_rows_with_one_adapter_and_many_lengths_equal_alone(fresh_backbone, make
     cache = make_cache(bb, hunyuan_adapters, slots=3)
     rows = [PromptRow("Hi", "en", "es"), PromptRow(" ".join(["Open the file and save it."] * 6), "en", "es")]
     with cache.lease([Pair("en", "es")] * 2) as lease:
-        mixed = bb.generate(rows, lease.adapter_names, GREEDY, max_new_tokens=10)
-        alone = [bb.generate([r], lease.adapter_names[:1], GREEDY, max_new_tokens=10)[0] for r in rows]
+        mixed = bb.generate(rows, lease.slots, GREEDY, max_new_tokens=10)
+        alone = [bb.generate([r], lease.slots[:1], GREEDY, max_new_tokens=10)[0] for r in rows]
     assert mixed == alone
 
 
@@ -168,8 +170,8 @@ def test_rows_with_and_without_target_token_equal_alone(fresh_backbone, make_cac
     rows = [ROWS[0], ROWS[3], ROWS[1]]
     pairs = [Pair("en", "es"), None, Pair("en", "de")]
     with cache.lease(pairs) as lease:
-        mixed = bb.generate(rows, lease.adapter_names, GREEDY, max_new_tokens=10)
-        alone = [bb.generate([r], [n], GREEDY, max_new_tokens=10)[0] for r, n in zip(rows, lease.adapter_names)]
+        mixed = bb.generate(rows, lease.slots, GREEDY, max_new_tokens=10)
+        alone = [bb.generate([r], [n], GREEDY, max_new_tokens=10)[0] for r, n in zip(rows, lease.slots)]
     assert mixed == alone
 
 
@@ -188,8 +190,8 @@ def test_beam_search_with_mixed_adapters_equals_rows_alone(fresh_backbone, make_
     beams = GenerationConfig(num_beams=3)
     rows, pairs = ROWS[:3], PAIRS[:3]
     with cache.lease(pairs) as lease:
-        mixed = bb.generate(rows, lease.adapter_names, beams, max_new_tokens=8)
-        alone = [bb.generate([r], [n], beams, max_new_tokens=8)[0] for r, n in zip(rows, lease.adapter_names)]
+        mixed = bb.generate(rows, lease.slots, beams, max_new_tokens=8)
+        alone = [bb.generate([r], [n], beams, max_new_tokens=8)[0] for r, n in zip(rows, lease.slots)]
     assert mixed == alone
 
 
@@ -200,9 +202,9 @@ def test_over_long_row_is_refused_and_generation_stays_in_the_position_table(fre
     assert bb.max_input_tokens == 128  # the tiny Marian's max_position_embeddings
     long_row = PromptRow("Hello world " * 200, "en", "es")
     with pytest.raises(InputTooLarge, match=r"^A segment of \d+ tokens is longer than this model's limit of 128"):
-        bb.generate([long_row], [BASE], GREEDY, max_new_tokens=8)
+        bb.generate([long_row], [BASE_SLOT], GREEDY, max_new_tokens=8)
     # asking for more new tokens than positions exist does not crash: it is clamped
-    assert isinstance(bb.generate([ROWS[0]], [BASE], GREEDY, max_new_tokens=500)[0], str)
+    assert isinstance(bb.generate([ROWS[0]], [BASE_SLOT], GREEDY, max_new_tokens=500)[0], str)
 
 
 def test_many_services_share_one_backbone_load(tmp_path: Path, marian_dir: Path, marian_adapters: Path) -> None:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from peft import PeftModel
 
 import tiny_models
@@ -35,7 +36,7 @@ def touch(cache, *keys: str) -> None:
 
 def run(backbone, cache, key: str | None, row: PromptRow = ROW) -> str:
     with cache.lease([None if key is None else P(key)]) as lease:
-        return backbone.generate([row], lease.adapter_names, GREEDY, max_new_tokens=10)[0]
+        return backbone.generate([row], lease.slots, GREEDY, max_new_tokens=10)[0]
 
 
 def wait_until(predicate, what: str, timeout: float = 30.0) -> None:
@@ -79,18 +80,24 @@ def references(marian_dir: Path, marian_adapters: Path) -> dict[str | None, str]
     from hunyuan_mt.config import ModelConfig
 
     bb = Backbone.load_uncached(ModelConfig(path=str(marian_dir), warmup=False))
-    refs: dict[str | None, str] = {None: bb.generate([ROW], ["__base__"], GREEDY, max_new_tokens=10)[0]}
-    peft_model = None
-    for key in tiny_models.DEFAULT_PAIRS:
-        if peft_model is None:
-            peft_model = PeftModel.from_pretrained(bb.base_model, marian_adapters / key, adapter_name=key)
-        else:
-            peft_model.load_adapter(marian_adapters / key, adapter_name=key)
-    bb.model = peft_model
-    for key in tiny_models.DEFAULT_PAIRS:
-        refs[key] = bb.generate([ROW], [key], GREEDY, max_new_tokens=10)[0]
+    refs: dict[str | None, str] = {None: bb.generate([ROW], [0], GREEDY, max_new_tokens=10)[0]}
+    refs.update(peft_references(bb, marian_adapters, tiny_models.DEFAULT_PAIRS, ROW))
     assert len(set(refs.values())) == len(refs), "test adapters must give distinct outputs"
     return refs
+
+
+def peft_references(bb, root: Path, keys, row: PromptRow) -> dict[str, str]:
+    """`row` under each adapter alone, through PEFT's own layers and transformers' generate."""
+    peft_model = PeftModel.from_pretrained(bb.model, root / keys[0], adapter_name=keys[0])
+    for key in keys[1:]:
+        peft_model.load_adapter(root / key, adapter_name=key)
+    bb.model = peft_model
+    out = {}
+    for key in keys:
+        peft_model.set_adapter(key)
+        out[key] = bb._hf_generate([bb.encode(row)], [0], GREEDY, 10)[0]
+    bb.model = peft_model.unload()
+    return out
 
 
 def test_exact_lru_order_after_each_step(marian, make_cache, marian_adapters: Path) -> None:
@@ -112,7 +119,7 @@ def test_exact_lru_order_after_each_step(marian, make_cache, marian_adapters: Pa
         assert (cache.lru_order(), cache.ram_tier()) == (lru, ram), key
     s = cache.stats()
     assert (s.hits, s.ram_hits, s.disk_loads, s.evictions) == (1, 1, 7, 5)
-    assert s.hotswaps == 5 and s.injections == 3  # the first use of each slot injects, later ones copy weights
+    assert (s.attaches, s.grows) == (8, 0)  # every load is a copy into a slot; the layers were sized at start
 
 
 def test_pins_are_never_evicted_and_not_counted(marian, make_cache, marian_adapters: Path) -> None:
@@ -125,14 +132,15 @@ def test_pins_are_never_evicted_and_not_counted(marian, make_cache, marian_adapt
     s = cache.stats()
     assert cache.lru_order() == ["en2zh", "zh2en"]
     assert s.pinned_hits == 2 and s.evictions == 4 and s.resident_count == 4
+    # LRU slots are 1..2; the pins have slots of their own after them.
     assert [(r.key, r.pinned, r.slot) for r in s.resident] == [
-        ("en2es", True, None), ("es2en", True, None), ("en2zh", False, "slot0_"), ("zh2en", False, "slot1_")]
+        ("en2es", True, 3), ("es2en", True, 4), ("en2zh", False, 1), ("zh2en", False, 2)]
 
 
-def test_pinned_lease_uses_pinned_name(marian, make_cache, marian_adapters: Path, references) -> None:
+def test_pinned_lease_uses_the_pins_slot(marian, make_cache, marian_adapters: Path, references) -> None:
     cache = make_cache(marian, marian_adapters, slots=2, pinned=["en2es"])
     with cache.lease([P("en2es"), None, P("en2de")]) as lease:
-        assert lease.adapter_names == ["en2es", "__base__", "slot0_"]
+        assert lease.slots == [3, 0, 1]  # pin after the 2 LRU slots, 0 = the bare backbone
     assert run(marian, cache, "en2es") == references["en2es"]
 
 
@@ -161,10 +169,10 @@ def test_leased_adapter_survives_eviction_pressure(marian, make_cache, marian_ad
 
     def holder() -> None:
         with cache.lease([P("en2de")]) as lease:
-            result["name"] = lease.adapter_names[0]
+            result["slot"] = lease.slots[0]
             held.set()
             assert go.wait(30)
-            result["out"] = marian.generate([ROW], lease.adapter_names, GREEDY, max_new_tokens=10)[0]
+            result["out"] = marian.generate([ROW], lease.slots, GREEDY, max_new_tokens=10)[0]
 
     t = threading.Thread(target=holder)
     t.start()
@@ -172,7 +180,7 @@ def test_leased_adapter_survives_eviction_pressure(marian, make_cache, marian_ad
     for key in ["en2fr", "fr2en", "en2zh", "zh2en", "de2en", "es2en"]:
         touch(cache, key)
         assert "en2de" in cache.lru_order()
-        assert next(r.slot for r in cache.stats().resident if r.key == "en2de") == result["name"]
+        assert next(r.slot for r in cache.stats().resident if r.key == "en2de") == result["slot"]
     assert cache.lru_order()[0] == "en2de"  # least recently used, yet never picked: it is leased
     assert cache.stats().evictions == 4
     go.set()
@@ -244,12 +252,12 @@ def test_single_flight_under_concurrent_first_requests(marian, make_cache, maria
     gate = threading.Event()
     spy = DiskSpy(monkeypatch, gate)
     outs: list[str] = []
-    names: list[str] = []
+    names: list[int] = []
 
     def request() -> None:
         with cache.lease([P("en2de")]) as lease:
-            names.append(lease.adapter_names[0])
-            outs.append(marian.generate([ROW], lease.adapter_names, GREEDY, max_new_tokens=10)[0])
+            names.append(lease.slots[0])
+            outs.append(marian.generate([ROW], lease.slots, GREEDY, max_new_tokens=10)[0])
 
     threads = [threading.Thread(target=request) for _ in range(6)]
     for t in threads:
@@ -260,8 +268,8 @@ def test_single_flight_under_concurrent_first_requests(marian, make_cache, maria
     for t in threads:
         t.join(30)
     s = cache.stats()
-    assert spy.calls == ["en2de"] and s.disk_loads == 1 and s.injections == 1
-    assert names == ["slot0_"] * 6 and outs == [references["en2de"]] * 6
+    assert spy.calls == ["en2de"] and s.disk_loads == 1 and s.attaches == 1
+    assert names == [1] * 6 and outs == [references["en2de"]] * 6
     assert [r.leases for r in s.resident] == [0] and cache.loading() == {}
 
 
@@ -373,25 +381,29 @@ def test_broken_pinned_adapter_does_not_stop_start(marian, make_cache, adapters_
     assert run(marian, cache, "en2es") == references["en2es"]
 
 
-def test_hotswap_and_reinjection_give_the_adapters_own_output(marian, make_cache, adapters_copy, marian_dir,
-                                                              references) -> None:
-    tiny_models.make_adapter(marian_dir, adapters_copy / "it2en", seed=5, r=8)  # another rank: no hotswap
+def test_adapters_of_other_ranks_and_modules_share_the_slot_layers(marian, make_cache, adapters_copy, marian_dir,
+                                                                  references, fresh_backbone) -> None:
+    """The layers are sized at start for every registered adapter (largest rank, union of modules): copying any
+    of them into any slot is a plain copy. An adapter registered later that needs more grows them once."""
+    tiny_models.make_adapter(marian_dir, adapters_copy / "it2en", seed=5, r=8)  # a larger rank than the others
     cache = make_cache(marian, adapters_copy, slots=1)
+    assert cache.stats().layers["rank"] == 8
     assert run(marian, cache, "en2de") == references["en2de"]
-    assert run(marian, cache, "en2fr") == references["en2fr"]
-    assert (cache.stats().injections, cache.stats().hotswaps) == (1, 1)
     it = run(marian, cache, "it2en")
-    assert (cache.stats().injections, cache.stats().hotswaps) == (2, 1)
-    assert run(marian, cache, "en2de") == references["en2de"]  # rank 4 again: re-injected
-    assert (cache.stats().injections, cache.stats().hotswaps) == (3, 1)
+    assert run(marian, cache, "en2de") == references["en2de"]  # rank 4 in a rank-8 slot: zero-padded
+    assert (cache.stats().attaches, cache.stats().grows) == (3, 0)
+    tiny_models.make_adapter(marian_dir, adapters_copy / "pt2en", seed=6, r=12,
+                             target_modules=("q_proj", "v_proj", "out_proj", "fc1"))
+    cache.rescan()
+    with cache.lease([P("en2fr")]) as held:  # a row in flight across the growth keeps its output
+        assert marian.generate([ROW], held.slots, GREEDY, max_new_tokens=10)[0] == references["en2fr"]
+    pt = run(marian, cache, "pt2en")
+    s = cache.stats()
+    assert s.grows == 1 and s.layers["rank"] == 12
     assert run(marian, cache, "it2en") == it and it not in references.values()
-
-
-def test_hotswap_can_be_disabled(marian, make_cache, marian_adapters, references) -> None:
-    cache = make_cache(marian, marian_adapters, slots=1, hotswap=False)
-    for key in ["en2de", "en2fr", "en2de"]:
-        assert run(marian, cache, key) == references[key]
-    assert (cache.stats().injections, cache.stats().hotswaps) == (3, 0)
+    assert run(marian, cache, "en2fr") == references["en2fr"]
+    ref = peft_references(fresh_backbone(marian_dir), adapters_copy, ["pt2en", "it2en"], ROW)
+    assert (pt, it) == (ref["pt2en"], ref["it2en"])
 
 
 def test_pin_unpin_unload_and_evict_idle(marian, make_cache, marian_adapters, references) -> None:
@@ -419,7 +431,7 @@ def test_unpin_of_a_leased_pin_waits_for_the_lease(marian, make_cache, marian_ad
     with cache.lease([P("en2es")]) as lease:
         assert cache.unpin(P("en2es")) is True
         assert cache.pinned() == ["en2es"]  # still attached: a row uses it
-        assert marian.generate([ROW], lease.adapter_names, GREEDY, max_new_tokens=10)[0] == references["en2es"]
+        assert marian.generate([ROW], lease.slots, GREEDY, max_new_tokens=10)[0] == references["en2es"]
     assert cache.pinned() == [] and cache.ram_tier() == ["en2es"]
     assert run(marian, cache, "en2es") == references["en2es"]
 
@@ -437,7 +449,7 @@ def test_churn_keeps_slots_bounded_and_outputs_exact(marian, make_cache, marian_
             with cache.lease([None if k is None else P(k) for k in batch]) as lease:
                 if len(cache.lru_order()) > 3:
                     failures.append(f"resident {cache.lru_order()}")
-                outs = marian.generate([ROW, ROW], lease.adapter_names, GREEDY, max_new_tokens=10)
+                outs = marian.generate([ROW, ROW], lease.slots, GREEDY, max_new_tokens=10)
             for key, out in zip(batch, outs):
                 if out != references[key]:
                     failures.append(f"{key}: {out!r}")
@@ -469,7 +481,8 @@ def test_all_adapters_detached_then_base_and_adapters_still_work(marian, make_ca
     cache = make_cache(marian, marian_adapters, slots=2)
     touch(cache, "en2de", "en2fr")
     assert cache.evict_idle(keep_ram=False) == [P("en2de"), P("en2fr")]
-    assert list(marian.model.peft_config) == []  # nothing attached at all
+    assert cache.stats().resident == []  # nothing attached at all: every adapter slot is zero again
+    assert not any(layer.a_t.any() or layer.b_t.any() for layer in cache.lora.layers.values())
     assert run(marian, cache, None) == references[None]
     assert run(marian, cache, "fr2en") == references["fr2en"]
 
@@ -482,7 +495,7 @@ def test_rescan_retires_a_leased_stale_slot_after_its_rows(marian, make_cache, a
         cache.rescan()
         assert cache.lru_order() == []  # new requests will load the new version
         # the row in flight still runs on the weights it started with
-        assert marian.generate([ROW], lease.adapter_names, GREEDY, max_new_tokens=10)[0] == references["en2de"]
+        assert marian.generate([ROW], lease.slots, GREEDY, max_new_tokens=10)[0] == references["en2de"]
         new = run(marian, cache, "en2de")
         assert new != references["en2de"] and cache.lru_order() == ["en2de"]
     assert run(marian, cache, "en2de") == new
@@ -549,51 +562,83 @@ def test_read_error_fails_only_its_pair(marian, make_cache, marian_adapters, ref
     assert cache.stats().failed == {"en2de": err.value.message}
 
 
-def test_hotswap_applies_each_adapters_own_scaling(marian, fresh_backbone, make_cache, adapters_copy,
-                                                    marian_dir) -> None:
-    """Same shapes, different lora_alpha: weights are hotswapped and the scaling follows the adapter."""
+def test_each_adapter_keeps_its_own_scaling(marian, fresh_backbone, make_cache, adapters_copy,
+                                           marian_dir) -> None:
+    """Same tensors, different lora_alpha, or fewer modules: copied into the same slot, each gives PEFT's output."""
     tiny_models.make_adapter(marian_dir, adapters_copy / "pt2en", seed=3, alpha=64)   # same tensors as en2fr's
     tiny_models.make_adapter(marian_dir, adapters_copy / "it2en", seed=3, target_modules=("q_proj",))
-    ref_bb = fresh_backbone(marian_dir)
-    ref = {}
-    for key in ("pt2en", "it2en", "en2fr"):
-        ref_bb.model = PeftModel.from_pretrained(ref_bb.base_model, adapters_copy / key, adapter_name=key) \
-            if not isinstance(ref_bb.model, PeftModel) else ref_bb.model
-        if key not in ref_bb.model.peft_config:
-            ref_bb.model.load_adapter(adapters_copy / key, adapter_name=key)
-        ref[key] = ref_bb.generate([ROW], [key], GREEDY, max_new_tokens=10)[0]
+    ref = peft_references(fresh_backbone(marian_dir), adapters_copy, ["pt2en", "it2en", "en2fr"], ROW)
     assert len(set(ref.values())) == 3
     cache = make_cache(marian, adapters_copy, slots=1)
-    assert run(marian, cache, "en2fr") == ref["en2fr"]
-    assert run(marian, cache, "pt2en") == ref["pt2en"]
-    assert (cache.stats().injections, cache.stats().hotswaps) == (1, 1)
-    assert run(marian, cache, "it2en") == ref["it2en"]  # fewer modules: re-injected
-    assert run(marian, cache, "en2fr") == ref["en2fr"]
-    assert (cache.stats().injections, cache.stats().hotswaps) == (3, 1)
+    for key in ("en2fr", "pt2en", "it2en", "en2fr"):
+        assert run(marian, cache, key) == ref[key], key
+    assert (cache.stats().attaches, cache.stats().grows) == (4, 0)
 
 
-def test_peft_attach_failure_reads_as_one_line_and_is_remembered(marian, make_cache, adapters_copy, references,
-                                                                 caplog) -> None:
-    """An adapter the scan accepts but PEFT refuses to inject: the caller gets one short line naming the pair and
-    the cause class, not PEFT's text (which can run to kilobytes of module names); the log keeps the full text."""
+def test_scan_refuses_an_adapter_whose_targets_select_no_layer(marian, make_cache, adapters_copy,
+                                                               references) -> None:
+    """layers_to_transform naming a layer the backbone lacks: PEFT would refuse to inject it; the scan says so
+    before any request, and the other pairs are untouched."""
     import json
-    import logging
 
     config_path = adapters_copy / "en2de" / "adapter_config.json"
     config = json.loads(config_path.read_text())
-    config["layers_to_transform"] = [99]  # no such layer: PEFT raises while injecting, after the scan passed it
+    config["layers_to_transform"] = [99]
     config_path.write_text(json.dumps(config))
     cache = make_cache(marian, adapters_copy, slots=2)
+    with pytest.raises(AdapterUnusable) as err:
+        run(marian, cache, "en2de")
+    assert err.value.message == ("Adapter en2de is unusable: its target_modules ['q_proj', 'v_proj'] (with "
+                                 "layers_to_transform / exclude_modules) select no layer of this backbone (marian)")
+    assert run(marian, cache, "en2fr") == references["en2fr"]
+
+
+def test_attach_failure_reads_as_one_line_and_is_remembered(marian, make_cache, marian_adapters, references,
+                                                            caplog, monkeypatch) -> None:
+    """An adapter the scan accepts but the slot copy fails on: the caller gets one short line naming the pair and
+    the cause class, not the library's text; the log keeps the full text; the failure is remembered."""
+    import logging
+
+    from hunyuan_mt.lora.inject import SlotLoRA
+
+    real = SlotLoRA.load
+
+    def load(self, slot, adapter):
+        if adapter.key == "en2de":
+            raise RuntimeError("a very long library message " * 50)
+        return real(self, slot, adapter)
+
+    monkeypatch.setattr(SlotLoRA, "load", load)
+    cache = make_cache(marian, marian_adapters, slots=2)
     with caplog.at_level(logging.DEBUG, logger="hunyuan_mt.adapters.cache"):
         with pytest.raises(AdapterUnusable) as err:
             run(marian, cache, "en2de")
-    assert err.value.message == ("Adapter en2de could not be attached to this backbone (NoMatchingPeftModuleError); "
+    assert err.value.message == ("Adapter en2de could not be attached to this backbone (RuntimeError); "
                                  "it may be incompatible with the model. The server log has the details.")
     assert cache.stats().failed == {"en2de": err.value.message}
     with pytest.raises(AdapterUnusable) as again:  # remembered: fails fast with the same reason
         run(marian, cache, "en2de")
     assert again.value.message == err.value.message
-    peft_text = [r for r in caplog.records if r.levelno == logging.WARNING and "not found in the base model" in
-                 r.getMessage()]
-    assert len(peft_text) == 1 and "en2de" in peft_text[0].getMessage()
+    full = [r for r in caplog.records if r.levelno == logging.WARNING and "a very long library message" in
+            r.getMessage()]
+    assert len(full) == 1 and "en2de" in full[0].getMessage()
     assert run(marian, cache, "en2fr") == references["en2fr"]  # the others keep working
+    assert cache.lru_order() == ["en2fr"]
+
+
+def test_try_acquire_never_waits_for_a_slot(marian, make_cache, marian_adapters) -> None:
+    """The decode loop's lease: None at once when every slot is leased (no wait, no Busy), a lease otherwise."""
+    cache = make_cache(marian, marian_adapters, slots=1, lease_timeout_s=30)
+    with cache.lease([P("en2de")]):
+        t0 = time.monotonic()
+        assert cache.try_acquire([P("en2fr")]) is None
+        assert time.monotonic() - t0 < 5  # a guard against hanging, not a timing assertion
+        held = cache.try_acquire([P("en2de"), None])  # resident: shared
+        assert held is not None and held.slots == [1, 0]
+        held.release()
+        held.release()  # releasing twice changes nothing
+    s = cache.stats()
+    assert s.busy == 0 and [r.leases for r in s.resident] == [0]
+    lease = cache.try_acquire([P("en2fr")])
+    assert lease is not None and cache.lru_order() == ["en2fr"]
+    lease.release()

@@ -11,7 +11,8 @@ import torch
 
 from hunyuan_mt.adapters.registry import AdapterRegistry
 from hunyuan_mt.adapters.request import Pair
-from hunyuan_mt.backbone import BASE, PromptRow
+from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.lora import BASE_SLOT
 from hunyuan_mt.config import PROJECT_ROOT, GenerationConfig, load_config
 from hunyuan_mt.masking import protect, restore
 
@@ -74,7 +75,7 @@ def run(backbone, cache, texts: list[str], pair: str | None) -> list[str]:
     src, tgt = (pair or "en2es").split("2")
     key = Pair.parse(pair) if pair else None
     with cache.lease([key] * len(texts)) as lease:
-        return backbone.generate([PromptRow(t, src, tgt) for t in texts], lease.adapter_names, GenerationConfig(),
+        return backbone.generate([PromptRow(t, src, tgt) for t in texts], lease.slots, GenerationConfig(),
                                  max_new_tokens=48)
 
 
@@ -147,6 +148,6 @@ def test_spans_survive_with_tiny_backbones(which: str, request, fresh_backbone) 
     model_dir: Path = request.getfixturevalue(f"{which}_dir")
     backbone = fresh_backbone(model_dir, device="cpu")
     masked = [protect(t).text for t in SPAN_TEXTS]
-    outputs = backbone.generate([PromptRow(m, "en", "es") for m in masked], [BASE] * len(masked),
+    outputs = backbone.generate([PromptRow(m, "en", "es") for m in masked], [BASE_SLOT] * len(masked),
                                 GenerationConfig(), max_new_tokens=16)
     _assert_spans_survive(SPAN_TEXTS, outputs)

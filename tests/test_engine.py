@@ -1,13 +1,16 @@
-"""Batching engine: mixed batches equal single runs (both architectures), slots bound, fairness, OOM split.
+"""The engine's decode loop: rows join between steps and leave when done; every row equals itself run alone.
 
-Batches are made deterministic with a gate in the engine's `before_generate` seam: the first batch is held open
-while the rows under test are queued, so they are all waiting when the next batch is formed.
+Forwards are made deterministic with the engine's `before_generate` seam (called with the rows of every prefill,
+decode step or static batch, in the engine thread): a gate holds a chosen forward open while the test queues the
+rows under test, so they meet the running batch exactly where the test wants them. History records say which
+rows each forward held; assertions read those, never timings.
 """
 
 from __future__ import annotations
 
 import random
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable
@@ -18,22 +21,23 @@ import torch
 import tiny_models
 from hunyuan_mt.adapters.request import Pair
 from hunyuan_mt.config import EngineConfig, GenerationConfig, LimitsConfig
-from hunyuan_mt.engine import BatchEngine, Row
-from hunyuan_mt.errors import AdapterUnusable, InputTooLarge, OutOfMemory
+from hunyuan_mt.engine import BatchEngine, Row, StepRecord
+from hunyuan_mt.errors import AdapterUnusable, Busy, InputTooLarge, OutOfMemory
 
 TEXTS = ["Hello world, how are you today?", "Open the file, save the document.", "Hola mundo.",
          "The quick brown fox jumps.", "Datei öffnen, Dokument speichern.", "Bonjour le monde."]
 
 
-def row(key: str | None, text: str) -> Row:
+def row(key: str | None, text: str, max_new: int | None = None) -> Row:
+    """The tiny random models never produce an end token: a row's length is its token cap (`max_new`)."""
     if key is None:
-        return Row(text, "en", "es", None)
+        return Row(text, "en", "es", None, max_new)
     pair = Pair.parse(key)
-    return Row(text, pair.src, pair.tgt, pair)
+    return Row(text, pair.src, pair.tgt, pair, max_new)
 
 
 class Gate:
-    """Holds the first generate call open until `release` is set; optional `then` runs on every later call."""
+    """Holds the first forward open until `release` is set; `then` runs on every later forward."""
 
     def __init__(self, then: Callable[[list[Row]], None] | None = None) -> None:
         self.entered = threading.Event()
@@ -57,9 +61,7 @@ def arch(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture()
 def model_and_adapters(arch: str, request: pytest.FixtureRequest) -> tuple[Path, Path]:
-    model = request.getfixturevalue(f"{arch}_dir")
-    adapters = request.getfixturevalue(f"{arch}_adapters")
-    return model, adapters
+    return request.getfixturevalue(f"{arch}_dir"), request.getfixturevalue(f"{arch}_adapters")
 
 
 @pytest.fixture()
@@ -67,12 +69,13 @@ def make_engine(fresh_backbone, make_cache):
     engines: list[BatchEngine] = []
 
     def make(model_dir: Path, adapters: Path, slots: int = 3, pinned: tuple[str, ...] = (), max_rows: int = 32,
-             max_tokens: int = 8192, fairness: int = 4, max_new_tokens: int = 8) -> BatchEngine:
+             max_tokens: int = 8192, fairness: int = 4, max_new_tokens: int = 8, lease_timeout_s: float = 10.0,
+             gen: GenerationConfig | None = None) -> BatchEngine:
         backbone = fresh_backbone(model_dir)
-        cache = make_cache(backbone, adapters, slots=slots, pinned=list(pinned))
+        cache = make_cache(backbone, adapters, slots=slots, pinned=list(pinned), lease_timeout_s=lease_timeout_s)
         engine = BatchEngine(backbone, cache, EngineConfig(max_wait_ms=0, max_rows=max_rows, max_tokens=max_tokens,
                                                             fairness_max_skips=fairness),
-                             GenerationConfig(), LimitsConfig(max_new_tokens=max_new_tokens))
+                             gen or GenerationConfig(), LimitsConfig(max_new_tokens=max_new_tokens))
         engines.append(engine)
         return engine
 
@@ -81,21 +84,33 @@ def make_engine(fresh_backbone, make_cache):
         engine.close()
 
 
+def since(engine: BatchEngine, start: int) -> list[StepRecord]:
+    return list(engine.history)[start:]
+
+
 def references(engine: BatchEngine, rows: list[Row]) -> list[str]:
-    """Each row run alone (a batch of one)."""
+    """Each row run alone: every forward of its run holds that row only."""
     out = []
     for r in rows:
-        before = len(engine.history)
+        start = len(engine.history)
         out.append(engine.run([r])[0])
-        assert [h.rows for h in list(engine.history)[before:]] == [1]
+        assert {h.rows for h in since(engine, start)} == {1}
     return out
 
 
-def held_batch(engine: BatchEngine, rows: list[Row], then: Callable[[list[Row]], None] | None = None) -> list[Future]:
-    """Queue `rows` while a blocker batch is running, so they meet in the scheduler together."""
+def decode_steps_alone(engine: BatchEngine, r: Row) -> int:
+    """How many decode steps `r` takes when it runs alone."""
+    start = len(engine.history)
+    engine.run([r])
+    return sum(1 for h in since(engine, start) if h.kind == "decode")
+
+
+def held(engine: BatchEngine, rows: list[Row], then: Callable[[list[Row]], None] | None = None) -> list[Future]:
+    """Queue `rows` while a blocker row's prefill is held open, so they all enter at the next admission. The
+    blocker asks for one token: it is done with its prefill and takes no room from them."""
     gate = Gate(then)
     engine.before_generate = gate
-    blocker = engine.submit([row(None, "blocker")])
+    blocker = engine.submit([row(None, "blocker", max_new=1)])
     assert gate.entered.wait(30)
     futures = engine.submit(rows)
     gate.release.set()
@@ -103,7 +118,7 @@ def held_batch(engine: BatchEngine, rows: list[Row], then: Callable[[list[Row]],
     return futures
 
 
-def test_mixed_batch_equals_single_runs(arch: str, model_and_adapters, make_engine) -> None:
+def test_queued_rows_enter_in_one_prefill_and_equal_alone(arch: str, model_and_adapters, make_engine) -> None:
     model_dir, adapters = model_and_adapters
     engine = make_engine(model_dir, adapters, slots=3, pinned=("en2es",))
     keys = ["en2es", "es2en", None, "en2de", "en2es", "en2fr", None, "es2en"]
@@ -114,15 +129,111 @@ def test_mixed_batch_equals_single_runs(arch: str, model_and_adapters, make_engi
     assert len(set(same_text)) == 4, same_text
 
     start = len(engine.history)
-    futures = held_batch(engine, rows)
-    got = [f.result(timeout=60) for f in futures]
-    assert got == ref
-    batches = list(engine.history)[start + 1:]
-    assert sum(b.rows for b in batches) == len(rows)
-    mixed = max(batches, key=lambda b: b.rows)
-    assert mixed.rows == len(rows)  # 3 non-pinned pairs fit 3 slots: one batch holds every row
+    futures = held(engine, rows)
+    assert [f.result(timeout=60) for f in futures] == ref
+    records = since(engine, start)
+    prefills = [h for h in records if h.kind == "prefill"]
+    assert [p.rows for p in prefills] == [1, 8]  # the blocker, then every queued row at once
+    mixed = prefills[1]
     assert set(mixed.pairs) == {"en2es", "es2en", "en2de", "en2fr", "__base__"}
-    assert mixed.distinct_nonpinned == 3
+    assert mixed.distinct_nonpinned == 3  # 3 non-pinned pairs fit 3 slots
+    assert len(set(mixed.slots)) == 5 and 0 in mixed.slots
+    decodes = [h for h in records if h.kind == "decode"]
+    assert decodes[0].seqs == mixed.seqs  # every one of them decodes together from the first step
+    assert all(h.rows <= 8 for h in records)
+
+
+def test_row_arriving_mid_decode_joins_at_the_next_step(arch: str, model_and_adapters, make_engine) -> None:
+    """A short row sent while a long one decodes joins at the next step, and is answered as soon as it is done,
+    while the long row goes on; both equal their runs alone."""
+    model_dir, adapters = model_and_adapters
+    engine = make_engine(model_dir, adapters, slots=3, max_new_tokens=16)
+    long_row = row("en2de", TEXTS[0], max_new=16)
+    short_rows = [row("en2fr", TEXTS[1], max_new=3), row(None, TEXTS[2], max_new=4)]
+    assert decode_steps_alone(engine, long_row) == 15 and decode_steps_alone(engine, short_rows[0]) == 2
+    ref = dict(zip([long_row] + short_rows, references(engine, [long_row] + short_rows)))
+
+    calls = {"long": 0}
+    at_step_two, go = threading.Event(), threading.Event()
+
+    def seam(rows: list[Row]) -> None:
+        if long_row in rows:
+            calls["long"] += 1
+            if calls["long"] == 3:  # prefill, decode 1, now decode 2: hold it while the short rows arrive
+                at_step_two.set()
+                assert go.wait(30)
+
+    engine.before_generate = seam
+    start = len(engine.history)
+    long_future = engine.submit([long_row])[0]
+    assert at_step_two.wait(30)
+    short_futures = engine.submit(short_rows)
+    answered_before_long: list[bool] = []
+    for f in short_futures:
+        f.add_done_callback(lambda _f: answered_before_long.append(not long_future.done()))
+    go.set()
+    assert long_future.result(timeout=60) == ref[long_row]
+    assert [f.result(timeout=60) for f in short_futures] == [ref[r] for r in short_rows]
+    records = since(engine, start)
+    kinds = [(h.kind, h.rows) for h in records]
+    # prefill(long), decode(long) x2, then the short rows' prefill right after the held step, then shared steps.
+    assert kinds[:4] == [("prefill", 1), ("decode", 1), ("decode", 1), ("prefill", len(short_rows))]
+    assert records[4].kind == "decode" and records[4].rows == 1 + len(short_rows)
+    assert answered_before_long == [True] * len(short_rows)
+    assert records[-1].kind == "decode" and records[-1].rows == 1  # the long row finishes on its own
+
+
+def test_rows_of_very_different_lengths_equal_alone(arch: str, model_and_adapters, make_engine) -> None:
+    model_dir, adapters = model_and_adapters
+    engine = make_engine(model_dir, adapters, slots=3, max_new_tokens=12)
+    rows = [row("en2de", "Hi", 3), row("en2de", " ".join(["Open the file and save it."] * 8)), row(None, "Ok.", 7),
+            row("en2fr", " ".join(TEXTS), 5), row("es2en", "Hola")]
+    ref = references(engine, rows)
+    start = len(engine.history)
+    futures = held(engine, rows)
+    assert [f.result(timeout=60) for f in futures] == ref
+    assert max(h.rows for h in since(engine, start)) >= 5  # they did share forwards
+
+
+def test_adapter_copied_into_a_slot_while_another_slot_decodes(arch: str, model_and_adapters, make_engine) -> None:
+    """A row of a new pair evicts an idle pair and is copied into its slot between two decode steps of a row on
+    another slot; neither row's output changes."""
+    model_dir, adapters = model_and_adapters
+    engine = make_engine(model_dir, adapters, slots=2, max_new_tokens=16)
+    long_row = row("en2de", TEXTS[0], max_new=16)
+    newcomer = row("en2fr", TEXTS[1], max_new=4)
+    ref_long, ref_new = references(engine, [long_row, newcomer])
+    engine.run([row("es2en", "warm the other slot")])
+    assert engine.cache.lru_order() == ["en2de", "en2fr", "es2en"][-2:] or "es2en" in engine.cache.lru_order()
+    engine.run([row("en2de", "make en2de resident")])
+    assert sorted(engine.cache.lru_order()) == ["en2de", "es2en"]
+    es2en_slot = next(r.slot for r in engine.cache.stats().resident if r.key == "es2en")
+
+    calls = {"n": 0}
+    at_step, go = threading.Event(), threading.Event()
+
+    def seam(rows: list[Row]) -> None:
+        if long_row in rows:
+            calls["n"] += 1
+            if calls["n"] == 3:
+                at_step.set()
+                assert go.wait(30)
+
+    engine.before_generate = seam
+    evictions = engine.cache.stats().evictions
+    start = len(engine.history)
+    long_future = engine.submit([long_row])[0]
+    assert at_step.wait(30)
+    new_future = engine.submit([newcomer])[0]
+    go.set()
+    assert (long_future.result(timeout=60), new_future.result(timeout=60)) == (ref_long, ref_new)
+    records = since(engine, start)
+    joined = next(h for h in records if h.kind == "prefill" and h.pairs == ("en2fr",))
+    assert joined.slots == (es2en_slot,)  # es2en's slot, overwritten while en2de's row was mid-decode
+    at = records.index(joined)
+    assert any(h.kind == "decode" and "en2de" in h.pairs for h in records[:at])
+    assert any(h.kind == "decode" and {"en2de", "en2fr"} <= set(h.pairs) for h in records[at:])
+    assert engine.cache.stats().evictions == evictions + 1
 
 
 def test_never_more_nonpinned_adapters_than_slots(arch: str, model_and_adapters, make_engine) -> None:
@@ -132,12 +243,12 @@ def test_never_more_nonpinned_adapters_than_slots(arch: str, model_and_adapters,
     rows = [row(k, TEXTS[i % len(TEXTS)]) for i, k in enumerate(keys)]
     ref = references(engine, rows)
     start = len(engine.history)
-    futures = held_batch(engine, rows)
+    futures = held(engine, rows)
     assert [f.result(timeout=60) for f in futures] == ref
-    batches = list(engine.history)[start + 1:]
-    assert all(b.distinct_nonpinned <= 2 for b in batches)
-    assert max(b.distinct_nonpinned for b in batches) == 2
-    assert len(batches) == 3  # 6 non-pinned pairs, 2 per batch
+    records = since(engine, start)
+    decodes = [h for h in records if h.kind == "decode"]
+    assert all(h.distinct_nonpinned <= 2 for h in records)
+    assert max(h.distinct_nonpinned for h in decodes) == 2
     assert engine.stats.max_distinct_nonpinned == 2
 
 
@@ -163,7 +274,7 @@ def test_concurrent_callers_identical_results(arch: str, model_and_adapters, mak
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=180)
+        t.join(180)
     for plan, got in zip(plans, results):
         assert got == [ref[r] for r in plan]
     assert all(h.distinct_nonpinned <= 2 for h in engine.history)
@@ -171,31 +282,34 @@ def test_concurrent_callers_identical_results(arch: str, model_and_adapters, mak
     stats = engine.cache.stats()
     assert len([r for r in stats.resident if not r.pinned]) <= 2
     assert all(r.leases == 0 for r in stats.resident)
+    assert engine.running() == 0 and engine.queued() == 0
+
+
+def _hot_stream(engine: BatchEngine, hot: str, limit: int) -> tuple[list[Future], Callable[[list[Row]], None]]:
+    extra: list[Future] = []
+
+    def keep_hot_busy(rows: list[Row]) -> None:
+        if len(extra) < limit:  # a steady stream: a new hot row arrives during every forward
+            extra.extend(engine.submit([row(hot, f"hot {len(extra)}")]))
+
+    return extra, keep_hot_busy
 
 
 def test_fairness_bound_lets_cold_pair_through(marian_dir: Path, marian_adapters: Path, make_engine) -> None:
     engine = make_engine(marian_dir, marian_adapters, slots=1, fairness=3)
     hot, cold = "en2es", "en2de"
-    # Warm the hot pair so it is resident (the scheduler prefers rows that need no load).
-    engine.run([row(hot, "warm")])
-    extra: list[Future] = []
-
-    def keep_hot_busy(rows: list[Row]) -> None:
-        if len(extra) < 8:  # a steady stream: a new hot row arrives during every batch
-            extra.extend(engine.submit([row(hot, f"hot {len(extra)}")]))
-
+    engine.run([row(hot, "warm")])  # resident: the scheduler prefers rows that need no load
+    extra, keep_hot_busy = _hot_stream(engine, hot, 12)
     start = len(engine.history)
-    futures = held_batch(engine, [row(cold, "cold"), row(hot, "hot first")], then=keep_hot_busy)
-    assert [f.result(timeout=60) for f in futures]
-    for f in extra:
-        f.result(timeout=60)
-    batches = list(engine.history)[start + 1:]
-    cold_at = next(i for i, b in enumerate(batches) if cold in b.pairs)
-    # Passed over exactly fairness_max_skips times (3 hot-only batches), then served ahead of the hot stream.
+    futures = held(engine, [row(cold, "cold"), row(hot, "hot first")], then=keep_hot_busy)
+    assert all(isinstance(f.result(timeout=60), str) for f in futures + extra)
+    prefills = [h for h in since(engine, start) if h.kind == "prefill"][1:]  # after the blocker's
+    cold_at = next(i for i, h in enumerate(prefills) if cold in h.pairs)
+    # Passed over exactly fairness_max_skips times (3 admissions of younger hot rows), then it goes first.
     assert cold_at == 3
-    assert all(b.pairs and set(b.pairs) == {hot} for b in batches[:3])
-    assert batches[cold_at].pairs == (cold,)
-    assert all(b.distinct_nonpinned <= 1 for b in batches)
+    assert all(set(h.pairs) == {hot} for h in prefills[:3])
+    assert prefills[cold_at].pairs == (cold,)
+    assert all(h.distinct_nonpinned <= 1 for h in engine.history)
 
 
 def test_without_fairness_bound_cold_pair_waits_for_stream(marian_dir: Path, marian_adapters: Path,
@@ -204,21 +318,17 @@ def test_without_fairness_bound_cold_pair_waits_for_stream(marian_dir: Path, mar
     engine = make_engine(marian_dir, marian_adapters, slots=1, fairness=1000)
     hot, cold = "en2es", "en2de"
     engine.run([row(hot, "warm")])
-    extra: list[Future] = []
-
-    def keep_hot_busy(rows: list[Row]) -> None:
-        if len(extra) < 6:
-            extra.extend(engine.submit([row(hot, f"hot {len(extra)}")]))
-
+    extra, keep_hot_busy = _hot_stream(engine, hot, 6)
     start = len(engine.history)
-    futures = held_batch(engine, [row(cold, "cold"), row(hot, "hot first")], then=keep_hot_busy)
+    futures = held(engine, [row(cold, "cold"), row(hot, "hot first")], then=keep_hot_busy)
     [f.result(timeout=60) for f in futures + extra]
-    batches = list(engine.history)[start + 1:]
-    cold_at = next(i for i, b in enumerate(batches) if cold in b.pairs)
-    assert cold_at == len(batches) - 1 and cold_at >= 6
+    prefills = [h for h in since(engine, start) if h.kind == "prefill"]
+    cold_at = next(i for i, h in enumerate(prefills) if cold in h.pairs)
+    assert cold_at == len(prefills) - 1 and sum(p.rows for p in prefills[:cold_at]) >= 7
 
 
-def test_oom_splits_batch_and_all_rows_succeed(arch: str, model_and_adapters, make_engine) -> None:
+def test_out_of_memory_splits_and_preempts_and_all_rows_succeed(arch: str, model_and_adapters,
+                                                                make_engine) -> None:
     model_dir, adapters = model_and_adapters
     engine = make_engine(model_dir, adapters, slots=3, pinned=("en2es",))
     rows = [row(k, TEXTS[i]) for i, k in enumerate(["en2es", "es2en", None, "en2de", "en2es"])]
@@ -229,15 +339,15 @@ def test_oom_splits_batch_and_all_rows_succeed(arch: str, model_and_adapters, ma
             raise torch.OutOfMemoryError("injected: CUDA out of memory")
 
     start = len(engine.history)
-    futures = held_batch(engine, rows, then=oom_above_one)
+    futures = held(engine, rows, then=oom_above_one)
     assert [f.result(timeout=60) for f in futures] == ref
-    batches = list(engine.history)[start + 1:]
-    assert [b.rows for b in batches] == [1] * 5
-    assert engine.stats.oom_splits == 4  # 5 → 2+3 → 1+1, 1+2 → 1+1
-    assert engine.stats.oom_failures == 0
+    assert {h.rows for h in since(engine, start)} == {1}  # only one-row forwards ever completed
+    assert engine.stats.oom_splits >= 2 and engine.stats.oom_failures == 0
+    assert engine.stats.preempted >= 1  # decode steps of two rows sent the newer one back
+    assert all(r.leases == 0 for r in engine.cache.stats().resident)
 
 
-def test_oom_single_row_fails_alone(arch: str, model_and_adapters, make_engine) -> None:
+def test_out_of_memory_single_row_fails_alone(arch: str, model_and_adapters, make_engine) -> None:
     model_dir, adapters = model_and_adapters
     engine = make_engine(model_dir, adapters, slots=3)
     rows = [row("en2es", TEXTS[0]), row("es2en", "POISON " * 5), row("en2de", TEXTS[1]), row(None, TEXTS[2])]
@@ -248,7 +358,7 @@ def test_oom_single_row_fails_alone(arch: str, model_and_adapters, make_engine) 
         if any(r.text.startswith("POISON") for r in rows):
             raise torch.OutOfMemoryError("injected")
 
-    futures = held_batch(engine, rows, then=poison)
+    futures = held(engine, rows, then=poison)
     for r, f in zip(rows, futures):
         if r.text.startswith("POISON"):
             with pytest.raises(OutOfMemory, match=r"^Out of memory translating one segment of \d+ tokens \(es→en\)"):
@@ -256,6 +366,7 @@ def test_oom_single_row_fails_alone(arch: str, model_and_adapters, make_engine) 
         else:
             assert f.result(timeout=60) == ref[r]
     assert engine.stats.oom_failures == 1
+    assert all(r.leases == 0 for r in engine.cache.stats().resident)
 
 
 def test_cpu_allocator_error_counts_as_oom() -> None:
@@ -271,7 +382,7 @@ def test_broken_adapter_fails_only_its_rows(marian_dir: Path, adapters_copy: Pat
     tiny_models.corrupt_adapter(adapters_copy / "en2de", "truncate")
     engine = make_engine(marian_dir, adapters_copy, slots=3)
     rows = [row("en2es", TEXTS[0]), row("en2de", TEXTS[1]), row(None, TEXTS[2])]
-    futures = held_batch(engine, rows)
+    futures = held(engine, rows)
     assert futures[0].result(timeout=60)
     assert futures[2].result(timeout=60)
     with pytest.raises(AdapterUnusable, match="en2de"):
@@ -280,17 +391,18 @@ def test_broken_adapter_fails_only_its_rows(marian_dir: Path, adapters_copy: Pat
     assert isinstance(engine.run_each([row("en2de", "x"), row("en2es", "y")])[0], AdapterUnusable)
 
 
-def test_token_budget_splits_batches(marian_dir: Path, marian_adapters: Path, make_engine) -> None:
+def test_token_budget_bounds_the_live_rows(marian_dir: Path, marian_adapters: Path, make_engine) -> None:
     engine = make_engine(marian_dir, marian_adapters, max_tokens=40)
     rows = [row("en2es", TEXTS[0])] * 6
-    lengths = engine.backbone.prompt_lengths([engine._prompt_row(r) for r in rows])
-    per_batch = 40 // max(lengths)
+    length = engine.backbone.encode(engine._prompt_row(rows[0])).tokens
+    per_batch = 40 // length
+    assert 1 < per_batch < 6
     start = len(engine.history)
-    futures = held_batch(engine, rows)
+    futures = held(engine, rows)
     [f.result(timeout=60) for f in futures]
-    batches = list(engine.history)[start + 1:]
-    assert all(b.padded_tokens <= 40 for b in batches)
-    assert max(b.rows for b in batches) == per_batch
+    records = since(engine, start)[1:]  # after the blocker's prefill
+    assert max(h.rows for h in records if h.kind == "decode") == per_batch
+    assert [h.rows for h in records if h.kind == "prefill"] == [per_batch, 6 - per_batch]
 
 
 def test_unexpected_error_fails_only_the_row_that_causes_it(marian_dir: Path, marian_adapters: Path,
@@ -303,7 +415,7 @@ def test_unexpected_error_fails_only_the_row_that_causes_it(marian_dir: Path, ma
         if any(r.text == "BREAKS THE MODEL" for r in batch):
             raise RuntimeError("shape mismatch somewhere")
 
-    futures = held_batch(engine, rows, then=breaks)
+    futures = held(engine, rows, then=breaks)
     with pytest.raises(RuntimeError, match="shape mismatch somewhere"):
         futures[1].result(timeout=60)
     assert [futures[0].result(timeout=60), futures[2].result(timeout=60)] == [ref[rows[0]], ref[rows[2]]]
@@ -314,31 +426,112 @@ def test_unexpected_error_fails_only_the_row_that_causes_it(marian_dir: Path, ma
 
 
 def test_max_new_tokens_capped_by_model_positions(marian_dir: Path, marian_adapters: Path, make_engine) -> None:
-    # The tiny Marian has 128 positions; asking for 500 new tokens must not index past them.
+    # The tiny Marian has 128 positions and a 2-token decoder prefix: asking for 500 new tokens gives 126.
     engine = make_engine(marian_dir, marian_adapters, max_new_tokens=500)
-    assert engine._max_new_tokens([]) == 126
+    encoded = engine.backbone.encode(engine._prompt_row(row("en2es", TEXTS[0])))
+    assert len(encoded.decoder_prefix) == 2
+    assert engine.backbone.max_new_tokens(encoded, 500) == 126
     assert isinstance(engine.run([row("en2es", TEXTS[0])])[0], str)
 
 
-def test_over_long_row_fails_alone_before_batching(arch: str, model_and_adapters, make_engine) -> None:
-    """A row over the model's input limit is refused when it is counted: it never reaches generate, and the rows
-    queued with it run in one batch with the output they have alone."""
+def test_over_long_row_fails_alone_at_submit(arch: str, model_and_adapters, make_engine) -> None:
+    """A row over the model's input limit is refused when it is submitted: it never reaches a forward, and the
+    rows sent with it run together with the output they have alone."""
     engine = make_engine(*model_and_adapters)
     limit = engine.backbone.max_input_tokens
     assert limit is not None
     long_row = row("en2es", "Hello world " * 200)
-    tokens = engine.backbone.prompt_lengths([engine._prompt_row(long_row)])[0]
+    tokens = engine.backbone.encode(engine._prompt_row(long_row)).tokens
     assert tokens > limit
     rows = [row("en2es", TEXTS[0]), long_row, row(None, TEXTS[2])]
     ref = references(engine, [rows[0], rows[2]])
     seen: list[list[str]] = []
-    start = len(engine.history)
-    futures = held_batch(engine, rows, then=lambda batch: seen.append([r.text for r in batch]))
+    futures = held(engine, rows, then=lambda batch: seen.append([r.text for r in batch]))
     with pytest.raises(InputTooLarge) as info:
         futures[1].result(timeout=60)
     assert info.value.message == (f"A segment of {tokens} tokens is longer than this model's limit of {limit} "
                                   "tokens; split the text into shorter segments.")
     assert [futures[0].result(timeout=60), futures[2].result(timeout=60)] == ref
-    assert seen == [[TEXTS[0], TEXTS[2]]]  # one generate, without the long row
-    assert [h.rows for h in list(engine.history)[start + 1:]] == [2]
+    assert seen[0] == [TEXTS[0], TEXTS[2]]  # one prefill, without the long row
+    assert all(long_row.text not in texts for texts in seen)
     assert engine.stats.error_splits == 0
+
+
+def test_row_waits_for_a_slot_then_gets_busy(marian_dir: Path, marian_adapters: Path, make_engine) -> None:
+    """Every slot held by someone else: the row waits in the queue (the loop keeps serving others), then fails
+    with Busy after cache.lease_timeout_s; once the slot is free, the same request succeeds."""
+    engine = make_engine(marian_dir, marian_adapters, slots=1, lease_timeout_s=0.3)
+    cache = engine.cache
+    with cache.lease([Pair.parse("en2de")]):
+        waiting = engine.submit([row("en2fr", TEXTS[0])])[0]
+        assert engine.run([row(None, TEXTS[1])])[0] is not None  # the bare backbone needs no slot
+        with pytest.raises(Busy) as err:
+            waiting.result(timeout=30)
+    assert err.value.message == ("Cannot attach adapter en2fr: all 1 adapter slots are held by running requests "
+                                 "(waited 0.3 s); try again.")
+    assert cache.stats().busy == 1
+    assert isinstance(engine.run([row("en2fr", TEXTS[0])])[0], str)
+
+
+def test_beam_search_runs_whole_batches_equal_alone(hunyuan_dir: Path, hunyuan_adapters: Path,
+                                                    make_engine) -> None:
+    engine = make_engine(hunyuan_dir, hunyuan_adapters, gen=GenerationConfig(num_beams=3))
+    assert not engine.iteration_level and engine.status()["mode"] == "static"
+    rows = [row(k, TEXTS[i]) for i, k in enumerate(["en2es", "es2en", None, "en2de"])]
+    ref = references(engine, rows)
+    start = len(engine.history)
+    futures = held(engine, rows)
+    assert [f.result(timeout=60) for f in futures] == ref
+    assert [(h.kind, h.rows) for h in since(engine, start)] == [("static", 1), ("static", 4)]
+
+
+def test_pivot_second_hop_joins_the_running_batch(marian_dir: Path, marian_adapters: Path) -> None:
+    """A pivot's second hop is submitted when its first hop is answered, and enters the batch while a long row
+    of another request is still decoding."""
+    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.config import load_config
+    from hunyuan_mt.service import TranslationService
+
+    cfg = load_config(overrides={
+        "model.path": str(marian_dir), "model.warmup": False, "cache.adapters_dir": str(marian_adapters),
+        "cache.pinned": [], "routing.pivot": "en", "memory.enabled": False, "limits.max_new_tokens": 4,
+        "engine.max_wait_ms": 0, "engine.split_sentences": False}, env={})
+    service = TranslationService(cfg, backbone=Backbone.load_uncached(cfg.model))
+    try:
+        engine = service.engine
+        long_row = row("en2fr", TEXTS[0], max_new=60)
+        pivot_text = "Hola mundo."
+        expected = service.translate(pivot_text, "es", "de").text  # each hop: 4 tokens (limits.max_new_tokens)
+        limits = engine.limits
+        engine.limits = LimitsConfig(max_new_tokens=60)  # only the long row, submitted now, gets 60
+        long_ref = engine.run([long_row])[0]
+        state = {"hop1_seen": False, "hop1_done": False, "hop2_seen": False}
+
+        def seam(rows: list[Row]) -> None:
+            if any(r.src == "es" for r in rows):
+                state["hop1_seen"] = True
+            elif state["hop1_seen"]:
+                state["hop1_done"] = True
+            if any(r.src == "en" and r.tgt == "de" for r in rows):
+                state["hop2_seen"] = True
+            if long_row in rows and state["hop1_done"] and not state["hop2_seen"]:
+                # The first hop is answered: hold the long row until the service has sent the second hop.
+                end = time.monotonic() + 30
+                while engine.queued() == 0 and time.monotonic() < end:
+                    time.sleep(0.002)
+
+        engine.before_generate = seam
+        start = len(engine.history)
+        long_future = engine.submit([long_row])[0]
+        engine.limits = limits
+        result: dict[str, str] = {}
+        pivot = threading.Thread(target=lambda: result.update(text=service.translate(pivot_text, "es", "de").text))
+        pivot.start()
+        pivot.join(60)
+        assert long_future.result(timeout=60) == long_ref and result["text"] == expected
+        records = since(engine, start)
+        hop2 = next(i for i, h in enumerate(records) if h.kind == "prefill" and h.pairs == ("en2de",))
+        assert any(h.kind == "decode" and "en2fr" in h.pairs for h in records[:hop2])
+        assert any(h.kind == "decode" and {"en2fr", "en2de"} <= set(h.pairs) for h in records[hop2:])
+    finally:
+        service.close()

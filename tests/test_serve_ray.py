@@ -3,8 +3,8 @@
 One module-scoped cluster (two nodes of 1 CPU each) runs the app: group "hot" (1 replica, pins en2es/es2en,
 1 slot, Ray capacity 1) and group "tail" (2 replicas, 0.6 CPU each, so one per node; 3 slots). Each replica
 loads the embedded demo model and adapters when they are built, else the tiny Marian model and its adapters
-from tests/tiny_models.py. A `HoldingReplica` holds any generate whose rows start with HOLD until the test
-releases a signal actor, so races are reproducible.
+from tests/tiny_models.py. A `HoldingReplica` holds the engine's first forward over rows that start with HOLD
+until the test releases a signal actor, so races are reproducible.
 
 Order matters inside the module (the kill test runs last); the whole module takes about a minute.
 """
@@ -68,22 +68,22 @@ class Signal:
 
 
 class HoldingReplica(TranslatorReplica):
-    """The real replica, with its backbone's generate held open for rows that start with HOLD."""
+    """The real replica, with the engine's first forward over a row that starts with HOLD held open."""
 
     def _build_service(self, cfg: Any) -> Any:
         _no_detector_warmup()
         service = super()._build_service(cfg)
-        backbone = service.backbone
-        original = backbone.generate
+        held: set[int] = set()
 
-        def generate(rows: Any, *args: Any, **kwargs: Any) -> Any:
-            if any(getattr(r, "text", "").startswith(HOLD) for r in rows):
+        def hold(rows: Any) -> None:
+            fresh = [r for r in rows if getattr(r, "text", "").startswith(HOLD) and id(r) not in held]
+            if fresh:
+                held.update(id(r) for r in fresh)
                 signal = ray.get_actor(SIGNAL, namespace=NAMESPACE)
                 ray.get(signal.arrive.remote(os.getpid()))
                 ray.get(signal.wait.remote())
-            return original(rows, *args, **kwargs)
 
-        backbone.generate = generate
+        service.engine.before_generate = hold
         return service
 
 

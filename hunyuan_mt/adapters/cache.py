@@ -1,21 +1,26 @@
-"""The adapter cache: the only owner of adapter lifetime (attach, evict, free).
+"""The adapter cache: the only owner of adapter lifetime (attach, evict, free) and of the slot tensors.
 
-Layout inside the PEFT model:
-- **Pinned** pairs are attached under their own key ("en2es") at start and never evicted; they do not use slots.
-- **Slots** are `cfg.slots` fixed PEFT adapter names ("slot0_", "slot1_", ...). A pair that is not pinned is
-  attached into a slot, and `Lease.adapter_names` carries the slot name for its rows. Re-attaching into a slot
-  whose injected layers have the same tensor names and shapes (modules, layers, rank) only copies weights
-  (`peft.utils.hotswap.hotswap_adapter_from_state_dict`, a few ms); otherwise the slot's layers are deleted and
-  re-injected from the state dict. Fixed slot names keep hotswap valid: PEFT keeps the adapter *name* across a
-  hotswap, so naming slots by pair would leave "en2es" serving es2de weights.
-- **RAM tier**: an evicted pair's state dict stays in a bounded host-RAM LRU (`cachetools.LRUCache`), so
-  re-attaching it does not touch the disk. The slot LRU is a plain OrderedDict instead: eviction must skip leased
-  entries in LRU order, and cachetools neither exposes its order nor lets popitem skip an entry.
+The backbone's target linears are wrapped once in slot layers (`lora.SlotLoRA`, created here): every layer holds
+the weights of every resident adapter as stacked slots, and a forward pass reads each row's slot index. Slot 0 is
+the bare backbone.
+- **Pinned** pairs are copied into slots of their own at start (indices after the LRU slots) and never evicted;
+  they do not count against `cfg.slots`.
+- **LRU slots** are indices 1..`cfg.slots`. A pair that is not pinned is copied into one of them, and
+  `Lease.slots` carries the index for its rows. Attaching is a copy of the adapter's weights into the slot's rows
+  of the stacked buffers (about a millisecond for the demo's adapters): no module surgery.
+- **RAM tier**: an evicted pair's weights stay in a bounded host-RAM LRU (`cachetools.LRUCache`), already scaled
+  and converted for the copy, so re-attaching it does not touch the disk. The slot LRU is a plain OrderedDict
+  instead: eviction must skip leased entries in LRU order, and cachetools neither exposes its order nor lets popitem
+  skip an entry.
 
-Concurrency: one condition variable guards the bookkeeping; disk reads and model changes run outside it.
+The slot layers are sized at start for the union of the modules the registered adapters target and their largest
+rank; an adapter registered later that needs more grows them once (counted as `grows`).
+
+Concurrency: one condition variable guards the bookkeeping; disk reads and slot copies run outside it.
 A lease holds a reference count on every entry it uses; eviction only picks unleased slots, and when every slot
-is leased a request waits up to `lease_timeout_s` and then raises Busy. Concurrent requests for one missing pair
-share one load (single-flight: the first becomes the loader, the others wait on its `_Load`).
+is leased a request waits up to `lease_timeout_s` and then raises Busy (`try_acquire` returns None instead of
+waiting, for the decode loop, which must not block). Concurrent requests for one missing pair share one load
+(single-flight: the first becomes the loader, the others wait on its `_Load`).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import cachetools
 
 from ..config import CacheConfig
 from ..errors import AdapterUnusable, Busy, TranslationError
+from ..lora import BASE_SLOT, PreparedAdapter, SlotLoRA, prepare
 from .registry import AdapterRegistry, AdapterWeights, fingerprint_of, read_adapter
 from .request import Pair
 
@@ -43,25 +49,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BASE = "__base__"
-_PREFIX = "lora_"
-
-
-def slot_name(index: int) -> str:
-    # The trailing "_" keeps "slot1_" from being a substring of "slot11_" (hotswap matches adapter keys by substring).
-    return f"slot{index}_"
 
 
 @dataclass(eq=False)  # identity: leases are counted per object
 class _Slot:
-    name: str
+    #: Index into the slot layers' stacked buffers (1..cfg.slots).
+    index: int
     pair: Pair | None = None
     weights: AdapterWeights | None = None
-    #: `_signature` of the layers currently injected under `name` (None: nothing injected).
-    injected: tuple | None = None
+    #: True while the slot's buffers may hold non-zero weights (cleared by light mode and unload).
+    written: bool = False
     leases: int = 0
     #: False while the owning load is still attaching; nobody else may use it yet.
     ready: bool = False
-    #: True while the layers are being deleted outside the lock; not eligible for reservation.
+    #: True while the slot is being cleared outside the lock; not eligible for reservation.
     detaching: bool = False
 
 
@@ -69,13 +70,10 @@ class _Slot:
 class _Pinned:
     pair: Pair
     weights: AdapterWeights
+    index: int
     leases: int = 0
     #: unpin() arrived while leased: detach once the last lease is released.
     unpin_pending: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.pair.key
 
 
 @dataclass(eq=False)  # identity: leases are counted per object
@@ -94,7 +92,8 @@ class _Load:
 @dataclass
 class ResidentAdapter:
     key: str
-    slot: str | None
+    #: Index in the slot layers (pinned pairs have slots of their own, after the LRU slots).
+    slot: int
     pinned: bool
     leases: int
 
@@ -106,8 +105,10 @@ class CacheStats:
     pinned_hits: int
     ram_hits: int
     disk_loads: int
-    hotswaps: int
-    injections: int
+    #: Adapters copied into a slot (from disk or the RAM tier).
+    attaches: int
+    #: Times the slot layers had to grow (new target modules, a larger rank, more slots).
+    grows: int
     evictions: int
     failures: int
     busy: int
@@ -116,6 +117,8 @@ class CacheStats:
     load_ms_p50: float | None
     load_ms_p95: float | None
     attach_ms_p50: float | None
+    #: Slot layers: wrapped modules, adapter slots, rank, bytes of the stacked buffers.
+    layers: dict
     resident: list[ResidentAdapter]
     ram_tier: list[str]
     failed: dict[str, str]
@@ -132,10 +135,19 @@ class CacheStats:
 
 @dataclass
 class Lease:
-    """Adapters held for one batch. `adapter_names[i]` is the PEFT name for `pairs[i]` ("__base__" for None)."""
+    """Adapters held for some rows. `slots[i]` is the slot index for `pairs[i]` (0, the bare backbone, for None).
+
+    Release it once: with `cache.lease(...)` as a context manager, or `release()` after `try_acquire`."""
 
     pairs: list[Pair | None]
-    adapter_names: list[str]
+    slots: list[int]
+    _held: list = field(default_factory=list, repr=False)
+    _release: object = field(default=None, repr=False)
+
+    def release(self) -> None:
+        held, self._held = self._held, []
+        if held and callable(self._release):
+            self._release(held)
 
 
 def _percentile(values: Sequence[float], q: float) -> float | None:
@@ -160,25 +172,11 @@ def _malloc_trim() -> None:
         pass
 
 
-def _signature(weights: AdapterWeights) -> tuple:
-    """What hotswap needs to match: the exact tensor names and shapes (so the same modules, layers and ranks).
-    Alpha, rsLoRA and rank/alpha patterns may differ: hotswap recomputes each layer's scaling."""
-    return tuple(sorted((k, tuple(v.shape)) for k, v in weights.state_dict.items()))
-
-
-def _keep_active_valid(model: object) -> None:
-    """PeftModel.generate reads the config of the *active* adapter even when adapter_names picks adapters per row;
-    after deletes it can name a deleted adapter. Point it at any attached one (rows never depend on it)."""
-    configs = getattr(model, "peft_config", {})
-    if configs and model.active_adapter not in configs:  # type: ignore[attr-defined]
-        model.set_adapter(next(iter(configs)), inference_mode=True)  # type: ignore[attr-defined]
-
-
 class AdapterCache:
     """Slots, pins, RAM tier, leases and single-flight loading over one backbone.
 
-    One cache per backbone: a new cache on a backbone takes it over and detaches the adapters an earlier cache
-    attached (so that earlier cache must no longer be used). Build services through `get_service()`.
+    One cache per backbone: a new cache on a backbone takes it over and removes the slot layers an earlier cache
+    put in (so that earlier cache must no longer be used). Build services through `get_service()`.
     """
 
     def __init__(self, backbone: Backbone, registry: AdapterRegistry, cfg: CacheConfig) -> None:
@@ -186,7 +184,7 @@ class AdapterCache:
         self.registry = registry
         self.cfg = cfg
         self._cv = threading.Condition(threading.Lock())
-        self._slots = [_Slot(slot_name(i)) for i in range(cfg.slots)]
+        self._slots = [_Slot(i + 1) for i in range(cfg.slots)]
         #: Resident non-pinned pairs, least recently used first.
         self._lru: OrderedDict[Pair, _Slot] = OrderedDict()
         self._pinned: dict[Pair, _Pinned] = {}
@@ -194,29 +192,40 @@ class AdapterCache:
         self._loading: dict[Pair, _Load] = {}
         #: pair → (monotonic time of failure, reason)
         self._failures: dict[Pair, tuple[float, str]] = {}
-        #: Serialises structural changes to the PEFT model (inject/delete/hotswap); generate is kept out by the
-        #: backbone's model_lock, taken inside.
+        #: Serialises slot writes and layer growth; forwards are kept out by the backbone's model_lock, taken inside.
         self._mutate = threading.Lock()
-        self._counts = dict(hits=0, pinned_hits=0, ram_hits=0, disk_loads=0, hotswaps=0, injections=0, evictions=0,
+        self._counts = dict(hits=0, pinned_hits=0, ram_hits=0, disk_loads=0, attaches=0, grows=0, evictions=0,
                             failures=0, busy=0, slot_waits=0)
         self._load_ms: list[float] = []
         self._attach_ms: list[float] = []
-        self._forget_foreign_adapters()
+        #: Slot indices for pins: after the LRU slots; an unpinned index is reused before the layers grow.
+        self._pin_free: list[int] = []
+        self._pin_next = cfg.slots + 1
+        self.lora = self._take_over_backbone()
 
-    def _forget_foreign_adapters(self) -> None:
-        """This cache owns every adapter on the backbone: drop any left by an earlier cache on the same backbone
-        (tests and benchmarks build several services in one process)."""
-        from peft import PeftModel
-
-        model = self.backbone.model
-        if isinstance(model, PeftModel):
-            names = list(model.peft_config)
-            if names:
-                log.warning("adapter cache: detaching %d adapters left by an earlier cache: %s", len(names), names)
-            for name in names:
-                self._delete(name, free=False)
-            if names:
-                _free_memory()
+    def _take_over_backbone(self) -> SlotLoRA:
+        """Wrap the backbone's target modules in slot layers sized for the registered adapters. This cache owns
+        them: slot layers left by an earlier cache on the same backbone (tests and benchmarks build several
+        services in one process) are removed first."""
+        bb = self.backbone
+        with bb.model_lock:
+            old = getattr(bb, "lora", None)
+            if old is not None:
+                log.warning("adapter cache: removing the slot layers of an earlier cache (%d layers)", len(old.layers))
+                old.remove()
+            lora = SlotLoRA(bb.model, bb.spec.shapes, bb.dtype)
+            usable = [i for i in self.registry.infos() if i.usable]
+            modules = sorted({m for i in usable for m in i.modules})
+            rank = max((i.max_rank for i in usable), default=0)
+            capacity = self.cfg.slots + len(self.cfg.pinned)
+            if modules:
+                lora.ensure(modules, rank, capacity)
+            bb.lora = lora
+        if modules:
+            info = lora.info()
+            log.info("slot LoRA layers: %d modules, %d adapter slots, rank %d, %.1f MB", info["layers"],
+                     info["slots"], info["rank"], info["bytes"] / 1e6)
+        return lora
 
     # ------------------------------------------------------------------ start / pins
 
@@ -233,7 +242,7 @@ class AdapterCache:
                  self.cfg.ram_tier)
 
     def pin(self, pair: Pair) -> bool:
-        """Attach `pair` under its own name, outside the slots, never evicted. False if it already was pinned."""
+        """Attach `pair` into a slot of its own, outside the LRU, never evicted. False if it already was pinned."""
         with self._cv:
             entry = self._pinned.get(pair)
             if entry is not None:
@@ -246,16 +255,17 @@ class AdapterCache:
             source = "slot" if slot is not None and slot.ready else ("ram" if weights is not None else "disk")
         if weights is None:
             weights = self._read_disk(pair)
-        with self._mutate:
-            t0 = time.perf_counter()
-            try:
-                self._inject(pair.key, weights)
-            except Exception as exc:
-                reason = self._remember_failure(pair, exc)
-                raise AdapterUnusable(reason) from None
-            self._attach_ms.append((time.perf_counter() - t0) * 1000)
         with self._cv:
-            self._pinned[pair] = _Pinned(pair, weights)
+            index = self._take_pin_index()
+        try:
+            self._attach(index, weights)
+        except Exception as exc:
+            with self._cv:
+                self._pin_free.append(index)
+            reason = exc.message if isinstance(exc, TranslationError) else self._remember_failure(pair, exc)
+            raise AdapterUnusable(reason) from None
+        with self._cv:
+            self._pinned[pair] = _Pinned(pair, weights, index)
             # A copy of it in a slot is no longer needed; free the slot unless rows still use it.
             slot = self._lru.get(pair)
             if slot is not None and slot.ready:
@@ -278,11 +288,20 @@ class AdapterCache:
                 return True
             del self._pinned[pair]
             self._to_ram(pair, entry.weights)
-        with self._mutate:
-            self._delete(entry.name, free=False)
-        _free_memory()
+        self._clear(entry.index)
+        with self._cv:
+            self._pin_free.append(entry.index)
+            self._cv.notify_all()
         log.info("unpinned adapter %s", pair.key)
         return True
+
+    def _take_pin_index(self) -> int:
+        """A slot index for a new pin: a freed one, else the next (the layers grow on attach). Caller holds _cv."""
+        if self._pin_free:
+            self._pin_free.sort()
+            return self._pin_free.pop(0)
+        index, self._pin_next = self._pin_next, self._pin_next + 1
+        return index
 
     def unload(self, pair: Pair) -> bool:
         """Detach `pair` now (pinned or slotted). False if it is not resident or rows are using it."""
@@ -299,19 +318,20 @@ class AdapterCache:
         if pinned is not None:
             return self.unpin(pair)
         self._delete_slot(slot)
-        _free_memory()
         log.info("unloaded adapter %s", pair.key)
         return True
 
     def evict_idle(self, keep_ram: bool = True) -> list[Pair]:
-        """Light mode: detach every unleased non-pinned adapter and free its layers. Returns the pairs evicted."""
+        """Light mode: detach every unleased non-pinned adapter (its slot is zeroed; the slot buffers themselves
+        stay allocated, they are what the next attach copies into). Without `keep_ram` the RAM tier is emptied
+        too and its memory returned. Returns the pairs evicted."""
         with self._cv:
             victims = [s for s in self._lru.values() if s.leases == 0 and s.ready]
             pairs = [s.pair for s in victims if s.pair is not None]
             for slot in victims:
                 self._release_slot_for_delete(slot, keep_ram=keep_ram)
-            # Slots emptied earlier (a pair moved to the pins) still hold injected layers; free those too.
-            stale = [s for s in self._slots if s.pair is None and s.injected is not None and s.leases == 0
+            # Slots emptied earlier (a pair moved to the pins) still hold its weights; zero those too.
+            stale = [s for s in self._slots if s.pair is None and s.written and s.leases == 0
                      and not s.detaching]
             for slot in stale:
                 slot.detaching = True
@@ -319,7 +339,7 @@ class AdapterCache:
                 self._ram.clear()
         for slot in victims + stale:
             self._delete_slot(slot)
-        if victims or stale:
+        if not keep_ram:
             _free_memory()
         if pairs:
             log.info("evicted idle adapters %s (RAM tier kept: %s)", [p.key for p in pairs], keep_ram)
@@ -352,7 +372,6 @@ class AdapterCache:
         for slot in stale_slots:
             self._delete_slot(slot)
         if stale_slots:
-            _free_memory()
             log.info("rescan dropped %d stale adapters from the slots", len(stale_slots))
 
     # ------------------------------------------------------------------ leases
@@ -360,17 +379,36 @@ class AdapterCache:
     @contextlib.contextmanager
     def lease(self, pairs: Sequence[Pair | None]) -> Iterator[Lease]:
         """Hold every distinct adapter of `pairs` for the duration of the block (see module docstring)."""
+        lease = self._acquire(pairs, wait=True)
+        assert lease is not None
+        try:
+            yield lease
+        finally:
+            lease.release()
+
+    def try_acquire(self, pairs: Sequence[Pair | None]) -> Lease | None:
+        """Like `lease`, without waiting for a slot: None when the missing pairs need more unleased slots than
+        there are now. A pair that needs loading is loaded before this returns (a slot copy, plus a disk read
+        when it is not in the RAM tier). Typed errors as for `lease`. The caller must `release()` the lease."""
+        return self._acquire(pairs, wait=False)
+
+    def _acquire(self, pairs: Sequence[Pair | None], wait: bool) -> Lease | None:
         distinct = list(dict.fromkeys(p for p in pairs if p is not None))
         deadline = time.monotonic() + self.cfg.lease_timeout_s
         held: list[_Slot | _Pinned] = []
         try:
-            names = self._acquire_all(distinct, deadline, held)
-            yield Lease(list(pairs), [BASE if p is None else names[p] for p in pairs])
-        finally:
+            slots = self._acquire_all(distinct, deadline, held, wait)
+        except BaseException:
             self._release(held)
+            raise
+        if slots is None:
+            return None
+        return Lease(list(pairs), [BASE_SLOT if p is None else slots[p] for p in pairs], held, self._release)
 
-    def _acquire_all(self, distinct: list[Pair], deadline: float, held: list[_Slot | _Pinned]) -> dict[Pair, str]:
-        """Lease all of `distinct`, appending what is held to `held` (released by the caller).
+    def _acquire_all(self, distinct: list[Pair], deadline: float, held: list[_Slot | _Pinned],
+                     wait: bool = True) -> dict[Pair, int] | None:
+        """Lease all of `distinct`, appending what is held to `held` (released by the caller). None when `wait`
+        is False and the missing pairs do not fit the unleased slots now.
 
         Slots for the missing pairs are reserved all at once or not at all: a lease never holds some slots while
         waiting for more, so two multi-pair leases cannot deadlock each other.
@@ -380,7 +418,7 @@ class AdapterCache:
         if len(needed) > len(self._slots):
             self._count("busy")
             raise Busy(f"A batch asked for {len(needed)} adapter slots at once; {len(self._slots)} exist.")
-        names: dict[Pair, str] = {}
+        names: dict[Pair, int] = {}
         owned: list[_Load] = []
         waiting: list[_Load] = []
         waited = False
@@ -412,6 +450,8 @@ class AdapterCache:
                     entry.leases -= 1
                 for load in joins:
                     load.waiters -= 1
+                if not wait:
+                    return None
                 if not waited:
                     waited = True
                     self._counts["slot_waits"] += 1
@@ -430,7 +470,7 @@ class AdapterCache:
                 self._cv.wait(remaining)
             for entry in entries:
                 held.append(entry)
-                names[entry.pair] = entry.name  # type: ignore[index]
+                names[entry.pair] = entry.index  # type: ignore[index]
                 if isinstance(entry, _Pinned):
                     self._counts["pinned_hits"] += 1
                 else:
@@ -448,7 +488,7 @@ class AdapterCache:
             # Every owned load runs even if an earlier one failed: other requests may be waiting on each.
             try:
                 self._load(load)
-                names[load.pair] = load.slot.name  # type: ignore[union-attr]
+                names[load.pair] = load.slot.index  # type: ignore[union-attr]
             except BaseException as exc:  # noqa: BLE001 - re-raised below
                 held.remove(load.slot)  # type: ignore[arg-type]  # _load dropped the loader's lease
                 error = error or exc
@@ -464,7 +504,7 @@ class AdapterCache:
                     self._abandon(rest)
                 raise
             held.append(slot)
-            names[load.pair] = slot.name
+            names[load.pair] = slot.index
         return names
 
     def _abandon(self, load: _Load) -> None:
@@ -497,7 +537,7 @@ class AdapterCache:
             del self._lru[victim]
             self._to_ram(victim, slot.weights)
             self._counts["evictions"] += 1
-            log.debug("evicted %s from %s", victim.key, slot.name)
+            log.debug("evicted %s from slot %d", victim.key, slot.index)
         slot.pair, slot.weights, slot.ready, slot.leases = pair, None, False, 1
         self._lru[pair] = slot
 
@@ -533,7 +573,8 @@ class AdapterCache:
                     raise AdapterUnusable(f"Adapter {pair.key} {what} since the last scan; rescan adapters.")
             if weights is None:
                 weights = self._read_disk(pair)
-            self._attach(slot, weights)
+            self._attach(slot.index, weights)
+            slot.written = True
         except BaseException as exc:
             with self._cv:
                 # Nothing usable is in the slot (a failed inject may have half-built it); the loader's own lease
@@ -591,88 +632,34 @@ class AdapterCache:
         log.debug("read adapter %s from disk in %.1f ms", pair.key, (time.perf_counter() - t0) * 1000)
         return weights
 
-    def _attach(self, slot: _Slot, weights: AdapterWeights) -> None:
-        """Put `weights` into `slot`'s layers: hotswap when the tensors match, else delete + inject."""
+    def _attach(self, index: int, weights: AdapterWeights) -> None:
+        """Copy `weights` into slot `index` of every slot layer, growing the layers first if they do not fit it."""
         with self._mutate:
             t0 = time.perf_counter()
-            signature = _signature(weights)
-            swapped = False
-            if self.cfg.hotswap and slot.injected == signature:
-                try:
-                    self._hotswap(slot.name, weights)
-                    swapped = True
-                    self._count("hotswaps")
-                except (RuntimeError, ValueError) as exc:  # never fail a pair over the fast path
-                    log.warning("hotswap into %s failed (%s); re-injecting %s", slot.name, exc, weights.pair.key)
-            if not swapped:
-                if slot.injected is not None:
-                    self._delete(slot.name, free=False)
-                    slot.injected = None
-                self._inject(slot.name, weights)
-                slot.injected = signature
-                self._count("injections")
+            if weights.prepared is None:
+                weights.prepared = prepare(weights, self.backbone.dtype,
+                                           pin=str(self.backbone.device).startswith("cuda"))
+                weights.state_dict = {}  # the prepared copy is all the cache needs from now on
+            adapter: PreparedAdapter = weights.prepared
+            lora = self.lora
+            with self.backbone.model_lock:
+                if not lora.fits(adapter) or index > lora.capacity:
+                    grew = lora.ensure(adapter.modules, adapter.rank, max(index, lora.capacity))
+                    if grew:
+                        self._count("grows")
+                        log.info("slot LoRA layers grew for %s: %s", weights.pair.key, lora.info())
+                lora.load(index, adapter)
+            self._count("attaches")
             self._attach_ms.append((time.perf_counter() - t0) * 1000)
 
-    def _peft_state_dict(self, name: str, weights: AdapterWeights) -> dict:
-        from peft.utils.save_and_load import _insert_adapter_name_into_state_dict
-
-        return _insert_adapter_name_into_state_dict(weights.state_dict, adapter_name=name, parameter_prefix=_PREFIX)
-
-    def _hotswap(self, name: str, weights: AdapterWeights) -> None:
-        from peft.utils.hotswap import hotswap_adapter_from_state_dict
-
-        bb = self.backbone
-        with bb.model_lock:
-            hotswap_adapter_from_state_dict(bb.model, self._peft_state_dict(name, weights), adapter_name=name,
-                                            config=weights.config, parameter_prefix=_PREFIX)
-
-    def _inject(self, name: str, weights: AdapterWeights) -> None:
-        """Add adapter `name` to the model from an in-memory state dict (wrapping the model on first use)."""
-        import copy
-
-        from peft import PeftModel, get_peft_model, set_peft_model_state_dict
-
-        bb = self.backbone
-        config = copy.deepcopy(weights.config)
-        config.task_type = "SEQ_2_SEQ_LM" if bb.arch == "encoder-decoder" else "CAUSAL_LM"
-        config.inference_mode = True
-        with bb.model_lock:
-            if not isinstance(bb.model, PeftModel):
-                # Layers are created on their base layer's device (works with device_map and quantized models).
-                bb.model = get_peft_model(bb.base_model, config, adapter_name=name)
-            else:
-                if name in bb.model.peft_config:
-                    bb.model.delete_adapter(name)
-                bb.model.add_adapter(name, config)
-            try:
-                result = set_peft_model_state_dict(bb.model, weights.state_dict, adapter_name=name)
-                missing = [k for k in result.missing_keys if _PREFIX in k and f".{name}." in k]
-                if missing:
-                    raise AdapterUnusable(f"Adapter {weights.pair.key} lacks weights for {missing[0]}")
-            except BaseException:
-                bb.model.delete_adapter(name)
-                _keep_active_valid(bb.model)
-                raise
-            _keep_active_valid(bb.model)
-            bb.model.eval()
-
-    def _delete(self, name: str, free: bool = True) -> None:
-        """Delete adapter `name` from the model. `free` returns the memory to the OS at once; callers deleting
-        several adapters pass False and call `_free_memory` once, outside `_mutate`."""
-        bb = self.backbone
-        with bb.model_lock:
-            model = bb.model
-            if name in getattr(model, "peft_config", {}):
-                model.delete_adapter(name)
-                _keep_active_valid(model)
-        if free:
-            _free_memory()
+    def _clear(self, index: int) -> None:
+        with self._mutate, self.backbone.model_lock:
+            self.lora.clear(index)
 
     def _delete_slot(self, slot: _Slot) -> None:
-        with self._mutate:
-            if slot.injected is not None:
-                self._delete(slot.name, free=False)
-                slot.injected = None
+        if slot.written:
+            self._clear(slot.index)
+            slot.written = False
         with self._cv:
             slot.detaching = False
             self._cv.notify_all()
@@ -727,6 +714,10 @@ class AdapterCache:
         with self._cv:
             self._counts[name] += 1
 
+    def count_busy(self) -> None:
+        """A caller gave up waiting for a slot (the engine's queue deadline)."""
+        self._count("busy")
+
     def lru_order(self) -> list[str]:
         """Resident non-pinned keys, least recently used first."""
         with self._cv:
@@ -748,12 +739,13 @@ class AdapterCache:
 
     def stats(self) -> CacheStats:
         with self._cv:
-            resident = [ResidentAdapter(p.key, None, True, e.leases) for p, e in sorted(self._pinned.items())]
-            resident += [ResidentAdapter(p.key, s.name, False, s.leases) for p, s in self._lru.items() if s.ready]
+            resident = [ResidentAdapter(p.key, e.index, True, e.leases) for p, e in sorted(self._pinned.items())]
+            resident += [ResidentAdapter(p.key, s.index, False, s.leases) for p, s in self._lru.items() if s.ready]
             return CacheStats(
                 slots=len(self._slots), **self._counts,
                 load_ms_p50=_percentile(self._load_ms, 0.5), load_ms_p95=_percentile(self._load_ms, 0.95),
                 attach_ms_p50=_percentile(self._attach_ms, 0.5),
+                layers=self.lora.info(),
                 resident=resident,
                 ram_tier=[p.key for p in self._ram.keys()] if self.cfg.ram_tier > 0 else [],
                 failed={p.key: r for p, (_, r) in self._failures.items()},

@@ -47,7 +47,7 @@ class ServiceCollector(Collector):
         cache = status.get("cache") or {}
         events = CounterMetricFamily("hmt_adapter_cache_events", "Adapter cache events since start.",
                                      labels=["event"])
-        for event in ("hits", "pinned_hits", "ram_hits", "disk_loads", "hotswaps", "injections", "evictions",
+        for event in ("hits", "pinned_hits", "ram_hits", "disk_loads", "attaches", "grows", "evictions",
                       "failures", "busy", "slot_waits"):
             value = _num(cache.get(event))
             if value is not None:

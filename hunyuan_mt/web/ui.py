@@ -152,7 +152,9 @@ class TranslatorUI:
                 result or text, "")
 
     def on_source_change(self, source: str, target: str) -> tuple[Any, str]:
-        return gr.update(choices=self.target_choices(source), value=target), self.pair_note(source, target)
+        # Only the choices change: setting the value too would race a swap, whose new target can land in the page
+        # after this event read the old one (every code stays a choice, so the current value stays valid).
+        return gr.update(choices=self.target_choices(source)), self.pair_note(source, target)
 
     # ------------------------------------------------------------------ document tab
 
