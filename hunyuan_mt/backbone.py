@@ -16,6 +16,7 @@ row run alone.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -113,6 +114,14 @@ def choose_attn_implementation(requested: str, device: str, dtype: torch.dtype, 
     if flash_available and model_supports_flash and dtype in (torch.float16, torch.bfloat16):
         return "flash_attention_2"
     return "sdpa"
+
+
+def _usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, which containers narrow; cpu_count is the host's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _flash_attn_available() -> bool:
@@ -258,6 +267,11 @@ class Backbone:
         t0 = time.perf_counter()
         device = resolve_device(cfg)
         dtype = resolve_dtype(cfg, device)
+        if device == "cpu":
+            threads = cfg.cpu_threads or max(1, _usable_cores() - 1)
+            if torch.get_num_threads() != threads:
+                log.info("torch intra-op threads: %d (model.cpu_threads)", threads)
+                torch.set_num_threads(threads)
         quant = _quantization_config(cfg, device, dtype)
         source = _model_source(cfg)
         common = {"local_files_only": True, "trust_remote_code": cfg.trust_remote_code}

@@ -58,6 +58,10 @@ class ModelConfig:
     require_cuda: bool = False
     #: Run a short generation at start so the first user request is not the slow one.
     warmup: bool = True
+    #: torch's intra-op threads when the model runs on the CPU. 0: one less than the machine's cores (at least 1),
+    #: so the decode loop and the request threads (HTTP, tokenizing, detection) do not fight over the same cores;
+    #: on a 2-core machine that single thread served 1.4x the requests of two (BENCHMARKS.md).
+    cpu_threads: int = 0
 
     def __post_init__(self) -> None:
         _check(self.arch in ("auto", "decoder-only", "encoder-decoder"), "model.arch",
@@ -69,6 +73,8 @@ class ModelConfig:
                self.quantization)
         _check(self.attn_implementation in ("auto", "sdpa", "flash_attention_2", "eager"),
                "model.attn_implementation", "one of auto, sdpa, flash_attention_2, eager", self.attn_implementation)
+        _check(isinstance(self.cpu_threads, int) and self.cpu_threads >= 0, "model.cpu_threads", "an integer >= 0",
+               self.cpu_threads)
 
     @property
     def resolved_path(self) -> Path:
@@ -164,6 +170,10 @@ class EngineConfig:
     fairness_max_skips: int = 4
     #: Split long inputs into sentences and translate them as separate rows.
     split_sentences: bool = True
+    #: While rows decode, waiting rows are prefilled together once they number this share of the live rows...
+    join_ratio: float = 0.5
+    #: ...or once one of them has waited this many decode steps (0: every waiting row joins at the next step).
+    max_join_steps: int = 4
 
     def __post_init__(self) -> None:
         _check(self.max_wait_ms >= 0, "engine.max_wait_ms", "a number >= 0", self.max_wait_ms)
@@ -171,6 +181,9 @@ class EngineConfig:
                self.max_rows)
         _check(isinstance(self.max_tokens, int) and self.max_tokens >= 16, "engine.max_tokens", "an integer >= 16",
                self.max_tokens)
+        _check(self.join_ratio >= 0, "engine.join_ratio", "a number >= 0", self.join_ratio)
+        _check(isinstance(self.max_join_steps, int) and self.max_join_steps >= 0, "engine.max_join_steps",
+               "an integer >= 0", self.max_join_steps)
 
 
 @dataclass

@@ -90,6 +90,8 @@ class _Pending:
     blocked_since: float | None = None
     lease: "Lease | None" = None
     slot: int = BASE_SLOT
+    #: The engine's decode-step count when the row was queued (how long it has waited to join, in steps).
+    steps_at_submit: int = 0
 
     @property
     def tokens(self) -> int:
@@ -222,6 +224,7 @@ class BatchEngine:
             for _, pending in prepared:
                 if pending is not None:
                     pending.seq = next(self._seq)
+                    pending.steps_at_submit = self.stats.decode_steps
                     self._queue.append(pending)
             self._cv.notify_all()
         return [fut for fut, _ in prepared]
@@ -361,6 +364,8 @@ class BatchEngine:
             self._expire_blocked(now)
             if room <= 0 or not self._queue:
                 return []
+            if live and not self._time_to_join(live):
+                return []
             pinned = set(self.cache.pinned())
             resident = set(self.cache.lru_order())
 
@@ -409,6 +414,16 @@ class BatchEngine:
         for p in admitted:
             self.stats.queue_ms.append((now - p.enqueued) * 1000)
         return admitted
+
+    def _time_to_join(self, live: int) -> bool:
+        """Whether waiting rows should be prefilled now, while `live` rows decode (caller holds _cv).
+
+        Each prefill is a forward of its own, so rows that arrive one by one are gathered for a few steps
+        (at most `max_join_steps`), unless enough of them wait (`join_ratio` of the live rows)."""
+        if len(self._queue) >= self.cfg.join_ratio * live:
+            return True
+        steps = self.stats.decode_steps
+        return any(steps - p.steps_at_submit >= self.cfg.max_join_steps for p in self._queue)
 
     def _expire_blocked(self, now: float) -> None:
         """Fail rows that have waited longer than lease_timeout_s for a slot (caller holds _cv)."""

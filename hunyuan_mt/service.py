@@ -320,7 +320,7 @@ class TranslationService:
                 for lang in LANGUAGES.values()]
 
     def _record(self, ms: float, segments: int, chars: int, requests: int) -> None:
-        hit_rate = self.cache.stats().hit_rate
+        hit_rate = self.cache.hit_rate()
         with self._lock:
             self._latency.append(ms)
             self._history.append((round(time.time(), 3), round(ms, 2), None if hit_rate is None else

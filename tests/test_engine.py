@@ -535,3 +535,44 @@ def test_pivot_second_hop_joins_the_running_batch(marian_dir: Path, marian_adapt
         assert any(h.kind == "decode" and {"en2fr", "en2de"} <= set(h.pairs) for h in records[hop2:])
     finally:
         service.close()
+
+
+def test_waiting_rows_are_gathered_for_a_few_steps_before_they_join(marian_dir: Path, marian_adapters: Path,
+                                                                    fresh_backbone, make_cache) -> None:
+    """While rows decode, one arriving row waits max_join_steps decode steps so later arrivals can share its
+    prefill; enough waiting rows (join_ratio of the live ones) join at the next step."""
+    backbone = fresh_backbone(marian_dir)
+    cache = make_cache(backbone, marian_adapters, slots=3)
+    engine = BatchEngine(backbone, cache, EngineConfig(max_wait_ms=0, join_ratio=0.5, max_join_steps=2),
+                         GenerationConfig(), LimitsConfig(max_new_tokens=30))
+    try:
+        long_rows = [row("en2de", t, max_new=30) for t in TEXTS[:4]]
+        submitted: dict[str, list[Future]] = {}
+
+        def seam(rows: list[Row]) -> None:
+            done = engine.stats.decode_steps  # decode forwards completed so far
+            if done == 2 and "one" not in submitted:
+                # One row arrives during the 3rd decode step: 1 < 0.5 x 4 live rows, so it waits 2 steps.
+                submitted["one"] = engine.submit([row("en2fr", "one", max_new=3)])
+            if done == 9 and "three" not in submitted:
+                # Three arrive during the 10th: 3 >= 0.5 x 4 live rows (the lone one is done), they join at once.
+                submitted["three"] = engine.submit([row(None, f"three {i}", max_new=3) for i in range(3)])
+
+        engine.before_generate = seam
+        start = len(engine.history)
+        futures = engine.submit(long_rows)
+        for f in futures:
+            f.result(timeout=60)
+        for fs in submitted.values():
+            [f.result(timeout=60) for f in fs]
+        records = since(engine, start)
+        kinds = [h.kind for h in records]
+        prefills = [i for i, k in enumerate(kinds) if k == "prefill"]
+        assert len(prefills) == 3, kinds
+        one, three = prefills[1], prefills[2]
+        # Arrived during step 3; steps 3 and 4 ran before it joined.
+        assert records[one].pairs == ("en2fr",) and kinds[:one].count("decode") == 4, kinds
+        # Arrived during step 10; joined right after it.
+        assert records[three].rows == 3 and kinds[:three].count("decode") == 10, kinds
+    finally:
+        engine.close()

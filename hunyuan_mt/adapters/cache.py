@@ -718,6 +718,14 @@ class AdapterCache:
         """A caller gave up waiting for a slot (the engine's queue deadline)."""
         self._count("busy")
 
+    def hit_rate(self) -> float | None:
+        """Share of adapter lookups served by an attached adapter (what `stats().hit_rate` gives, without
+        building the whole snapshot; every request records it)."""
+        with self._cv:
+            c = self._counts
+            lookups = c["hits"] + c["pinned_hits"] + c["ram_hits"] + c["disk_loads"]
+            return None if lookups == 0 else (c["hits"] + c["pinned_hits"]) / lookups
+
     def lru_order(self) -> list[str]:
         """Resident non-pinned keys, least recently used first."""
         with self._cv:

@@ -130,7 +130,9 @@ class RunningBatch(ABC):
     # ------------------------------------------------------------------ the three moves
 
     def add(self, sequences: list[Sequence]) -> list[Live]:
-        """Prefill `sequences` and make them live rows; each gets its first token. Returns the new rows."""
+        """Prefill `sequences` and make them live rows. Returns the new rows. Each gets its first token here, or,
+        when the architecture folds the first decoder token into the next `step` (`_prefill` returns no logits),
+        at that step."""
         if not sequences:
             return []
         if self.before_forward is not None:
@@ -140,7 +142,8 @@ class RunningBatch(ABC):
         live = [Live(s, RowTokens(seen=list(s.decoder_prefix or s.input_ids), generated=0,
                                   max_new=s.max_new_tokens, prefix_len=len(s.decoder_prefix)))
                 for s in sequences]
-        self._choose(logits, live)
+        if logits is not None:
+            self._choose(logits, live)
         self.compact()  # the merge copies the cache anyway: drop finished rows in the same pass
         self._merge(state)
         self.rows.extend(live)
@@ -155,7 +158,7 @@ class RunningBatch(ABC):
         self._use_slots(self.slots)
         # A finished row riding along repeats its last token at its last position: its output is thrown away,
         # and its position never runs past the model's table.
-        last = torch.tensor([[r.generated[-1]] for r in self.rows], dtype=torch.long, device=self.device)
+        last = torch.tensor([[r.tokens.seen[-1]] for r in self.rows], dtype=torch.long, device=self.device)
         pos = torch.tensor([[r.position - (1 if r.done else 0)] for r in self.rows], dtype=torch.long,
                            device=self.device)
         logits = self._decode(last, pos)
@@ -208,8 +211,9 @@ class RunningBatch(ABC):
     # ------------------------------------------------------------------ per architecture
 
     @abstractmethod
-    def _prefill(self, sequences: list[Sequence]) -> tuple[torch.Tensor, Any]:
-        """Forward over the entering rows alone: (last-position logits [n, vocab], their cache state)."""
+    def _prefill(self, sequences: list[Sequence]) -> tuple[torch.Tensor | None, Any]:
+        """Forward over the entering rows alone: (last-position logits [n, vocab], their cache state). Logits None:
+        the rows' last prefix token is still to be fed, by the next `step`, with every other row."""
 
     @abstractmethod
     def _merge(self, state: Any) -> None:

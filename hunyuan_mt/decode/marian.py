@@ -5,6 +5,10 @@ joined at different steps could not share it. This module calls the decoder's pa
 (scaled), sinusoidal positions per row, the layers with transformers' own causal+padding and encoder masks, then
 the head and `final_logits_bias`. Cross-attention keys/values are computed once per row at prefill (right-padded
 to the longest source, padding masked) and reused by every step.
+
+When every entering row's decoder prefix is the start token alone (Marian's own vocabularies), prefill is only the
+encoder and the cross-attention projections: the rows join with an empty self-attention history and get their
+first token in the next decode step, beside the running rows, instead of in a decoder forward of their own.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ class MarianBatch(RunningBatch):
         bias = getattr(self.model, "final_logits_bias", None)
         return logits + bias if bias is not None else logits
 
-    def _prefill(self, sequences: list[Sequence]) -> tuple[torch.Tensor, Any]:
+    def _prefill(self, sequences: list[Sequence]) -> tuple[torch.Tensor | None, Any]:
         width = max(len(s.input_ids) for s in sequences)
         # Sources are right-padded, as for a whole-batch generate: Marian's encoder positions start at the first
         # token whatever the padding.
@@ -57,10 +61,28 @@ class MarianBatch(RunningBatch):
         src_mask = torch.tensor([[1] * len(s.input_ids) + [0] * (width - len(s.input_ids)) for s in sequences],
                                 dtype=torch.long, device=self.device)
         states = self.model.get_encoder()(input_ids=src, attention_mask=src_mask).last_hidden_state
+        if all(len(s.decoder_prefix) == 1 for s in sequences):
+            return None, (self._empty_history(states), states.new_zeros(len(sequences), 0, dtype=torch.long),
+                          src_mask)
         ids, mask = left_padded([s.decoder_prefix for s in sequences], self.pad_id, self.device)
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         logits = self._step(ids, positions(mask), mask, cache, src_mask, states)
         return logits, (cache, mask, src_mask)
+
+    def _empty_history(self, states: torch.Tensor) -> EncoderDecoderCache:
+        """A cache for rows that have fed no decoder token yet: empty self-attention, and the cross-attention
+        keys/values of every layer computed from the encoder output (what the layers would cache at their first
+        step)."""
+        rows = states.shape[0]
+        data = []
+        for layer in self.decoder.layers:
+            attn = layer.encoder_attn
+            shape = (rows, -1, attn.num_heads, attn.head_dim)
+            keys = attn.k_proj(states).view(shape).transpose(1, 2)
+            values = attn.v_proj(states).view(shape).transpose(1, 2)
+            empty = keys.new_zeros(rows, keys.shape[1], 0, keys.shape[3])
+            data.append((empty, empty, keys, values))
+        return EncoderDecoderCache(data)
 
     def _merge(self, state: Any) -> None:
         cache, mask, src_mask = state
