@@ -15,7 +15,8 @@ that finishes is answered at once (Orca's iteration-level scheduling, as in vLLM
   `cache.lease_timeout_s`, then `Busy`);
 - rows whose adapter needs no load (pinned, resident, or the bare backbone) are considered first, which keeps the
   hit rate up; a row passed over `fairness_max_skips` times (a younger row entered ahead of it) stops every younger
-  row from entering until it is in, so a cold pair cannot starve.
+  row that would hold a slot from entering until it is in (rows of pinned pairs and of the bare backbone hold
+  none, so they still enter), so a cold pair cannot starve.
 
 Leases are per row and end when the row does, so an adapter is never evicted or overwritten while a row uses it.
 
@@ -380,12 +381,18 @@ class BatchEngine:
         longest = max((p.tokens for p in self._running.values()), default=0)
         admitted: list[_Pending] = []
         refused: list[tuple[_Pending, BaseException]] = []
+        draining = False
         for p in order:
             if len(admitted) >= room:
                 break
             rows = live + len(admitted) + 1
             if rows > 1 and max(longest, p.tokens) * rows > self.max_tokens:
+                if p.skips >= bound:
+                    break  # starved and short of room: nothing younger may take the room it waits for
                 continue
+            needs_slot = p.row.adapter is not None and p.row.adapter.key not in pinned
+            if draining and needs_slot:
+                continue  # a starved row waits for a slot to drain: do not extend any slot's lease
             try:
                 lease = None if p.row.adapter is None else self.cache.try_acquire([p.row.adapter])
             except TranslationError as exc:
@@ -394,8 +401,8 @@ class BatchEngine:
             if p.row.adapter is not None and lease is None:
                 if p.blocked_since is None:
                     p.blocked_since = now
-                if p.skips >= bound:
-                    break  # starved: nothing younger may take the slot it waits for
+                # Starved: from here on only rows that hold no slot (pinned pairs, the bare backbone) enter.
+                draining = draining or p.skips >= bound
                 continue
             p.lease, p.slot = lease, (BASE_SLOT if lease is None else lease.slots[0])
             p.blocked_since = None

@@ -576,3 +576,28 @@ def test_waiting_rows_are_gathered_for_a_few_steps_before_they_join(marian_dir: 
         assert records[three].rows == 3 and kinds[:three].count("decode") == 10, kinds
     finally:
         engine.close()
+
+
+def test_starved_row_holds_back_slot_users_but_not_pinned_rows(marian_dir: Path, marian_adapters: Path,
+                                                                make_engine) -> None:
+    """Once a cold row is starved, younger rows that would hold a slot wait behind it, while rows of a pinned
+    pair (they hold no slot) keep entering."""
+    engine = make_engine(marian_dir, marian_adapters, slots=1, pinned=("en2es",), fairness=2)
+    hot, cold, pinned = "en2de", "en2fr", "en2es"
+    engine.run([row(hot, "warm")])
+    sent: list[Future] = []
+
+    def streams(rows: list[Row]) -> None:
+        if len(sent) < 16:  # every forward: one hot row and one pinned row arrive
+            sent.extend(engine.submit([row(hot, f"hot {len(sent)}", max_new=4),
+                                       row(pinned, f"pinned {len(sent)}", max_new=4)]))
+
+    start = len(engine.history)
+    futures = held(engine, [row(cold, "cold", max_new=4), row(hot, "hot first", max_new=4)], then=streams)
+    assert all(isinstance(f.result(timeout=60), str) for f in futures + sent)
+    prefills = [h for h in since(engine, start) if h.kind == "prefill"][1:]
+    cold_at = next(i for i, h in enumerate(prefills) if cold in h.pairs)
+    starved_from = 2  # the cold row was passed over twice
+    assert all(hot not in h.pairs for h in prefills[starved_from:cold_at])  # slot users held back...
+    assert any(pinned in h.pairs for h in prefills[starved_from:cold_at])  # ...pinned rows still entered
+    assert all(h.distinct_nonpinned <= 1 for h in engine.history)

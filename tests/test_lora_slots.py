@@ -207,3 +207,31 @@ def test_mapping_follows_beam_expansion_and_refuses_mismatch() -> None:
     assert mapping.uniform == 3
     mapping.clear()
     assert mapping.uniform == BASE_SLOT
+
+
+def test_marian_rows_that_join_on_their_start_token_match_peft(fresh_backbone, make_cache, marian_dir,
+                                                               marian_adapters, monkeypatch) -> None:
+    """Without target-language tokens (Marian's own vocabularies) a row's prefix is the start token alone: it
+    joins with only its encoder run and takes its first token in a shared decode step. Still PEFT's output."""
+    bb = fresh_backbone(marian_dir)
+    ref_bb = fresh_backbone(marian_dir)
+    for b in (bb, ref_bb):
+        monkeypatch.setattr(b, "target_token_id", lambda tgt: None)
+    cache = make_cache(bb, marian_adapters, slots=4)
+    keys = ["en2es", "en2de", None, "en2fr", "zh2en", "en2es"]
+    rows = [PromptRow(TEXTS[i], "en", "es") for i in range(len(keys))]
+    assert all(len(bb.encode(r).decoder_prefix) == 1 for r in rows)
+    with cache.lease([None if k is None else Pair.parse(k) for k in keys]) as lease:
+        ours = bb.generate(rows, lease.slots, GREEDY, max_new_tokens=12)
+    peft = PeftModel.from_pretrained(ref_bb.model, marian_adapters / "en2es", adapter_name="en2es")
+    for key in ("en2de", "en2fr", "zh2en"):
+        peft.load_adapter(marian_adapters / key, adapter_name=key)
+    ref_bb.model = peft
+    for i, (r, key) in enumerate(zip(rows, keys)):
+        if key is None:
+            with peft.disable_adapter():
+                ref = ref_bb._hf_generate([ref_bb.encode(r)], [BASE_SLOT], GREEDY, 12)
+        else:
+            peft.set_adapter(key)
+            ref = ref_bb._hf_generate([ref_bb.encode(r)], [BASE_SLOT], GREEDY, 12)
+        assert ours[i] == ref[0], (i, key)
