@@ -103,12 +103,19 @@ class ServiceCollector(Collector):
                                       value=float(memory["transitions"]))
 
         engine = status.get("engine") or {}
-        for key, help_text in (("batches", "Batches generated."), ("rows", "Rows generated."),
-                               ("oom_splits", "Batches split after an out-of-memory error."),
+        for key, help_text in (("batches", "Forward passes (prefills, decode steps and whole batches)."),
+                               ("prefills", "Prefill forwards (rows joining the running batch)."),
+                               ("decode_steps", "Decode steps over the running batch."),
+                               ("rows", "Rows answered."),
+                               ("preempted", "Rows sent back to the queue to make room (out of memory)."),
+                               ("oom_splits", "Forwards split after an out-of-memory error."),
                                ("oom_failures", "Single rows that still did not fit.")):
             if _num(engine.get(key)) is not None:
                 yield CounterMetricFamily(f"hmt_engine_{key}", help_text, value=float(engine[key]))
-        yield from _gauge("hmt_engine_queued_rows", "Rows waiting for a batch.", engine.get("queued"))
+        yield from _gauge("hmt_engine_queued_rows", "Rows waiting to join the running batch.", engine.get("queued"))
+        yield from _gauge("hmt_engine_running_rows", "Rows in the running batch.", engine.get("running"))
+        yield from _gauge("hmt_engine_mean_batch_rows", "Mean rows per decode step since start.",
+                          engine.get("mean_batch_rows"))
         gen = GaugeMetricFamily("hmt_engine_ms", "Engine time percentiles (ms).", labels=["stage", "quantile"])
         for stage in ("generate", "queue"):
             for q, quantile in (("p50", "0.5"), ("p95", "0.95")):
