@@ -108,7 +108,9 @@ def test_quick_bench_writes_well_formed_results(tmp_path: Path, marian_dir: Path
     assert samples and all(s["first"]["disk_loads"] == 1 and s["again"]["ram_hits"] == 1 for s in samples)
     assert summary["cold"]["ratio"] is not None
     assert {t["name"] for t in summary["targets"]} >= {
-        "pinned pair first request / steady state", "RAM-tier re-attach / disk attach",
+        "pinned pair first request / steady state", "RAM-tier re-attach / disk attach (issue 5)",
+        "re-attach from the RAM tier, ms (issue 10)",
+        "W1 one client, p50 latency ours / B1 (issue 10)",
         "cold start to first translation / (load + one forward)"}
     md = (tmp_path / "out" / "bench.md").read_text()
     assert "## Throughput and latency" in md and md.count("| W1 | 1 |") == 4
