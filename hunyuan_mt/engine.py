@@ -493,15 +493,10 @@ class BatchEngine:
         self._collect()
 
     def _prefill_failed(self, rows: list[_Pending], exc: BaseException) -> None:
-        oom = is_oom(exc)
-        if oom:
-            self._free_memory()
+        oom = self._after_failure(exc)
         if len(rows) > 1:
             # Split: the halves enter separately (the first now, the second at the next admission).
-            if oom:
-                self.stats.oom_splits += 1
-            else:
-                self.stats.error_splits += 1
+            self._count_split(oom)
             half = len(rows) // 2
             self._requeue(rows[half:], preempted=False)
             for p in rows[half:]:
@@ -515,6 +510,23 @@ class BatchEngine:
             self._drain = True
             self._requeue([p], preempted=True)
             return
+        self._fail_alone(p, exc, oom)
+
+    def _after_failure(self, exc: BaseException) -> bool:
+        """Whether a forward's error is out of memory (then the device's cached blocks are given back first)."""
+        oom = is_oom(exc)
+        if oom:
+            self._free_memory()
+        return oom
+
+    def _count_split(self, oom: bool) -> None:
+        if oom:
+            self.stats.oom_splits += 1
+        else:
+            self.stats.error_splits += 1
+
+    def _fail_alone(self, p: _Pending, exc: BaseException, oom: bool) -> None:
+        """A row that fails on its own: OutOfMemory quoting its size, or the error it raised."""
         self._running.pop(p.seq, None)
         if oom:
             self.stats.oom_failures += 1
@@ -545,25 +557,12 @@ class BatchEngine:
     def _decode_failed(self, live: list[_Pending], exc: BaseException) -> None:
         """Preempt the newest half of the batch (they start again later); a lone row fails."""
         assert self._batch is not None
-        oom = is_oom(exc)
-        if oom:
-            self._free_memory()
+        oom = self._after_failure(exc)
         if len(live) == 1:
-            p = live[0]
-            self._batch.drop({p.seq})
-            self._running.pop(p.seq, None)
-            if oom:
-                self.stats.oom_failures += 1
-                exc = OutOfMemory(f"Out of memory translating one segment of {p.tokens} tokens "
-                                  f"({p.row.src}→{p.row.tgt}), even alone; shorten the text or try again later.")
-            else:
-                log.error("engine: a %s→%s row failed: %s: %s", p.row.src, p.row.tgt, type(exc).__name__, exc)
-            self._finish(p, error=exc)
+            self._batch.drop({live[0].seq})
+            self._fail_alone(live[0], exc, oom)
             return
-        if oom:
-            self.stats.oom_splits += 1
-        else:
-            self.stats.error_splits += 1
+        self._count_split(oom)
         newest = sorted(live, key=lambda p: p.seq)[len(live) // 2:]
         self._batch.drop({p.seq for p in newest})
         if oom:
@@ -604,25 +603,14 @@ class BatchEngine:
                 self.limits.max_new_tokens, **extra))
         except (_ForwardFailed, Exception) as failed:
             exc = failed.cause if isinstance(failed, _ForwardFailed) else failed
-            oom = is_oom(exc)
-            if oom:
-                self._free_memory()
+            oom = self._after_failure(exc)
             if len(rows) > 1:
-                if oom:
-                    self.stats.oom_splits += 1
-                else:
-                    self.stats.error_splits += 1
+                self._count_split(oom)
                 half = len(rows) // 2
                 self._static_split(rows[:half])
                 self._static_split(rows[half:])
                 return
-            p = rows[0]
-            self._running.pop(p.seq, None)
-            if oom:
-                self.stats.oom_failures += 1
-                exc = OutOfMemory(f"Out of memory translating one segment of {p.tokens} tokens "
-                                  f"({p.row.src}→{p.row.tgt}), even alone; shorten the text or try again later.")
-            self._finish(p, error=exc)
+            self._fail_alone(rows[0], exc, oom)
             return
         for p, text in zip(rows, outs):
             self._running.pop(p.seq, None)
