@@ -28,7 +28,8 @@ import torch
 
 from .adapters.registry import BackboneSpec
 from .config import GenerationConfig, ModelConfig
-from .decode import RunningBatch, Sequence, TokenPicker, running_batch_class
+from .decode import CausalBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
+from .decode.static import StaticCausalBatch
 from .errors import ConfigError, InputTooLarge, ModelUnavailable
 from .languages import LANGUAGES, hunyuan_prompt
 from .lora import BASE_SLOT
@@ -64,6 +65,16 @@ class PromptRow:
     text: str
     src: str
     tgt: str
+
+
+@dataclass(frozen=True)
+class StaticCache:
+    """What a preallocated (static) KV cache is sized for: rows, columns per row (prompt + new tokens), and whether
+    decode steps may be captured as CUDA graphs (on CUDA only)."""
+
+    rows: int
+    max_len: int
+    cuda_graphs: bool = True
 
 
 @dataclass(frozen=True)
@@ -425,14 +436,29 @@ class Backbone:
         return TokenPicker.for_model(self.model, gen, self.tokenizer.eos_token_id,
                                      encoder_decoder=self.arch == ENCODER_DECODER)
 
-    def new_batch(self, gen: GenerationConfig) -> RunningBatch | None:
+    def new_batch(self, gen: GenerationConfig, static: StaticCache | None = None) -> RunningBatch | None:
         """An empty running batch for the decode loop, or None when this model or `gen` needs transformers'
-        `generate` (beam search; see `batch_note`). Its forwards must run under `model_lock`."""
+        `generate` (beam search; see `batch_note`). `static` asks for the preallocated cache (decoder-only; see
+        `static_cache_note`). Its forwards must run under `model_lock`."""
         if self.batch_class is None or gen.num_beams > 1:
             return None
         pad = self.tokenizer.pad_token_id
-        return self.batch_class(self.model, None if self.lora is None else self.lora.mapping, self.picker(gen),
-                                torch.device(self.device), pad if pad is not None else 0)
+        args = (self.model, None if self.lora is None else self.lora.mapping, self.picker(gen),
+                torch.device(self.device), pad if pad is not None else 0)
+        if static is not None and self.static_cache_note(static) is None:
+            graphs = static.cuda_graphs and self.device.startswith("cuda")
+            return StaticCausalBatch(*args, capacity=static.rows, max_len=static.max_len, dtype=self.dtype,
+                                     graphs=graphs)
+        return self.batch_class(*args)
+
+    def static_cache_note(self, static: StaticCache) -> str | None:
+        """None when the preallocated cache can serve this model, else why not."""
+        if self.batch_class is not CausalBatch:
+            return f"{self.name} is not a decoder-only model the decode loop drives"
+        attn = getattr(self.model.config, "_attn_implementation", None)
+        if attn not in (None, "sdpa", "eager"):
+            return f"attention {attn} takes no 4D mask (the static cache needs sdpa or eager)"
+        return None
 
     def generate(self, rows: list[PromptRow], slots: list[int], gen: GenerationConfig,
                  max_new_tokens: int, **extra: Any) -> list[str]:

@@ -174,6 +174,14 @@ class EngineConfig:
     join_ratio: float = 0.5
     #: ...or once one of them has waited this many decode steps (0: every waiting row joins at the next step).
     max_join_steps: int = 4
+    #: KV cache of the decode loop: "dynamic" (grows and shrinks with the rows), "static" (preallocated for
+    #: max_rows rows of max_seq_len tokens; decoder-only models with sdpa/eager attention) or "auto" (static on
+    #: CUDA for decoder-only models, dynamic otherwise).
+    kv_cache: str = "auto"
+    #: Static cache: tokens per row (prompt + new tokens). A longer prompt is refused; new tokens are capped.
+    max_seq_len: int = 1024
+    #: Static cache on CUDA: capture decode steps as CUDA graphs (per batch-size bucket; eager where capture fails).
+    cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
         _check(self.max_wait_ms >= 0, "engine.max_wait_ms", "a number >= 0", self.max_wait_ms)
@@ -182,6 +190,10 @@ class EngineConfig:
         _check(isinstance(self.max_tokens, int) and self.max_tokens >= 16, "engine.max_tokens", "an integer >= 16",
                self.max_tokens)
         _check(self.join_ratio >= 0, "engine.join_ratio", "a number >= 0", self.join_ratio)
+        _check(self.kv_cache in ("auto", "dynamic", "static"), "engine.kv_cache", "one of auto, dynamic, static",
+               self.kv_cache)
+        _check(isinstance(self.max_seq_len, int) and self.max_seq_len >= 8, "engine.max_seq_len", "an integer >= 8",
+               self.max_seq_len)
         _check(isinstance(self.max_join_steps, int) and self.max_join_steps >= 0, "engine.max_join_steps",
                "an integer >= 0", self.max_join_steps)
 

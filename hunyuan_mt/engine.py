@@ -47,8 +47,9 @@ import torch
 
 from .config import EngineConfig, GenerationConfig, LimitsConfig
 from .decode import RunningBatch
+from .decode.static import FP8
 from .decode import Sequence as DecodeSequence
-from .errors import Busy, InvalidInput, OutOfMemory, TranslationError
+from .errors import Busy, InputTooLarge, InvalidInput, OutOfMemory, TranslationError
 from .lora import BASE_SLOT
 from .memory import QUANTIZED_KV_KWARGS, quantized_kv_support
 
@@ -176,16 +177,38 @@ class BatchEngine:
         self._closed = False
         #: seq → pending row, for the rows in the running batch.
         self._running: dict[int, _Pending] = {}
-        self._batch: RunningBatch | None = backbone.new_batch(gen_cfg)
+        self._batch: RunningBatch | None = backbone.new_batch(gen_cfg, self._static_cache_spec())
         if self._batch is not None:
             self._batch.before_forward = self._seam
         self.iteration_level = self._batch is not None
+        #: Light mode's KV dtype for a static cache, applied by the loop between two steps (None: unchanged).
+        self._kv_switch: tuple[Any] | None = None
         #: After an out-of-memory prefill of one row: admit nothing until the running batch drains.
         self._drain = False
         #: After an out-of-memory decode step: at most this many live rows until the batch drains.
         self._oom_cap: int | None = None
         self._thread = threading.Thread(target=self._loop, name="hmt-engine", daemon=True)
         self._thread.start()
+
+    def _static_cache_spec(self) -> Any:
+        """The static cache to ask the backbone for, or None (engine.kv_cache; "auto": decoder-only on CUDA)."""
+        from .backbone import StaticCache
+
+        mode = self.cfg.kv_cache
+        bb = self.backbone
+        if mode == "dynamic" or (mode == "auto" and not (bb.arch == "decoder-only" and bb.device.startswith("cuda"))):
+            return None
+        spec = StaticCache(rows=self.cfg.max_rows, max_len=self.cfg.max_seq_len, cuda_graphs=self.cfg.cuda_graphs)
+        note = bb.static_cache_note(spec)
+        if note is not None:
+            log.log(logging.WARNING if mode == "static" else logging.INFO,
+                    "engine: no static KV cache (%s); the dynamic one serves", note)
+            return None
+        return spec
+
+    @property
+    def static_cache(self) -> bool:
+        return hasattr(self._batch, "storage")
 
     # ------------------------------------------------------------------ public
 
@@ -218,6 +241,15 @@ class BatchEngine:
             if row.max_new_tokens is not None:
                 cap = max(1, min(cap, row.max_new_tokens))
             max_new = self.backbone.max_new_tokens(encoded, cap)
+            width = getattr(self._batch, "max_len", None)
+            if width is not None:
+                if encoded.tokens >= width:
+                    fut.set_exception(InputTooLarge(
+                        f"A segment of {encoded.tokens} tokens is longer than the {width} tokens a row of the KV cache "
+                        "holds (engine.max_seq_len); split the text into shorter segments."))
+                    prepared.append((fut, None))
+                    continue
+                max_new = min(max_new, width - encoded.tokens)
             prepared.append((fut, _Pending(row, fut, 0, encoded, max_new, now)))
         with self._cv:
             if self._closed:
@@ -263,19 +295,26 @@ class BatchEngine:
         return len(self._running)
 
     def set_light_mode(self, on: bool) -> dict[str, Any]:
-        """Light mode: a quarter of the rows and tokens per batch, quantized KV cache where supported (decoder-only
-        models; whole batches then run through transformers' generate, which has that cache)."""
+        """Light mode: a quarter of the rows and tokens per batch, fp8 KV cache where supported. A static cache is
+        converted in place by the loop, between two steps (live rows keep going); other decoder-only models run
+        whole batches through transformers' generate, which has that cache."""
         with self._cv:
             self.light = on
             if on:
                 self.max_rows = max(1, self.cfg.max_rows // 4)
                 self.max_tokens = max(16, self.cfg.max_tokens // 4)
-                ok, note = quantized_kv_support(self.backbone.model, self.backbone.arch)
-                self.kv_quantization = "fp8" if ok else None
-                self.kv_quantization_note = note
+                if self.static_cache and FP8 is not None:
+                    self.kv_quantization, self.kv_quantization_note = "fp8", "fp8 in the static cache"
+                    self._kv_switch = (FP8,)
+                else:
+                    ok, note = quantized_kv_support(self.backbone.model, self.backbone.arch)
+                    self.kv_quantization = "fp8" if ok else None
+                    self.kv_quantization_note = note
             else:
                 self.max_rows, self.max_tokens = self.cfg.max_rows, self.cfg.max_tokens
                 self.kv_quantization, self.kv_quantization_note = None, ""
+                if self.static_cache:
+                    self._kv_switch = (None,)
             self._cv.notify_all()
             return {"max_rows": self.max_rows, "max_tokens": self.max_tokens,
                     "kv_cache": self.kv_quantization or "default",
@@ -286,8 +325,13 @@ class BatchEngine:
         steps = sorted(s.step_ms.copy())  # deque.copy is atomic; iterating a deque being appended to is not
         queue = sorted(s.queue_ms.copy())
         forwards = s.prefills + s.decode_steps + s.static_batches
+        graphs = getattr(self._batch, "steps", None)
         return {
-            "mode": "iteration" if self.iteration_level and not self.kv_quantization else "static",
+            "mode": "static" if self._static() else "iteration",
+            "kv_cache_layout": "static" if self.static_cache else ("dynamic" if self._batch is not None else "none"),
+            "kv_cache_bytes": getattr(self._batch, "kv_bytes", None),
+            "cuda_graphs": None if graphs is None else {"captured": sorted(graphs.graphs),
+                                                         "eager": sorted(graphs.failed)},
             "batches": forwards, "prefills": s.prefills, "decode_steps": s.decode_steps,
             "static_batches": s.static_batches, "rows": s.rows,
             "mean_batch_rows": round(s.decode_rows / s.decode_steps, 2) if s.decode_steps else None,
@@ -304,7 +348,7 @@ class BatchEngine:
     # ------------------------------------------------------------------ the loop
 
     def _static(self) -> bool:
-        return self._batch is None or self.kv_quantization is not None
+        return self._batch is None or (self.kv_quantization is not None and not self.static_cache)
 
     def _loop(self) -> None:
         while True:
@@ -336,6 +380,14 @@ class BatchEngine:
 
     def _iterate(self) -> bool:
         """One round of the loop. False when nothing could run (rows wait for slots)."""
+        if self._kv_switch is not None:
+            (dtype,), self._kv_switch = self._kv_switch, None
+            with self.backbone.model_lock:
+                before = self._batch.kv_bytes  # type: ignore[union-attr]
+                self._batch.set_kv_dtype(dtype)  # type: ignore[union-attr]
+                log.warning("engine: KV cache now %s (%.0f → %.0f MB)", "fp8" if dtype is not None else "full "
+                            "precision", before / 1e6, self._batch.kv_bytes / 1e6)  # type: ignore[union-attr]
+            self._free_memory()
         if self._static() and self._running:
             self._decode()  # light mode was switched on mid-flight: the running batch drains first
             return True

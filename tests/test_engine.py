@@ -54,28 +54,35 @@ class Gate:
             self.then(rows)
 
 
-@pytest.fixture(params=["marian", "hunyuan"])
+#: "hunyuan-static": the decoder-only model over the preallocated KV cache (what CUDA serves with graphs).
+@pytest.fixture(params=["marian", "hunyuan", "hunyuan-static"])
 def arch(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
 @pytest.fixture()
 def model_and_adapters(arch: str, request: pytest.FixtureRequest) -> tuple[Path, Path]:
-    return request.getfixturevalue(f"{arch}_dir"), request.getfixturevalue(f"{arch}_adapters")
+    model = arch.split("-")[0]
+    return request.getfixturevalue(f"{model}_dir"), request.getfixturevalue(f"{model}_adapters")
 
 
 @pytest.fixture()
-def make_engine(fresh_backbone, make_cache):
+def make_engine(fresh_backbone, make_cache, request: pytest.FixtureRequest):
     engines: list[BatchEngine] = []
+    kv_default = "static" if "arch" in request.fixturenames and request.getfixturevalue("arch").endswith(
+        "-static") else "dynamic"
 
     def make(model_dir: Path, adapters: Path, slots: int = 3, pinned: tuple[str, ...] = (), max_rows: int = 32,
              max_tokens: int = 8192, fairness: int = 4, max_new_tokens: int = 8, lease_timeout_s: float = 10.0,
-             gen: GenerationConfig | None = None) -> BatchEngine:
+             gen: GenerationConfig | None = None, kv_cache: str | None = None,
+             max_seq_len: int = 256) -> BatchEngine:
         backbone = fresh_backbone(model_dir)
         cache = make_cache(backbone, adapters, slots=slots, pinned=list(pinned), lease_timeout_s=lease_timeout_s)
         engine = BatchEngine(backbone, cache, EngineConfig(max_wait_ms=0, max_rows=max_rows, max_tokens=max_tokens,
-                                                            fairness_max_skips=fairness),
+                                                            fairness_max_skips=fairness,
+                                                            kv_cache=kv_cache or kv_default, max_seq_len=max_seq_len),
                              gen or GenerationConfig(), LimitsConfig(max_new_tokens=max_new_tokens))
+        assert engine.static_cache == ((kv_cache or kv_default) == "static")
         engines.append(engine)
         return engine
 
@@ -601,3 +608,77 @@ def test_starved_row_holds_back_slot_users_but_not_pinned_rows(marian_dir: Path,
     assert all(hot not in h.pairs for h in prefills[starved_from:cold_at])  # slot users held back...
     assert any(pinned in h.pairs for h in prefills[starved_from:cold_at])  # ...pinned rows still entered
     assert all(h.distinct_nonpinned <= 1 for h in engine.history)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_static_cache_gives_the_dynamic_caches_output(hunyuan_dir: Path, hunyuan_adapters: Path, fresh_backbone,
+                                                      make_cache, attention: str) -> None:
+    """The preallocated cache (rows from column 0, a mask of filled columns, per-row writes) computes what the
+    left-padded dynamic cache computes, with either attention: row for row, in one batch of mixed lengths."""
+    rows = [row("en2es", "Hi", 5), row("es2en", " ".join(TEXTS), 12), row(None, TEXTS[2], 9),
+            row("en2de", TEXTS[3] * 3, 12), row("en2es", TEXTS[4], 2)]
+    outs = {}
+    for kv in ("dynamic", "static"):
+        backbone = fresh_backbone(hunyuan_dir, attn_implementation=attention)
+        cache = make_cache(backbone, hunyuan_adapters, slots=3)
+        engine = BatchEngine(backbone, cache, EngineConfig(max_wait_ms=0, kv_cache=kv, max_seq_len=192),
+                             GenerationConfig(), LimitsConfig(max_new_tokens=12))
+        try:
+            assert engine.static_cache == (kv == "static")
+            outs[kv] = [f.result(timeout=60) for f in held(engine, rows)]
+            if kv == "static":
+                status = engine.status()
+                assert status["kv_cache_layout"] == "static" and status["cuda_graphs"] is None  # CPU: eager
+                storage = engine._batch.storage
+                assert storage.keys[0].shape[0] == 32 and storage.keys[0].shape[2] == 192
+        finally:
+            engine.close()
+    assert outs["static"] == outs["dynamic"]
+
+
+def test_static_cache_row_length_is_bounded(hunyuan_dir: Path, hunyuan_adapters: Path, make_engine,
+                                            fresh_backbone) -> None:
+    short = row("en2es", "Hi")
+    probe = fresh_backbone(hunyuan_dir)
+    n = probe.encode(BatchEngine._prompt_row(short)).tokens
+    width = n + 20  # room for 20 tokens of the short row; the limit allows 40
+    engine = make_engine(hunyuan_dir, hunyuan_adapters, kv_cache="static", max_seq_len=width, max_new_tokens=40)
+    long_row = row("en2es", "Hello world " * 20)
+    tokens = engine.backbone.encode(engine._prompt_row(long_row)).tokens
+    assert width <= tokens < engine.backbone.max_input_tokens
+    with pytest.raises(InputTooLarge) as info:
+        engine.run([long_row])
+    assert info.value.message == (f"A segment of {tokens} tokens is longer than the {width} tokens a row of the KV "
+                                  "cache holds (engine.max_seq_len); split the text into shorter segments.")
+    start = len(engine.history)
+    engine.run([short])
+    # New tokens stop where the row's cache row ends: 20, the first from the prefill, then 19 decode steps.
+    assert sum(1 for h in since(engine, start) if h.kind == "decode") == 19
+
+
+def test_light_mode_switches_the_static_cache_to_fp8_mid_flight(hunyuan_dir: Path, hunyuan_adapters: Path,
+                                                                make_engine) -> None:
+    """Entering light mode converts the live rows' cache to fp8 between two steps (half the bytes); rows that run
+    wholly in fp8 still equal their runs alone in fp8 (the scales are per row); leaving converts back."""
+    engine = make_engine(hunyuan_dir, hunyuan_adapters, kv_cache="static", max_seq_len=128, max_new_tokens=12)
+    full = engine.status()["kv_cache_bytes"]
+    long_row = row("en2de", TEXTS[0], max_new=12)
+    flipped = threading.Event()
+
+    def seam(rows: list[Row]) -> None:
+        if long_row in rows and not flipped.is_set():
+            flipped.set()
+            engine.set_light_mode(True)  # from another thread in real life (the memory monitor); applied by the loop
+
+    engine.before_generate = seam
+    assert isinstance(engine.run([long_row])[0], str)  # converted under it, and it finished
+    engine.before_generate = None
+    status = engine.status()
+    assert status["light_mode"] and status["kv_cache"] == "fp8" and status["mode"] == "iteration"
+    assert status["kv_cache_bytes"] < 0.6 * full
+    rows = [row(k, TEXTS[i], 8) for i, k in enumerate(["en2es", "es2en", None, "en2de"])]
+    ref = references(engine, rows)
+    assert [f.result(timeout=60) for f in held(engine, rows)] == ref
+    engine.set_light_mode(False)
+    assert isinstance(engine.run([row("en2es", TEXTS[5])])[0], str)
+    assert engine.status()["kv_cache_bytes"] == full

@@ -104,6 +104,7 @@ class SlotLoRA:
             self.layers[path] = layer
         if grew or wanted:
             self.mapping.invalidate()
+            self.mapping.structure += 1
             self.rank, self.capacity = rank, capacity
             self._written += [set() for _ in range(capacity + 1 - len(self._written))]
             log.debug("slot LoRA: %d layers, %d slots, rank %d", len(self.layers), capacity, rank)

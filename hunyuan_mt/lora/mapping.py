@@ -29,10 +29,16 @@ class SlotMapping:
         #: Changes whenever the rows' slots or the weights in the slots change. Layers keep the per-row weights
         #: they gathered for one version: a decode loop whose rows stay put gathers once, not at every step.
         self.version = 0
+        #: Changes whenever the slot layers' buffers are reallocated or modules are wrapped (SlotLoRA.ensure):
+        #: CUDA graphs captured before read the old buffers and must be captured again.
+        self.structure = 0
+        #: Graph mode: a static index buffer the layers read at every call (no gathered weights kept in Python).
+        self.static: torch.Tensor | None = None
 
     def set(self, slots: Sequence[int]) -> None:
         """Rows of the next forward, in batch order: row i reads slot `slots[i]`."""
         slots = tuple(int(s) for s in slots)
+        self.static = None
         if slots == self._slots:
             return
         self._slots = slots
@@ -47,6 +53,16 @@ class SlotMapping:
 
     def invalidate(self) -> None:
         """The weights in some slot changed: layers must gather again."""
+        self.version += 1
+
+    def set_static(self, indices: torch.Tensor) -> None:
+        """Graph mode: every layer gathers from `indices` (a buffer updated in place between replays) at every
+        call, so a captured graph follows whatever slots the buffer holds."""
+        self.static = indices
+        self.rows = indices.shape[0]
+        self.uniform = None
+        self._slots = ()
+        self._indices = {}
         self.version += 1
 
     @contextlib.contextmanager
@@ -68,6 +84,8 @@ class SlotMapping:
         `batch` may be a whole multiple of the rows: transformers' beam search repeats each row `num_beams` times
         (repeat_interleave), so row i's copies stay next to each other.
         """
+        if self.static is not None:
+            return self.static
         key = (batch, device)
         found = self._indices.get(key)
         if found is not None:

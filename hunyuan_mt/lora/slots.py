@@ -86,6 +86,12 @@ class SlotLinear(nn.Module):
             delta = torch.matmul(torch.matmul(xc, self.a_t[uniform]), self.b_t[uniform])
             return y + delta.to(y.dtype)
         batch = x.shape[0]
+        if mapping.static is not None:
+            # Graph mode: gather at every call, from the static index buffer (recorded once, replayed per step).
+            idx = mapping.static
+            x3 = xc.reshape(batch, -1, self.in_features)
+            delta = torch.bmm(torch.bmm(x3, self.a_t.index_select(0, idx)), self.b_t.index_select(0, idx))
+            return y + delta.reshape(y.shape).to(y.dtype)
         gathered = self._gathered
         if gathered is None or gathered[0] != mapping.version or gathered[1] != batch:
             idx = mapping.indices(batch, x.device)
