@@ -181,8 +181,15 @@ class BatchEngine:
         if self._batch is not None:
             self._batch.before_forward = self._seam
         self.iteration_level = self._batch is not None
-        #: Light mode's KV dtype for a static cache, applied by the loop between two steps (None: unchanged).
-        self._kv_switch: tuple[Any] | None = None
+        #: Light mode's (KV dtype, rows) for a static cache, applied by the loop between two steps once the live
+        #: rows fit (None: nothing pending).
+        self._kv_switch: tuple[Any, int] | None = None
+        steps = getattr(self._batch, "steps", None)
+        if steps is not None:
+            # Capture the decode-step graphs now, for every bucket up to max_rows, so no request pays a capture.
+            with backbone.model_lock, torch.inference_mode():
+                captured = steps.warm(list(range(1, self.cfg.max_rows + 1)))
+            log.info("engine: decode steps captured as CUDA graphs for batch sizes %s", captured)
         #: After an out-of-memory prefill of one row: admit nothing until the running batch drains.
         self._drain = False
         #: After an out-of-memory decode step: at most this many live rows until the batch drains.
@@ -301,11 +308,11 @@ class BatchEngine:
         with self._cv:
             self.light = on
             if on:
-                self.max_rows = max(1, self.cfg.max_rows // 4)
+                self.max_rows = max(1, self.cfg.max_rows // 4)  # the static cache shrinks to these rows too
                 self.max_tokens = max(16, self.cfg.max_tokens // 4)
                 if self.static_cache and FP8 is not None:
                     self.kv_quantization, self.kv_quantization_note = "fp8", "fp8 in the static cache"
-                    self._kv_switch = (FP8,)
+                    self._kv_switch = (FP8, self.max_rows)
                 else:
                     ok, note = quantized_kv_support(self.backbone.model, self.backbone.arch)
                     self.kv_quantization = "fp8" if ok else None
@@ -314,7 +321,7 @@ class BatchEngine:
                 self.max_rows, self.max_tokens = self.cfg.max_rows, self.cfg.max_tokens
                 self.kv_quantization, self.kv_quantization_note = None, ""
                 if self.static_cache:
-                    self._kv_switch = (None,)
+                    self._kv_switch = (None, self.cfg.max_rows)
             self._cv.notify_all()
             return {"max_rows": self.max_rows, "max_tokens": self.max_tokens,
                     "kv_cache": self.kv_quantization or "default",
@@ -353,7 +360,7 @@ class BatchEngine:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self._queue and not self._running and not self._closed:
+                while not self._queue and not self._running and not self._closed and self._kv_switch is None:
                     self._cv.wait()
                 if self._closed:
                     return
@@ -381,12 +388,14 @@ class BatchEngine:
     def _iterate(self) -> bool:
         """One round of the loop. False when nothing could run (rows wait for slots)."""
         if self._kv_switch is not None:
-            (dtype,), self._kv_switch = self._kv_switch, None
+            dtype, rows = self._kv_switch
+            batch: Any = self._batch
             with self.backbone.model_lock:
-                before = self._batch.kv_bytes  # type: ignore[union-attr]
-                self._batch.set_kv_dtype(dtype)  # type: ignore[union-attr]
-                log.warning("engine: KV cache now %s (%.0f → %.0f MB)", "fp8" if dtype is not None else "full "
-                            "precision", before / 1e6, self._batch.kv_bytes / 1e6)  # type: ignore[union-attr]
+                before = batch.kv_bytes
+                if batch.set_kv(dtype, rows):
+                    self._kv_switch = None
+                    log.warning("engine: KV cache now %s for %d rows (%.0f → %.0f MB)", "fp8" if dtype is not None
+                                else "full precision", rows, before / 1e6, batch.kv_bytes / 1e6)
             self._free_memory()
         if self._static() and self._running:
             self._decode()  # light mode was switched on mid-flight: the running batch drains first

@@ -163,6 +163,28 @@ class RowStorage:
         self.fp8 = to_fp8
         self.generation += 1
 
+    def resize(self, capacity: int) -> None:
+        """Keep `capacity` storage rows (rows 0..capacity-1 keep their contents): light mode shrinks the cache
+        to the rows it still admits. Every row above must be free."""
+        if capacity == self.capacity:
+            return
+        keep = min(capacity, self.capacity)
+
+        def resized(t: torch.Tensor) -> torch.Tensor:
+            out = t.new_zeros((capacity, *t.shape[1:]))
+            out[:keep] = t[:keep]
+            return out
+
+        for store in (self.keys, self.values, self.k_scale, self.v_scale):
+            for i, t in enumerate(store):
+                store[i] = resized(t)
+                del t
+        self.valid = resized(self.valid)
+        self.columns = resized(self.columns)
+        self.row_index = torch.arange(capacity, device=self.device)
+        self.capacity = capacity
+        self.generation += 1
+
     def place(self, row: int, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         """A joining row's prompt keys/values `[heads, tokens, dim]` into columns 0..tokens-1 of its storage row."""
         n = keys.shape[1]
@@ -189,6 +211,40 @@ class RowStorage:
         self.columns[row] = 0
 
 
+class CudaGraphs:
+    """Records a step as a CUDA graph: two warm-up runs on a side stream, then the capture, sharing one memory
+    pool across the buckets."""
+
+    def __init__(self) -> None:
+        self.pool: Any = None
+
+    def capture(self, step: Any) -> tuple[Any, torch.Tensor]:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):  # warm-up outside the capture, as CUDA graphs require
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = step()
+        self.pool = graph.pool()
+        return graph.replay, out.logits[:, -1, :]
+
+
+class EagerReplay:
+    """A stand-in for CUDA graphs where there are none (tests on the CPU): a replay runs the recorded step again,
+    reading the same static buffers a graph would read, so the buffer plumbing is what gets tested."""
+
+    def capture(self, step: Any) -> tuple[Any, torch.Tensor]:
+        out = step().logits[:, -1, :].clone()
+
+        def replay() -> None:
+            out.copy_(step().logits[:, -1, :])
+
+        return replay, out
+
+
 class GraphSteps:
     """CUDA graphs of the decode step, one per batch-size bucket, captured on first use.
 
@@ -196,8 +252,9 @@ class GraphSteps:
     copies its values in and replays. The slot layers read their row → slot indices from a static buffer too
     (`SlotMapping.set_static`), so a graph serves any mix of adapters. Buckets that fail to capture run eagerly."""
 
-    def __init__(self, batch: "StaticCausalBatch") -> None:
+    def __init__(self, batch: "StaticCausalBatch", backend: Any = None) -> None:
         self.batch = batch
+        self.backend = backend or CudaGraphs()
         self.graphs: dict[int, tuple[Any, torch.Tensor]] = {}
         self.failed: set[int] = set()
         storage = batch.storage
@@ -206,9 +263,36 @@ class GraphSteps:
         self.pos = torch.zeros(cap, 1, dtype=torch.long, device=dev)
         self.slots = torch.zeros(cap, dtype=torch.long, device=dev)
         self.mask = torch.zeros(cap, 1, 1, storage.max_len, dtype=torch.bool, device=dev)
-        self.pool: Any = None
         #: Structure the graphs were captured against (the slot layers' buffers, the cache dtype).
         self.signature: tuple | None = None
+
+    def resize(self) -> None:
+        """The storage was resized: input buffers follow (graphs are captured again through the signature)."""
+        storage = self.batch.storage
+        cap, dev = storage.capacity, storage.device
+        self.ids = torch.full((cap, 1), self.batch.pad_id, dtype=torch.long, device=dev)
+        self.pos = torch.zeros(cap, 1, dtype=torch.long, device=dev)
+        self.slots = torch.zeros(cap, dtype=torch.long, device=dev)
+        self.mask = torch.zeros(cap, 1, 1, storage.max_len, dtype=torch.bool, device=dev)
+        self.graphs.clear()
+        self.failed.clear()
+        self.signature = None
+
+    def warm(self, sizes: list[int]) -> list[int]:
+        """Capture the graphs for these batch sizes now (at start, so no request pays for a capture); rows are
+        free storage rows, their writes land in column 0 and are never read. Returns the sizes captured."""
+        if self.batch.rows:
+            raise RuntimeError("warm the graphs before rows join")
+        done = []
+        for size in sorted({b for b in (self.bucket(n) for n in sizes) if b is not None}):
+            rows = size
+            ids = torch.full((rows, 1), self.batch.pad_id, dtype=torch.long, device=self.ids.device)
+            pos = torch.zeros(rows, 1, dtype=torch.long, device=self.ids.device)
+            self.batch.storage.valid[:rows, 0] = True
+            if self.run(rows, ids, pos, [0] * rows) is not None:
+                done.append(size)
+            self.batch.storage.valid[:rows] = False
+        return done
 
     def bucket(self, rows: int) -> int | None:
         return next((b for b in BUCKETS if b >= rows and b <= self.batch.storage.capacity), None)
@@ -238,34 +322,25 @@ class GraphSteps:
             entry = self._capture(size)
             if entry is None:
                 return None
-        graph, logits = entry
-        graph.replay()
+        replay, logits = entry
+        replay()
         return logits[:rows]
 
     def _capture(self, size: int) -> tuple[Any, torch.Tensor] | None:
         batch = self.batch
         mapping = batch.mapping
         try:
-            if mapping is not None:
-                mapping.set_static(self.slots[:size])
             cache = RowCache(batch.storage, size)
 
             def step() -> Any:
-                # The mask is derived inside the captured region, so a replay sees the buffer's new contents.
+                # The slot layers gather from the static slot buffer, and the mask is derived inside the recorded
+                # region: a replay reads both buffers' contents of that moment.
+                if mapping is not None:
+                    mapping.set_static(self.slots[:size])
                 return batch.model(input_ids=self.ids[:size], position_ids=self.pos[:size],
                                    attention_mask=batch.mask_for(self.mask[:size]), **batch.forward_kwargs(cache))
 
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):  # warm-up outside the capture, as CUDA graphs require
-                    step()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
-                out = step()
-            self.pool = graph.pool()
-            entry = (graph, out.logits[:, -1, :])
+            entry = self.backend.capture(step)
             self.graphs[size] = entry
             log.info("decode step captured as a CUDA graph for %d rows", size)
             return entry
@@ -283,14 +358,15 @@ class StaticCausalBatch(CausalBatch):
     """A running batch of decoder-only rows over `RowStorage` (see the module docstring)."""
 
     def __init__(self, model: Any, mapping: Any, picker: Any, device: torch.device, pad_id: int, capacity: int,
-                 max_len: int, dtype: torch.dtype, kv_dtype: torch.dtype | None = None, graphs: bool = False
-                 ) -> None:
+                 max_len: int, dtype: torch.dtype, kv_dtype: torch.dtype | None = None, graphs: bool = False,
+                 graph_backend: Any = None) -> None:
+        """`graphs`: record decode steps (CUDA graphs, or `graph_backend`, e.g. EagerReplay in tests)."""
         super().__init__(model, mapping, picker, device, pad_id)
         self.storage = RowStorage(model, capacity, max_len, torch.device(device), dtype, kv_dtype)
         self.max_len = max_len
         attn = getattr(model.config, "_attn_implementation", None) or "eager"
         self._additive_mask = attn == "eager"
-        self.steps = GraphSteps(self) if graphs else None
+        self.steps = GraphSteps(self, graph_backend) if graphs else None
         #: Live storage rows in batch order: row i of `self.rows` lives in storage row i.
 
     # ------------------------------------------------------------------ plumbing
@@ -321,11 +397,21 @@ class StaticCausalBatch(CausalBatch):
         low = torch.tensor(torch.finfo(self.storage.dtype).min, dtype=self.storage.dtype, device=valid.device)
         return torch.where(valid, zero, low)
 
-    def set_kv_dtype(self, kv_dtype: torch.dtype | None) -> None:
-        """Light mode: store the cache in fp8 (None: the model's dtype), keeping every live row."""
+    def set_kv(self, kv_dtype: torch.dtype | None, capacity: int) -> bool:
+        """Light mode: store the cache in fp8 (None: the model's dtype) and hold `capacity` rows, keeping every live
+        row. False (nothing changed) while more rows than `capacity` are in the batch: call again later."""
         if kv_dtype is not None and FP8 is None:
             raise RuntimeError("this torch build has no float8_e4m3fn dtype")
+        self.compact()
+        if len(self.rows) > capacity:
+            return False
+        if capacity < self.storage.capacity:  # shrink first: less to convert, lower peak
+            self.storage.resize(capacity)
         self.storage.convert(kv_dtype)
+        self.storage.resize(capacity)
+        if self.steps is not None:
+            self.steps.resize()
+        return True
 
     @property
     def kv_bytes(self) -> int:
