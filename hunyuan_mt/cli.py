@@ -256,6 +256,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     verbose = "-v" in argv or "--verbose" in argv
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # Libraries' warnings (transformers, peft, torch) are log records, shown with -v only: the CLI prints what was
+    # asked for.
+    logging.captureWarnings(True)
+    logging.getLogger("py.warnings").setLevel(logging.WARNING if verbose else logging.ERROR)
     try:
         parser = build_parser(_first_command(argv))
         args = parser.parse_args(argv)

@@ -162,3 +162,27 @@ def test_python_m_entry_point() -> None:
     assert proc.returncode == 0
     for name in ("translate", "adapters", "detect", "build-demo", "train-adapter", "bench", "serve-ray"):
         assert name in proc.stdout
+
+
+def test_library_warnings_stay_out_of_the_output_unless_verbose(config_file: Path, tmp_path: Path) -> None:
+    """A library warning raised while translating (PEFT and transformers raise them) is not printed under the
+    translation; with -v it is in the log on stderr."""
+    script = tmp_path / "noisy.py"
+    script.write_text(
+        "import sys, warnings\n"
+        "import hunyuan_mt.service as service\n"
+        "from hunyuan_mt import cli\n"
+        "real = service.TranslationService.translate\n"
+        "def noisy(self, *a, **k):\n"
+        "    warnings.warn('a library says something about /some/machine/path', UserWarning)\n"
+        "    return real(self, *a, **k)\n"
+        "service.TranslationService.translate = noisy\n"
+        "sys.exit(cli.main(sys.argv[1:]))\n")
+    base = [sys.executable, str(script), "translate", "--config", str(config_file), "--src", "en", "--tgt", "es"]
+    env = {"PYTHONPATH": str(PROJECT_ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    quiet = subprocess.run(base + ["Hello"], capture_output=True, text=True, timeout=240, env=env)
+    assert quiet.returncode == 0 and quiet.stdout.strip()
+    assert "a library says" not in quiet.stderr + quiet.stdout and quiet.stderr == ""
+    loud = subprocess.run(base + ["-v", "Hello"], capture_output=True, text=True, timeout=240, env=env)
+    assert loud.returncode == 0 and loud.stdout == quiet.stdout
+    assert "WARNING py.warnings" in loud.stderr and "a library says" in loud.stderr
