@@ -5,17 +5,31 @@ too few and it often prefers a neighbouring language. For short Latin-script tex
 word's corpus frequency per language (wordfreq), which is what disambiguates such strings for a human too.
 Chinese script is split into zh / zh-Hant (hanzidentifier) and yue (Cantonese-only characters); Khmer, Burmese
 and Tibetan have scripts of their own; Uyghur is Arabic script with letters Arabic, Persian and Urdu do not use.
+
+The detector runs in a process of its own (`DetectorProcess`). Loading lingua's models takes about two seconds
+during which lingua holds the GIL: in the server's process that froze every thread, the decode loop and the HTTP
+side included. In a helper process the server keeps serving while it loads; a detection request that arrives
+before it is ready waits for it (that request only), and `ready()` says when none would wait.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
+import multiprocessing
 import re
 import threading
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Collection
+from typing import Collection, Iterator
 
+from .errors import ModelUnavailable
 from .languages import LANGUAGES, ZH_GROUP
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -49,7 +63,7 @@ _LATIN_WORD = re.compile(r"[A-Za-zÀ-ÖØ-öø-ɏḀ-ỿ']+")
 
 
 class LanguageDetector:
-    """Built once per process (`get_detector()`); lingua models load lazily on the first call."""
+    """lingua plus the rules above, in the process that calls it (the helper process builds one)."""
 
     def __init__(self) -> None:
         from lingua import Language, LanguageDetectorBuilder
@@ -136,27 +150,136 @@ class LanguageDetector:
         return out
 
 
-_detector: LanguageDetector | None = None
+# ------------------------------------------------------------------ the helper process
+
+_CHILD: LanguageDetector | None = None
+
+
+def _child_init() -> None:
+    """In the helper process: build the detector and load every lingua model (what made the server stall)."""
+    global _CHILD
+    _CHILD = LanguageDetector()
+    _CHILD.detect("warm up the language models", among=None)
+
+
+def _child_ready() -> bool:
+    return _CHILD is not None
+
+
+def _child_detect(text: str, among: list[str] | None, top: int) -> list[tuple[str, float]]:
+    assert _CHILD is not None
+    return [(d.code, d.confidence) for d in _CHILD.detect(text, among=among, top=top)]
+
+
+@contextlib.contextmanager
+def _main_not_rerun() -> Iterator[None]:
+    """spawn re-runs the parent's main module in the child (by name, or by path). The helper needs nothing from
+    it, and re-running it would be harmful: a user's script without a `__main__` guard would build a second
+    service in the child, and `python -m hunyuan_mt` would run the CLI again. Hide both while the helper starts."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    missing = object()
+    saved = {name: getattr(main, name, missing) for name in ("__file__", "__spec__")}
+    if saved["__file__"] is not missing:
+        del main.__file__
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is not missing:
+                setattr(main, name, value)
+
+
+class DetectorProcess:
+    """The detector in a helper process (see the module docstring). Thread-safe; starts loading at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._start()
+
+    def _start(self) -> None:
+        # spawn, not fork: the server process holds threads (and torch) that a forked child must not inherit.
+        self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                         initializer=_child_init)
+        self._started = time.monotonic()
+        with _main_not_rerun():  # the first submit launches the helper
+            self._ready: Future = self._pool.submit(_child_ready)
+        self._ready.add_done_callback(self._announce)
+
+    def _announce(self, future: Future) -> None:
+        if future.exception() is None:
+            log.info("language detector ready in %.1f s (helper process)", time.monotonic() - self._started)
+        else:
+            log.error("language detector failed to load: %s", future.exception())
+
+    def ready(self) -> bool:
+        """Whether a detection now would be served without waiting for the models to load."""
+        return self._ready.done() and self._ready.exception() is None
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the models are loaded (ModelUnavailable if the helper cannot start)."""
+        try:
+            self._ready.result(timeout)
+        except (BrokenProcessPool, OSError) as exc:
+            raise ModelUnavailable(f"Language detection is unavailable: {type(exc).__name__}: {exc}") from None
+
+    def detect(self, text: str, among: Collection[str] | None = None, top: int = 3) -> list[Detection]:
+        arg = None if among is None else sorted(among)
+        for attempt in (1, 2):
+            try:
+                found = self._pool.submit(_child_detect, text, arg, top).result()
+                return [Detection(code, confidence) for code, confidence in found]
+            except BrokenProcessPool as exc:
+                # The helper died (killed, out of memory): start a new one once, then give up with a clear error.
+                log.warning("language detector process died (%s); starting it again", exc)
+                with self._lock:
+                    self._pool.shutdown(wait=False, cancel_futures=True)
+                    self._start()
+                if attempt == 2:
+                    raise ModelUnavailable("Language detection is unavailable: its process keeps dying; give the "
+                                           "source language.") from None
+        return []  # pragma: no cover - the loop returns or raises
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+_detector: DetectorProcess | None = None
 _lock = threading.Lock()
 
 
-def get_detector() -> LanguageDetector:
-    """The process-wide detector, built on first use (thread-safe)."""
+def get_detector() -> DetectorProcess:
+    """The process-wide detector, its helper started on first use (thread-safe)."""
     global _detector
     if _detector is None:
         with _lock:
             if _detector is None:
-                _detector = LanguageDetector()
+                _detector = DetectorProcess()
     return _detector
 
 
 def detect(text: str, among: Collection[str] | None = None, top: int = 3) -> list[Detection]:
+    """Best guesses first; waits for the helper's models on the very first call if they are still loading."""
     return get_detector().detect(text, among=among, top=top)
 
 
-def warm() -> None:
-    """Load lingua's models now (a few seconds) so the first `auto` request is not the slow one."""
-    detect("warm up the language models", among=None)
+def start() -> None:
+    """Start loading the detector in its helper process, without waiting (the service calls this at start)."""
+    get_detector()
 
 
-__all__ = ["Detection", "LanguageDetector", "ZH_GROUP", "detect", "get_detector", "warm"]
+def ready() -> bool:
+    return _detector is not None and _detector.ready()
+
+
+def warm(timeout: float | None = None) -> None:
+    """Start the helper if needed and wait until its models are loaded."""
+    get_detector().wait(timeout)
+
+
+__all__ = ["Detection", "DetectorProcess", "LanguageDetector", "ZH_GROUP", "detect", "get_detector", "ready", "start", "warm"]

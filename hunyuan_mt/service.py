@@ -22,7 +22,7 @@ from .adapters.registry import AdapterRegistry
 from .adapters.request import Pair
 from .backbone import Backbone, load_backbone
 from .config import Config, load_config
-from .detect import Detection, detect as detect_language, warm as warm_detector
+from .detect import Detection, detect as detect_language, ready as detector_ready, start as start_detector
 from .engine import BatchEngine, Row
 from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
 from .languages import LANGUAGES, normalize_code
@@ -114,8 +114,15 @@ class TranslationService:
         self._counts = {"requests": 0, "errors": 0, "segments": 0, "characters": 0}
         self._lock = threading.Lock()
         if cfg.model.warmup:
-            # lingua loads its models lazily (seconds); do it now, off the request path.
-            threading.Thread(target=warm_detector, name="hmt-detect-warmup", daemon=True).start()
+            # lingua's models take seconds to load and hold the GIL meanwhile: they load in a helper process, so
+            # this process keeps serving; an `auto` request before they are in waits for them (see `ready`).
+            start_detector()
+
+    @property
+    def ready(self) -> bool:
+        """Whether every request would now be served without waiting for something still loading (the language
+        detector). Always True when warm-up is off (the CLI, tests): nothing is being loaded ahead then."""
+        return not self.cfg.model.warmup or detector_ready()
 
     def close(self) -> None:
         """Stop the engine and the memory monitor (tests; a server simply exits)."""
@@ -350,6 +357,7 @@ class TranslationService:
         ]
         return {
             "profile": self.cfg.name,
+            "ready": self.ready,
             "uptime_s": round(time.time() - self.started_at, 1),
             "startup_s": round(self.startup_s, 3),
             "backbone": self.backbone.info(),

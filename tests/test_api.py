@@ -389,3 +389,33 @@ def test_ui_job_does_not_block_rest(live_server: LiveServer, monkeypatch: pytest
                                    live_server.cfg.limits)
     with open(out_path, "rb") as fh:
         assert fh.read() == expected.data
+
+
+def test_health_is_503_until_nothing_is_left_to_load(client: httpx.Client, live_server: LiveServer,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """/health answers 503 "starting" while a request could still wait for something loading (the language
+    detector, when warm-up is on), then 200 "ok"."""
+    import hunyuan_mt.service as service_mod
+
+    monkeypatch.setattr(live_server.service.cfg.model, "warmup", True)
+    monkeypatch.setattr(service_mod, "detector_ready", lambda: False)
+    starting = client.get("/health")
+    assert starting.status_code == 503 and starting.json()["status"] == "starting"
+    assert starting.json()["ready"] is False
+    monkeypatch.setattr(service_mod, "detector_ready", lambda: True)
+    ok = client.get("/health")
+    assert ok.status_code == 200 and ok.json()["status"] == "ok" and ok.json()["ready"] is True
+
+
+def test_language_detection_runs_outside_the_server_process() -> None:
+    """lingua loads its models in a helper process: loading them holds the GIL for seconds, which would freeze
+    the server's threads (the decode loop included)."""
+    import os
+
+    from hunyuan_mt import detect
+
+    detect.warm(timeout=120)
+    assert detect.ready() and detect._CHILD is None  # this process never built lingua's detector
+    pids = {p.pid for p in detect.get_detector()._pool._processes.values()}
+    assert pids and os.getpid() not in pids
+    assert detect.detect("Das ist ein schöner Tag, sagte sie.")[0].code == "de"

@@ -93,7 +93,14 @@ def test_app_binds_localhost_logs_urls_and_survives_share_failure(app_process: A
     assert "could not create a share link: it needs internet access" in log and "keeps running locally" in log
     listening = [c.laddr for c in psutil.Process(proc.pid).net_connections("tcp") if c.status == "LISTEN"]
     assert listening and all(addr.ip == "127.0.0.1" for addr in listening), listening
-    assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).json()["status"] == "ok"
+    # /health is 503 "starting" until the language detector's helper process has loaded, then 200 "ok".
+    for _ in range(240):
+        health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=30)
+        if health.status_code == 200:
+            break
+        assert health.status_code == 503 and health.json()["status"] == "starting"
+        event.wait(0.25)
+    assert health.json()["status"] == "ok" and health.json()["ready"] is True
 
 
 # ---------------------------------------------------------------------------------------------------- API keys, limits

@@ -92,8 +92,8 @@ def _no_detector_warmup() -> Callable[[], None]:
     `auto` test loads it on first use instead. Detection results are the same either way. Returns the original."""
     import hunyuan_mt.service as service_module
 
-    original = service_module.warm_detector
-    service_module.warm_detector = lambda: None
+    original = service_module.start_detector
+    service_module.start_detector = lambda: None
     return original
 
 
@@ -168,7 +168,7 @@ def reference(settings: ServeSettings) -> Any:
     try:
         service = TranslationService(load_config(settings.profile))
     finally:
-        service_module.warm_detector = original  # only this construction skips it; later tests are untouched
+        service_module.start_detector = original  # only this construction skips it; later tests are untouched
     yield service
     service.close()
 

@@ -260,8 +260,12 @@ class RestApi:
         status = await self._call(self.service.status)
         backbone = status.get("backbone") or {}
         memory = status.get("memory") or {}
-        return JSONResponse({"status": "ok", "version": __version__, "model": backbone.get("name"),
-                             "device": backbone.get("device"), "mode": memory.get("mode", "normal")})
+        ready = bool(status.get("ready", True))
+        # 503 until a request would be served without waiting for something still loading: load balancers and
+        # scripts can wait for 200.
+        return JSONResponse({"status": "ok" if ready else "starting", "ready": ready, "version": __version__,
+                             "model": backbone.get("name"), "device": backbone.get("device"),
+                             "mode": memory.get("mode", "normal")}, status_code=200 if ready else 503)
 
     async def metrics_route(self) -> Response:
         data = await self._call(self.metrics.render)
