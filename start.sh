@@ -28,9 +28,29 @@ install runtime requirements.txt
 # Nothing may be fetched from a model hub at run time: fail fast and clearly instead of hanging on the network.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 GRADIO_ANALYTICS_ENABLED=False
 
+# The browser tests drive Debian's Chromium (Playwright cannot download browsers here): install it when this user
+# can (root, or sudo without a password), else say in one line what to run, before pytest starts.
+ensure_chromium() {
+  if command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; then return 0; fi
+  local run=""
+  if [ "$(id -u)" = 0 ]; then run="env"; elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    run="sudo -n env"; fi
+  if [ -n "$run" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "[start.sh] installing Chromium for the browser tests (apt-get install chromium)"
+    if $run DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null \
+        && $run DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+        && [ -x /usr/bin/chromium ]; then
+      return 0
+    fi
+  fi
+  echo "[start.sh] the browser tests need Chromium, which is not installed and could not be installed here:" \
+       "run 'sudo apt-get install -y chromium', then ./start.sh test again"
+}
+
 if [ "${1:-}" = "test" ]; then
   shift
   install test requirements.txt requirements-test.txt
+  ensure_chromium
   exec "$VPY" -m pytest "$@"
 fi
 exec "$VPY" app.py "$@"

@@ -26,7 +26,8 @@ TEXT = "Open the file and save the document."
 @pytest.fixture(scope="module")
 def page(live_server: LiveServer) -> Iterator[object]:
     if not Path(CHROMIUM).exists():
-        pytest.fail("chromium is not installed: apt-get install -y chromium (.ci/run does this)")
+        pytest.fail("chromium is not installed: sudo apt-get install -y chromium "
+                    "(./start.sh test installs it when it can)")
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
