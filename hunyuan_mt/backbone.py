@@ -493,21 +493,36 @@ class Backbone:
                 batch.step()
         return [self.decode(out[i]) for i in range(len(rows))]
 
+    def nbest(self, rows: list[PromptRow], slots: list[int], gen: GenerationConfig, max_new_tokens: int,
+              n: int) -> list[list[str]]:
+        """The `n` best translations of each row (beam search with n beams), best first. Runs transformers'
+        generate under the model lock: the decode loop waits for it."""
+        if n < 1:
+            raise ValueError("n must be at least 1")
+        encoded = [self.encode(r) for r in rows]
+        for e in encoded:
+            self.check_length(e)
+        beams = GenerationConfig(num_beams=max(n, gen.num_beams), repetition_penalty=gen.repetition_penalty)
+        flat = self._hf_generate(encoded, list(slots), beams, max_new_tokens, num_return_sequences=n)
+        return [flat[i * n:(i + 1) * n] for i in range(len(rows))]
+
     def _hf_generate(self, encoded: list[Encoded], slots: list[int], gen: GenerationConfig, max_new_tokens: int,
                      **extra: Any) -> list[str]:
         """One transformers `generate` over the batch, the slot mapping set for its rows (beam search repeats
-        each row; the mapping follows)."""
+        each row; the mapping follows). With `num_return_sequences` in `extra`, each row's sequences follow one
+        another in the result."""
+        per_row = int(extra.get("num_return_sequences", 1))
         prefixes = {e.decoder_prefix for e in encoded}
         if len(prefixes) > 1:
             # Rows with and without a target-language token need different decoder prefixes; run them apart so
             # each row's output stays what it would be alone.
-            out: list[str] = [""] * len(encoded)
+            out: list[str] = [""] * (len(encoded) * per_row)
             for prefix in prefixes:
                 group = [i for i, e in enumerate(encoded) if e.decoder_prefix == prefix]
                 texts = self._hf_generate([encoded[i] for i in group], [slots[i] for i in group], gen,
                                           max_new_tokens, **extra)
-                for i, text in zip(group, texts):
-                    out[i] = text
+                for j, i in enumerate(group):
+                    out[i * per_row:(i + 1) * per_row] = texts[j * per_row:(j + 1) * per_row]
             return out
         tok = self.tokenizer
         with self._tok_lock:
@@ -522,8 +537,7 @@ class Backbone:
         prefix = encoded[0].decoder_prefix
         if self.arch == ENCODER_DECODER:
             if len(prefix) > 1:
-                # Per-row target token as the second decoder input: one generate serves mixed targets, which a
-                # single forced_bos_token_id cannot.
+                # The target token as the second decoder input (all rows here share the prefix).
                 batch["decoder_input_ids"] = torch.tensor([list(prefix)] * len(encoded), device=self.device)
             prefix_len = len(prefix)
         else:

@@ -134,12 +134,17 @@ class LimitsConfig:
     max_segments: int = 5000
     #: Decompressed-size cap for zip containers (docx), against zip bombs.
     max_unzipped_bytes: int = 100 * 1024 * 1024
+    #: Most alternative translations one request may ask for (LibreTranslate's `alternatives`); 0 turns them off.
+    #: Each costs a beam of the search that finds them.
+    max_alternatives: int = 3
 
     def __post_init__(self) -> None:
         for name in ("max_chars", "max_batch_items", "max_new_tokens", "max_file_bytes", "max_doc_chars",
                      "max_segments", "max_unzipped_bytes"):
             value = getattr(self, name)
             _check(isinstance(value, int) and value >= 1, f"limits.{name}", "an integer >= 1", value)
+        _check(isinstance(self.max_alternatives, int) and self.max_alternatives >= 0, "limits.max_alternatives",
+               "an integer >= 0", self.max_alternatives)
 
 
 @dataclass

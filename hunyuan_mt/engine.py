@@ -73,6 +73,9 @@ class Row:
     adapter: "Pair | None"
     #: A tighter cap on new tokens for this row than limits.max_new_tokens (None: the limit).
     max_new_tokens: int | None = None
+    #: More than 1: the row's future resolves to its `n_best` best translations (a list, best first), found by
+    #: beam search outside the decode loop (LibreTranslate's `alternatives`).
+    n_best: int = 1
 
     @property
     def key(self) -> str:
@@ -229,7 +232,7 @@ class BatchEngine:
             if not row.text.strip():
                 # Nothing to translate (e.g. a pivot's first hop produced nothing); models cannot encode an
                 # empty input either.
-                fut.set_result("")
+                fut.set_result([""] if row.n_best > 1 else "")
                 prepared.append((fut, None))
                 continue
             try:
@@ -249,7 +252,7 @@ class BatchEngine:
                 cap = max(1, min(cap, row.max_new_tokens))
             max_new = self.backbone.max_new_tokens(encoded, cap)
             width = getattr(self._batch, "max_len", None)
-            if width is not None:
+            if width is not None and row.n_best == 1:  # n-best rows run outside the decode loop's cache
                 if encoded.tokens >= width:
                     fut.set_exception(InputTooLarge(
                         f"A segment of {encoded.tokens} tokens is longer than the {width} tokens a row of the KV cache "
@@ -270,7 +273,8 @@ class BatchEngine:
         return [fut for fut, _ in prepared]
 
     def run(self, rows: Sequence[Row], timeout: float | None = None) -> list[str]:
-        """Translate `rows` (shared batches with concurrent callers). Raises the first failing row's error."""
+        """Translate `rows` (shared batches with concurrent callers). Raises the first failing row's error.
+        A row with `n_best` > 1 answers a list of translations, best first, in place of a string."""
         futures = self.submit(rows)
         return [f.result(timeout=timeout) for f in futures]
 
@@ -401,15 +405,21 @@ class BatchEngine:
             self._decode()  # light mode was switched on mid-flight: the running batch drains first
             return True
         admitted = self._admit()
+        nbest = [p for p in admitted if p.row.n_best > 1]
+        if nbest:
+            # Beam search with n returned sequences: whole-batch generate, one group per n, between decode steps.
+            admitted = [p for p in admitted if p.row.n_best == 1]
+            for n in sorted({p.row.n_best for p in nbest}):
+                self._run_static([p for p in nbest if p.row.n_best == n])
         if self._static():
             if admitted:
                 self._run_static(admitted)
-            return bool(admitted)
+            return bool(admitted) or bool(nbest)
         if admitted:
             self._prefill(admitted)
         if self._running:
             self._decode()
-        return bool(admitted) or bool(self._running)
+        return bool(admitted) or bool(nbest) or bool(self._running)
 
     # ------------------------------------------------------------------ admission
 
@@ -657,11 +667,16 @@ class BatchEngine:
 
     def _static_split(self, rows: list[_Pending]) -> None:
         extra = dict(QUANTIZED_KV_KWARGS) if self.kv_quantization else {}
+        prompts, slots = [self._prompt_row(p.row) for p in rows], [p.slot for p in rows]
+        n = rows[0].row.n_best
         try:
             self._seam("static", [p.seq for p in rows])
-            outs = self._forward("static", rows, lambda: self.backbone.generate(
-                [self._prompt_row(p.row) for p in rows], [p.slot for p in rows], self.gen,
-                self.limits.max_new_tokens, **extra))
+            if n > 1:
+                outs = self._forward("static", rows, lambda: self.backbone.nbest(
+                    prompts, slots, self.gen, max(p.max_new for p in rows), n))
+            else:
+                outs = self._forward("static", rows, lambda: self.backbone.generate(
+                    prompts, slots, self.gen, self.limits.max_new_tokens, **extra))
         except (_ForwardFailed, Exception) as failed:
             exc = failed.cause if isinstance(failed, _ForwardFailed) else failed
             oom = self._after_failure(exc)

@@ -101,6 +101,12 @@ class Unauthorized(TranslationError):
     http_status = 403
 
 
+class FeatureDisabled(TranslationError):
+    """A LibreTranslate feature this server does not offer (suggestions): 403, as LibreTranslate answers it."""
+
+    http_status = 403
+
+
 class RateLimited(TranslationError):
     http_status = 429
     retryable = True

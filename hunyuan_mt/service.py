@@ -9,6 +9,7 @@ original layout.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -59,6 +60,8 @@ class TranslationResult:
     route_kind: str  # "identity" | "direct" | "pivot" | "base"
     adapters: list[str]
     timings_ms: dict[str, float] = field(default_factory=dict)
+    #: Other translations of the text, best first, each different from `text` (only when asked for).
+    alternatives: list[str] = field(default_factory=list)
 
     @property
     def route_label(self) -> str:
@@ -88,6 +91,11 @@ class _Job:
     protected: list[Any]  # masking.Protected | None per segment
     current: list[str]
     todo: list[int]  # indices of segments that need the model
+    #: Segment index → the last hop's n best outputs, when alternatives were asked for.
+    nbest: dict[int, list[str]] = field(default_factory=dict)
+
+    def render(self, segments: list[str]) -> str:
+        return self.layout.render(segments) if self.layout is not None else segments[0]
 
 
 class TranslationService:
@@ -197,11 +205,17 @@ class TranslationService:
     def translate(self, text: str, src: str, tgt: str) -> TranslationResult:
         return self.translate_batch([text], src, tgt, _single=True)[0]
 
-    def translate_batch(self, texts: Sequence[str], src: str, tgt: str, *, _single: bool = False
-                        ) -> list[TranslationResult]:
-        """Translate several texts at once; all their sentences share engine batches."""
+    def translate_batch(self, texts: Sequence[str], src: str, tgt: str, *, alternatives: int = 0,
+                        _single: bool = False) -> list[TranslationResult]:
+        """Translate several texts at once; all their sentences share engine batches.
+
+        `alternatives` > 0 also asks for up to that many other translations of each text: the last hop's
+        sentences are searched again with beam search, and the k-th alternative puts each sentence's k-th best
+        output that differs from the main translation in place. The main translation is the one a request without
+        alternatives gets."""
         t0 = time.perf_counter()
         try:
+            self._check_alternatives(alternatives)
             if not _single:
                 self._check_batch(texts)
             cleaned = [self.clean_text(t) for t in texts]
@@ -212,7 +226,7 @@ class TranslationService:
             plans = [self.router.plan(s, target) for s, _ in sources]
             jobs = [self._job(text, plan) for text, plan in zip(cleaned, plans)]
             t_run = time.perf_counter()
-            self._run_jobs(jobs)
+            self._run_jobs(jobs, n_best=alternatives + 1 if alternatives else 1)
             run_ms = (time.perf_counter() - t_run) * 1000
         except Exception:
             with self._lock:
@@ -225,9 +239,9 @@ class TranslationService:
             if detection is not None:
                 timings["detect"] = round(detect_ms, 2)
             results.append(TranslationResult(
-                text=job.layout.render(job.current) if job.layout is not None else job.current[0],
-                source=source, target=target, detected=detection, route=job.plan.route,
-                route_kind=job.plan.kind, adapters=job.plan.adapters, timings_ms=timings))
+                text=job.render(job.current), source=source, target=target, detected=detection,
+                route=job.plan.route, route_kind=job.plan.kind, adapters=job.plan.adapters, timings_ms=timings,
+                alternatives=_alternatives(job, alternatives)))
         self._record(total_ms, sum(len(j.todo) for j in jobs), sum(len(t) for t in cleaned), len(texts))
         return results
 
@@ -256,7 +270,7 @@ class TranslationService:
             jobs = [self._job(texts[i], plan) for i in chunk]
             self._run_jobs(jobs)
             for i, job in zip(chunk, jobs):
-                out[i] = job.layout.render(job.current) if job.layout is not None else job.current[0]
+                out[i] = job.render(job.current)
             if progress:
                 progress(min(start + _DOC_CHUNK, total), total)
         self._record((time.perf_counter() - t0) * 1000, total, sum(len(texts[i]) for i in todo), 1)
@@ -278,8 +292,17 @@ class TranslationService:
                 if (p.has_words if p is not None else _LETTER.search(seg))]
         return _Job(plan, layout, protected, current, todo)
 
-    def _run_jobs(self, jobs: list[_Job]) -> None:
-        """Run every hop of every job; hop k of all jobs goes to the engine together (one round per hop)."""
+    def _check_alternatives(self, alternatives: Any) -> None:
+        limit = self.cfg.limits.max_alternatives
+        if isinstance(alternatives, bool) or not isinstance(alternatives, int) or alternatives < 0:
+            raise InvalidInput(f"Invalid request: alternatives must be a whole number from 0 to {limit}.")
+        if alternatives > limit:
+            raise InvalidInput(f"Invalid request: alternatives ({alternatives}) exceeds the limit of {limit} "
+                               "(limits.max_alternatives).")
+
+    def _run_jobs(self, jobs: list[_Job], n_best: int = 1) -> None:
+        """Run every hop of every job; hop k of all jobs goes to the engine together (one round per hop).
+        With `n_best` > 1, each segment's last hop is also searched for its n best outputs (`_Job.nbest`)."""
         hops = max((len(j.plan.hops) for j in jobs), default=0)
         for k in range(hops):
             rows: list[Row] = []
@@ -293,14 +316,22 @@ class TranslationService:
                     where.append((job, i))
             if not rows:
                 continue
-            for (job, i), text in zip(where, self.engine.run(rows)):
+            last = [n for n, (job, _) in enumerate(where) if n_best > 1 and k == len(job.plan.hops) - 1]
+            # The n-best rows go in the same round as the plain ones: the engine runs both together.
+            outs = self.engine.run(rows + [dataclasses.replace(rows[n], n_best=n_best) for n in last])
+            for (job, i), text in zip(where, outs):
                 job.current[i] = text
+            for n, hypotheses in zip(last, outs[len(rows):]):
+                job, i = where[n]
+                job.nbest[i] = list(hypotheses)
         for job in jobs:
             if job.layout is None:
                 continue
             for i, prot in enumerate(job.protected):
                 if prot is not None:
                     job.current[i] = _masking.restore(job.current[i], prot)
+                    if i in job.nbest:
+                        job.nbest[i] = [_masking.restore(h, prot) for h in job.nbest[i]]
 
     # ------------------------------------------------------------------ admin
 
@@ -376,6 +407,33 @@ class TranslationService:
             "counts": counts,
             "history": history,
         }
+
+
+def _alternatives(job: _Job, limit: int) -> list[str]:
+    """Up to `limit` renderings of the text other than the main one: the k-th puts, in every segment, that
+    segment's k-th best output that differs from its main translation (or the main one where it has no k-th)."""
+    if limit <= 0 or not job.nbest:
+        return []
+    others: dict[int, list[str]] = {}
+    for i, hypotheses in job.nbest.items():
+        distinct: list[str] = []
+        for h in hypotheses:
+            if h.strip() and h != job.current[i] and h not in distinct:
+                distinct.append(h)
+        others[i] = distinct
+    main = job.render(job.current)
+    out: list[str] = []
+    for k in range(max((len(d) for d in others.values()), default=0)):
+        segments = list(job.current)
+        for i, distinct in others.items():
+            if k < len(distinct):
+                segments[i] = distinct[k]
+        text = job.render(segments)
+        if text != main and text not in out:
+            out.append(text)
+        if len(out) == limit:
+            break
+    return out
 
 
 _SENTINEL = re.compile(r"⟦(\d+)⟧")

@@ -102,14 +102,16 @@ def test_unreachable_pair_is_refused_with_reason(client: httpx.Client, live_serv
     assert_error(client.post("/translate", json={"q": "Hello", "source": src, "target": unreachable}), 400, src)
 
 
-def test_character_and_batch_limits_are_413(client: httpx.Client, live_server: LiveServer) -> None:
+def test_character_and_batch_limits_are_400_in_libretranslate_words(client: httpx.Client,
+                                                                     live_server: LiveServer) -> None:
     limits = live_server.cfg.limits
     too_long = "a" * (limits.max_chars + 1)
-    assert_error(client.post("/translate", json={"q": too_long, "source": "en", "target": "es"}), 413,
-                 f"at most {limits.max_chars}")
+    assert_error(client.post("/translate", json={"q": too_long, "source": "en", "target": "es"}), 400,
+                 f"Invalid request: request ({limits.max_chars + 1} characters) exceeds text limit "
+                 f"({limits.max_chars} characters)")
     too_many = ["hi"] * (limits.max_batch_items + 1)
-    assert_error(client.post("/translate", json={"q": too_many, "source": "en", "target": "es"}), 413,
-                 f"at most {limits.max_batch_items}")
+    assert_error(client.post("/translate", json={"q": too_many, "source": "en", "target": "es"}), 400,
+                 f"exceeds text limit ({limits.max_batch_items} texts)")
 
 
 def test_wrong_content_type_is_415(client: httpx.Client) -> None:
@@ -160,7 +162,7 @@ def test_hostile_text_is_served_or_refused_cleanly(client: httpx.Client, raw: st
 def test_ten_thousand_lines_are_refused_over_the_limit(client: httpx.Client, live_server: LiveServer) -> None:
     text = "\n".join(f"line {i}" for i in range(10_000))
     response = client.post("/translate", json={"q": text, "source": "en", "target": "es"})
-    assert_error(response, 413, f"at most {live_server.cfg.limits.max_chars}")
+    assert_error(response, 400, f"exceeds text limit ({live_server.cfg.limits.max_chars} characters)")
 
 
 def test_unknown_route_and_method_are_json(client: httpx.Client) -> None:

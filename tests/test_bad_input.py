@@ -93,16 +93,16 @@ def _text_cases(limits: LimitsConfig) -> dict[str, tuple[dict[str, Any], int, st
         "empty-text": ({"q": ""}, 400, "Invalid request: missing q parameter"),
         "whitespace-only": ({"q": " \n\t  "}, 400, "Text is empty (only whitespace or control characters)."),
         "control-chars-only": ({"q": "\x00\x07\x1b\x7f"}, 400, "Text is empty."),
-        "over-char-limit": ({"q": "a" * over}, 413, f"Text too long: {over} characters, at most "
-                                                    f"{limits.max_chars} per request."),
-        "10k-lines-over-char-limit": ({"q": "\n".join([GOOD] * 10_000)}, 413,
-                                      f"Text too long: {len(GOOD) * 10_000 + 9_999} characters, at most "
-                                      f"{limits.max_chars} per request."),
-        "batch-too-long": ({"q": [GOOD] * (limits.max_batch_items + 1)}, 413,
-                           f"Too many texts in one request: {limits.max_batch_items + 1}, at most "
-                           f"{limits.max_batch_items}."),
-        "batch-over-char-limit": ({"q": ["a" * (limits.max_chars // 2 + 1)] * 2}, 413,
-                                  f"Text too long: {2 * (limits.max_chars // 2 + 1)} characters"),
+        "over-char-limit": ({"q": "a" * over}, 400, f"Invalid request: request ({over} characters) exceeds text "
+                                                    f"limit ({limits.max_chars} characters)"),
+        "10k-lines-over-char-limit": ({"q": "\n".join([GOOD] * 10_000)}, 400,
+                                      f"Invalid request: request ({len(GOOD) * 10_000 + 9_999} characters) exceeds "
+                                      f"text limit ({limits.max_chars} characters)"),
+        "batch-too-long": ({"q": [GOOD] * (limits.max_batch_items + 1)}, 400,
+                           f"Invalid request: request ({limits.max_batch_items + 1} texts) exceeds text limit "
+                           f"({limits.max_batch_items} texts)"),
+        "batch-over-char-limit": ({"q": ["a" * (limits.max_chars // 2 + 1)] * 2}, 400,
+                                  f"Invalid request: request ({2 * (limits.max_chars // 2 + 1)} characters)"),
         "empty-item-in-batch": ({"q": [GOOD, "  "]}, 400, "Text is empty (only whitespace"),
         "non-string-in-batch": ({"q": [GOOD, 5]}, 400, "Invalid request: q must be a string or a list of strings"),
         "q-is-an-object": ({"q": {"text": GOOD}}, 400, "Invalid request: q must be a string or a list of strings"),

@@ -1,4 +1,5 @@
-"""Clients written elsewhere, unchanged, against the live server: libretranslatepy, gradio_client, openai."""
+"""Clients written elsewhere, unchanged, against the live server: three LibreTranslate clients (libretranslatepy,
+deep-translator, libretranslate-aio), gradio_client and openai."""
 
 from __future__ import annotations
 
@@ -7,15 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import libretranslate_aio
 import openai
 import pytest
+from deep_translator import LibreTranslator
+from deep_translator.exceptions import AuthorizationException
 from gradio_client import Client, handle_file
 from libretranslatepy import LibreTranslateAPI
 
 from hunyuan_mt.languages import hunyuan_prompt
 from hunyuan_mt.web.doctranslate import translate_upload
 from sample_docs import docx_structure, make_docx
-from web_server import ADMIN_KEY, LiveServer
+from web_server import ADMIN_KEY, LiveServer, serve, with_server
 
 TEXT = "Open the file and save the document."
 
@@ -37,6 +41,113 @@ def test_libretranslatepy_auto_source(live_server: LiveServer) -> None:
     lt = LibreTranslateAPI(live_server.url)
     source = live_server.service.detect(TEXT)[0].code
     assert lt.translate(TEXT, "auto", "es") == live_server.reference(TEXT, source, "es")
+
+
+def test_deep_translator_posts_everything_in_the_query_string(live_server: LiveServer) -> None:
+    """deep-translator sends `POST /translate?q=...&source=en&target=es&format=text&api_key=...` with no body; its
+    api_key is mandatory client-side, and a server without keys ignores it (as LibreTranslate does)."""
+    translator = LibreTranslator(source="en", target="es", api_key="any", custom_url=live_server.url + "/")
+    assert translator.translate("Unknown error") == live_server.expected("Unknown error", "en", "es")
+    assert translator.translate_batch(["Unknown error", TEXT]) == [
+        live_server.expected("Unknown error", "en", "es"), live_server.reference(TEXT, "en", "es")]
+
+
+def test_deep_translator_sees_a_wrong_key_as_its_authorization_error(web_service: Any, live_server: LiveServer
+                                                                      ) -> None:
+    with serve(web_service, with_server(live_server.cfg, api_keys=["right-key"])) as keyed:
+        wrong = LibreTranslator(source="en", target="es", api_key="wrong-key", custom_url=keyed.url + "/")
+        with pytest.raises(AuthorizationException):
+            wrong.translate("Unknown error")
+        right = LibreTranslator(source="en", target="es", api_key="right-key", custom_url=keyed.url + "/")
+        assert right.translate("Unknown error") == live_server.expected("Unknown error", "en", "es")
+
+
+@pytest.fixture()
+def lt_aio(live_server: LiveServer) -> Any:
+    with libretranslate_aio.LibreTranslate(live_server.url, timeout=120) as client:
+        yield client
+
+
+def test_libretranslate_aio_translates_with_alternatives(lt_aio: Any, live_server: LiveServer) -> None:
+    """libretranslate-aio posts forms (a batch as repeated q fields) and reads `alternatives`."""
+    one = lt_aio.translate("Unknown error", "en", "es", alternatives=2)
+    assert one.translated_text == live_server.expected("Unknown error", "en", "es")
+    wanted = live_server.service.translate_batch(["Unknown error"], "en", "es", alternatives=2)[0].alternatives
+    assert one.alternatives == wanted and len(wanted) >= 1
+    assert one.translated_text not in one.alternatives
+    both = lt_aio.translate(["Unknown error", TEXT], "en", "es", alternatives=1)
+    assert both.translated_text == [live_server.expected("Unknown error", "en", "es"),
+                                    live_server.reference(TEXT, "en", "es")]
+    assert isinstance(both.alternatives, list) and len(both.alternatives) == 2
+    assert all(isinstance(a, list) and len(a) <= 1 for a in both.alternatives)
+    plain = lt_aio.translate("Unknown error", "en", "es")
+    assert plain.alternatives is None  # not asked for, not sent
+
+
+def test_libretranslate_aio_auto_detect_html_and_languages(lt_aio: Any, live_server: LiveServer) -> None:
+    auto = lt_aio.translate(TEXT, "auto", "es")
+    detected = live_server.service.detect(TEXT)[0].code
+    assert auto.detected_language.language == detected
+    assert auto.translated_text == live_server.reference(TEXT, detected, "es")
+    html = lt_aio.translate('<p class="x">Unknown error</p>', "en", "es", format="html")
+    assert html.translated_text == f'<p class="x">{live_server.expected("Unknown error", "en", "es")}</p>'
+    assert lt_aio.detect(TEXT)[0].language == detected
+    codes = {lang.code: lang for lang in lt_aio.languages()}
+    assert "es" in codes["en"].targets
+
+
+def test_libretranslate_aio_frontend_settings_suggest_and_health(lt_aio: Any, live_server: LiveServer) -> None:
+    settings = lt_aio.frontend_settings()
+    assert settings.char_limit == live_server.cfg.limits.max_chars
+    assert (settings.api_keys, settings.key_required, settings.suggestions) == (False, False, False)
+    assert ".docx" in settings.supported_files_format and ".srt" in settings.supported_files_format
+    assert settings.language.source.code == "auto" and settings.language.target.code == "es"
+    with pytest.raises(libretranslate_aio.ForbiddenError, match="Suggestions are disabled on this server."):
+        lt_aio.suggest("Hello", "Hola", "en", "es")
+    assert lt_aio.health() is True
+
+
+def test_libretranslate_aio_errors_are_its_typed_exceptions(lt_aio: Any, live_server: LiveServer) -> None:
+    with pytest.raises(libretranslate_aio.BadRequestError, match="exceeds text limit"):
+        lt_aio.translate("a" * (live_server.cfg.limits.max_chars + 1), "en", "es")
+    with pytest.raises(libretranslate_aio.BadRequestError, match="Unsupported language code 'xx'"):
+        lt_aio.translate("Hello", "en", "xx")
+    with pytest.raises(libretranslate_aio.BadRequestError, match="alternatives must be from 0 to 3"):
+        lt_aio.translate("Hello", "en", "es", alternatives=9)
+
+
+def test_libretranslate_aio_translates_a_file(lt_aio: Any, live_server: LiveServer, tmp_path: Path) -> None:
+    source = tmp_path / "note.txt"
+    source.write_text("Unknown error\n", encoding="utf-8")
+    done = lt_aio.translate_file(source, "en", "es")
+    body = httpx.get(done.translated_file_url, timeout=60).text
+    assert body == live_server.expected("Unknown error", "en", "es") + "\n"
+
+
+def test_query_string_and_body_merge_as_in_libretranslate(live_server: LiveServer) -> None:
+    """Query string, form and JSON are read together: the body's fields win where both give one."""
+    url = live_server.url
+    want = live_server.expected("Unknown error", "en", "es")
+    query_only = httpx.post(f"{url}/translate", params={"q": "Unknown error", "source": "en", "target": "es"})
+    assert query_only.json() == {"translatedText": want}
+    mixed = httpx.post(f"{url}/translate", params={"source": "en", "target": "de"},
+                       json={"q": "Unknown error", "target": "es"})
+    assert mixed.json() == {"translatedText": want}
+    form = httpx.post(f"{url}/translate?target=es", data={"q": "Unknown error", "source": "en"})
+    assert form.json() == {"translatedText": want}
+    crlf = httpx.post(f"{url}/translate", data={"q": "Unknown error\r\nUnknown error", "source": "en",
+                                                  "target": "es"})
+    assert crlf.json() == {"translatedText": f"{want}\n{want}"}
+    detect = httpx.post(f"{url}/detect", params={"q": TEXT})
+    assert detect.json()[0]["language"] == live_server.service.detect(TEXT)[0].code
+
+
+def test_spec_is_the_openapi_document(live_server: LiveServer) -> None:
+    spec = httpx.get(live_server.url + "/spec").json()
+    assert spec == httpx.get(live_server.url + "/openapi.json").json()
+    assert {"/translate", "/detect", "/languages", "/translate_file", "/frontend/settings"} <= set(spec["paths"])
+    translate = spec["paths"]["/translate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert "alternatives" in translate["properties"]
 
 
 # ---------------------------------------------------------------------------------------------------- gradio_client

@@ -8,6 +8,7 @@ rows each forward held; assertions read those, never timings.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
@@ -188,6 +189,43 @@ def test_row_arriving_mid_decode_joins_at_the_next_step(arch: str, model_and_ada
     assert records[4].kind == "decode" and records[4].rows == 1 + len(short_rows)
     assert answered_before_long == [True] * len(short_rows)
     assert records[-1].kind == "decode" and records[-1].rows == 1  # the long row finishes on its own
+
+
+def test_n_best_row_runs_between_decode_steps_and_leaves_the_batch_exact(arch: str, model_and_adapters,
+                                                                          make_engine) -> None:
+    """An n-best row (LibreTranslate's alternatives) sent while a row decodes runs as a beam search of its own
+    between two decode steps; the decoding row goes on afterwards and still equals its run alone, and the n-best
+    row's answer equals its own run alone."""
+    model_dir, adapters = model_and_adapters
+    engine = make_engine(model_dir, adapters, slots=3, max_new_tokens=12)
+    long_row = row("en2de", TEXTS[0], max_new=12)
+    nbest_row = dataclasses.replace(row("es2en", TEXTS[2], max_new=6), n_best=3)
+    ref_long = references(engine, [long_row])[0]
+    ref_nbest = engine.run([nbest_row])[0]
+    assert isinstance(ref_nbest, list) and len(ref_nbest) == 3
+    assert len(set(ref_nbest)) > 1, ref_nbest  # beams differ on the tiny random models
+
+    calls = {"long": 0}
+    at_step_two, go = threading.Event(), threading.Event()
+
+    def seam(rows: list[Row]) -> None:
+        if long_row in rows:
+            calls["long"] += 1
+            if calls["long"] == 3:
+                at_step_two.set()
+                assert go.wait(30)
+
+    engine.before_generate = seam
+    start = len(engine.history)
+    long_future = engine.submit([long_row])[0]
+    assert at_step_two.wait(30)
+    nbest_future = engine.submit([nbest_row])[0]
+    go.set()
+    assert nbest_future.result(timeout=60) == ref_nbest
+    assert long_future.result(timeout=60) == ref_long
+    kinds = [(h.kind, h.rows) for h in since(engine, start)]
+    assert kinds[:4] == [("prefill", 1), ("decode", 1), ("decode", 1), ("static", 1)]
+    assert all(kind == "decode" for kind, _ in kinds[4:]) and len(kinds) == 1 + 11 + 1
 
 
 def test_rows_of_very_different_lengths_equal_alone(arch: str, model_and_adapters, make_engine) -> None:

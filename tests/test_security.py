@@ -143,8 +143,8 @@ def test_rate_limit_answers_429_with_retry_after(keyed_server: LiveServer) -> No
 def test_character_limit_per_request(keyed_server: LiveServer) -> None:
     response = _post(keyed_server, "/translate", json={"q": ["a" * 30, "b" * 11], "source": "en", "target": "es",
                                                        "api_key": "key-a"})
-    assert response.status_code == 413
-    assert response.json() == {"error": "Text too long: 41 characters, at most 40 per request."}
+    assert response.status_code == 400
+    assert response.json() == {"error": "Invalid request: request (41 characters) exceeds text limit (40 characters)"}
 
 
 # ---------------------------------------------------------------------------------------------------- CORS

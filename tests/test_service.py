@@ -146,6 +146,58 @@ def test_masked_spans_survive(svc: TranslationService) -> None:
     assert svc.engine.stats.rows == before
 
 
+def test_alternatives_are_the_beam_searchs_other_outputs(svc: TranslationService, marian_dir: Path,
+                                                         marian_adapters: Path) -> None:
+    """`alternatives=n`: the main translation is the plain one; the alternatives are, in order, the outputs of a
+    beam search with n+1 beams (run here through PEFT and transformers, apart from the server's slot layers) that
+    differ from it."""
+    from peft import PeftModel
+
+    from hunyuan_mt.config import GenerationConfig, ModelConfig
+
+    text = "Hello world, how are you today?"
+    plain = svc.translate(text, "en", "es")
+    res = svc.translate_batch([text], "en", "es", alternatives=2)[0]
+    assert res.text == plain.text
+    ref_bb = Backbone.load_uncached(ModelConfig(path=str(marian_dir), warmup=False))
+    ref_bb.model = PeftModel.from_pretrained(ref_bb.model, marian_adapters / "en2es")
+    encoded = ref_bb.encode(PromptRow(text, "en", "es"))
+    beams = ref_bb._hf_generate([encoded], [0], GenerationConfig(num_beams=3), ref_bb.max_new_tokens(encoded, 8),
+                                num_return_sequences=3)
+    expected = [b for b in dict.fromkeys(beams) if b != plain.text][:2]
+    assert expected and res.alternatives == expected
+    assert plain.alternatives == []
+
+
+def test_alternatives_on_a_pivot_vary_the_last_hop(svc: TranslationService) -> None:
+    text = "Hola mundo, como estas hoy?"
+    plain = svc.translate(text, "es", "de")
+    res = svc.translate_batch([text], "es", "de", alternatives=3)[0]
+    assert res.route_kind == "pivot" and res.text == plain.text
+    middle = one(svc, text, "es2en")
+    assert res.alternatives == [h for h in dict.fromkeys(svc.engine.run([Row(middle, "en", "de", Pair("en", "de"),
+                                                                             n_best=4)])[0])
+                                if h != plain.text][:3]
+
+
+def test_alternatives_of_a_text_put_each_sentences_kth_output_in_place() -> None:
+    from hunyuan_mt.segment import split_text
+    from hunyuan_mt.service import _alternatives, _Job
+
+    layout = split_text("One. Two.\nThree.", "en")
+    job = _Job(plan=None, layout=layout, protected=[None] * 3, current=["Uno.", "Dos.", "Tres."], todo=[0, 1, 2],
+               nbest={0: ["Uno.", "Un.", "Uno!", "Un."], 1: ["Dos.", "Dos!"], 2: ["Tres."]})
+    assert _alternatives(job, 3) == ["Un. Dos!\nTres.", "Uno! Dos.\nTres."]
+    assert _alternatives(job, 1) == ["Un. Dos!\nTres."]
+    assert _alternatives(job, 0) == []
+
+
+@pytest.mark.parametrize("value", [-1, 4, True, 1.5, "2"])
+def test_alternatives_out_of_range_are_refused(svc: TranslationService, value) -> None:
+    with pytest.raises(InvalidInput, match="alternatives"):
+        svc.translate_batch(["Hello"], "en", "es", alternatives=value)
+
+
 def test_batch_equals_singles(svc: TranslationService) -> None:
     texts = ["Hello world.", "Open the file.", "The quick brown fox."]
     batch = svc.translate_batch(texts, "en", "de")

@@ -94,7 +94,8 @@ class RemoteService:
 
     # ------------------------------------------------------------------ async API (handles, tests)
 
-    async def atranslate(self, texts: Sequence[str], src: str, tgt: str) -> list[dict[str, Any]]:
+    async def atranslate(self, texts: Sequence[str], src: str, tgt: str, alternatives: int = 0
+                         ) -> list[dict[str, Any]]:
         """One dict per text: the TranslationResult fields plus `replica` and `group`."""
         texts = list(texts)
         limit = self.cfg.limits.max_batch_items
@@ -104,9 +105,9 @@ class RemoteService:
         target = normalize_code(tgt) if isinstance(tgt, str) and tgt.strip() else tgt
         if not (isinstance(src, str) and src.strip().lower() == AUTO):
             source = normalize_code(src) if isinstance(src, str) and src.strip() else src
-            return await self._translate_routed(texts, source, target)
+            return await self._translate_routed(texts, source, target, alternatives)
         if not texts:
-            return await self._translate_routed(texts, AUTO, target)  # the replica says why it is invalid
+            return await self._translate_routed(texts, AUTO, target, alternatives)  # the replica says why it is invalid
         # Detect first (on any replica), then send each source language to its own group.
         reply = await self.acall(self.settings.long_tail.name, "detect", texts, 1)
         found = reply["detections"]
@@ -116,7 +117,7 @@ class RemoteService:
                 raise InvalidInput("Could not detect the language of the text; give the source language.")
             by_source.setdefault(ds[0]["code"], []).append(i)
         out: list[dict[str, Any] | None] = [None] * len(texts)
-        parts = await asyncio.gather(*(self._translate_routed([texts[i] for i in idx], code, target)
+        parts = await asyncio.gather(*(self._translate_routed([texts[i] for i in idx], code, target, alternatives)
                                        for code, idx in by_source.items()))
         for idx, results in zip(by_source.values(), parts):
             for i, result in zip(idx, results):
@@ -124,9 +125,10 @@ class RemoteService:
                 out[i] = result
         return [r for r in out if r is not None]
 
-    async def _translate_routed(self, texts: list[str], src: str, tgt: str) -> list[dict[str, Any]]:
+    async def _translate_routed(self, texts: list[str], src: str, tgt: str, alternatives: int = 0
+                                ) -> list[dict[str, Any]]:
         group, model_id = self.route(src, tgt) if src != AUTO else (self.settings.long_tail.name, None)
-        reply = await self.acall(group, "translate", texts, src, tgt, model_id=model_id)
+        reply = await self.acall(group, "translate", texts, src, tgt, alternatives, model_id=model_id)
         for result in reply["results"]:
             result["replica"], result["group"] = reply["replica"], reply["group"]
         return reply["results"]
@@ -181,10 +183,10 @@ class RemoteService:
         if served is not None:
             served.extend(replicas)
 
-    def translate_batch(self, texts: list[str], src: str, tgt: str) -> list[Any]:
+    def translate_batch(self, texts: list[str], src: str, tgt: str, *, alternatives: int = 0) -> list[Any]:
         from ..service import TranslationResult
 
-        dicts = self._run(self.atranslate(texts, src, tgt))
+        dicts = self._run(self.atranslate(texts, src, tgt, alternatives))
         self._served(*(d["replica"] for d in dicts))
         return [_result(TranslationResult, d) for d in dicts]
 
@@ -297,8 +299,8 @@ class Ingress:
         app.add_middleware(ServedByMiddleware)
         return app
 
-    async def translate(self, texts: list[str], src: str, tgt: str) -> list[dict[str, Any]]:
-        return await self.remote.atranslate(texts, src, tgt)
+    async def translate(self, texts: list[str], src: str, tgt: str, alternatives: int = 0) -> list[dict[str, Any]]:
+        return await self.remote.atranslate(texts, src, tgt, alternatives)
 
     async def translate_segments(self, segments: list[str], src: str, tgt: str) -> dict[str, Any]:
         texts, replicas = await self.remote.atranslate_segments(segments, src, tgt)

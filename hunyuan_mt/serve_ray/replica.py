@@ -118,10 +118,11 @@ class TranslatorReplica:
 
     # ------------------------------------------------------------------ calls (through deployment handles)
 
-    async def translate(self, texts: list[str], src: str, tgt: str) -> dict[str, Any]:
+    async def translate(self, texts: list[str], src: str, tgt: str, alternatives: int = 0) -> dict[str, Any]:
         try:
             await self._pair_for_request()
-            results = await asyncio.to_thread(self.service.translate_batch, texts, src, tgt)
+            results = await asyncio.to_thread(self.service.translate_batch, texts, src, tgt,
+                                              alternatives=alternatives)
         except TranslationError as exc:
             return self._reply(error=error_payload(exc))
         return self._reply(results=[_result_dict(r) for r in results])

@@ -27,14 +27,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .. import __version__
 from ..adapters.request import Pair
 from ..config import Config
-from ..errors import InputTooLarge, InvalidInput, RateLimited, TranslationError, UnreachablePair, http_status
+from ..errors import FeatureDisabled, InputTooLarge, InvalidInput, RateLimited, TranslationError, UnreachablePair, http_status
 from ..languages import LANGUAGES, normalize_code, parse_hunyuan_prompt
 from .auth import AccessPolicy
 from .doctranslate import translate_upload
 from .downloads import DownloadStore, safe_filename
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import WebMetrics
-from .requests import FORM, JSON, MULTIPART, BodyLimitMiddleware, client_address, read_fields, text_field
+from .requests import (FORM, JSON, MULTIPART, BodyLimitMiddleware, client_address, content_type, int_field,
+                       read_fields, text_field)
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +44,12 @@ log = logging.getLogger(__name__)
 REST_THREADS = 64
 #: JSON bodies beyond this are refused before parsing; generous next to the character limit (UTF-8, escapes).
 _JSON_OVERHEAD = 64 * 1024
+#: /frontend/settings: how long LibreTranslate's page waits after the last keystroke before it translates.
+FRONTEND_TIMEOUT_MS = 500
 
 
 class TranslationServiceLike(Protocol):  # the parts of service.TranslationService the web layer calls
-    def translate_batch(self, texts: list[str], src: str, tgt: str) -> list[Any]: ...
+    def translate_batch(self, texts: list[str], src: str, tgt: str, *, alternatives: int = 0) -> list[Any]: ...
     def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None) -> list[str]: ...
     def detect(self, text: str) -> list[Any]: ...
     def languages(self) -> list[Any]: ...
@@ -179,28 +182,41 @@ class RestApi:
             fields = await read_fields(request)
             self._authorize(request, fields)
             texts, as_list = self._texts(fields.get("q"))
+            if content_type(request) != JSON:
+                # Browsers send a form's line breaks as CRLF; count and translate them as LF, as LibreTranslate
+                # does, so the character limit means the same whatever the encoding.
+                texts = ["\n".join(t.splitlines()) if "\r" in t else t for t in texts]
             source = _source_field(fields)
             target = text_field(fields, "target")
             fmt = text_field(fields, "format", required=False, default="text")
             if fmt not in ("text", "html"):
                 raise InvalidInput(f"Invalid request: format must be 'text' or 'html', got {fmt[:20]!r}")
+            alternatives = int_field(fields, "alternatives")
+            if not 0 <= alternatives <= self.cfg.limits.max_alternatives:
+                raise InvalidInput(f"Invalid request: alternatives must be from 0 to "
+                                   f"{self.cfg.limits.max_alternatives}, got {alternatives}")
             self.policy.check_chars(texts)
             started = time.perf_counter()
             if fmt == "html":
                 pairs = [await self._call(self._translate_html, t, source, target) for t in texts]
                 translated = [html for html, _ in pairs]
                 detected = [d for _, d in pairs]
+                others: list[list[str]] = [[] for _ in texts]  # markup has no alternatives (nor in LibreTranslate)
             else:
-                results = await self._call(self.service.translate_batch, texts, source, target)
+                results = await self._call(functools.partial(self.service.translate_batch, texts, source, target,
+                                                             alternatives=alternatives))
                 self._observe(results, started, "rest")
                 translated = [r.text for r in results]
                 detected = [r.detected for r in results]
+                others = [list(r.alternatives) for r in results]
         finally:
             await request.close()
         body: dict[str, Any] = {"translatedText": translated if as_list else translated[0]}
         if source == "auto":
             found = [detection_json(d) if d else {"confidence": 0.0, "language": None} for d in detected]
             body["detectedLanguage"] = found if as_list else found[0]
+        if alternatives:
+            body["alternatives"] = others if as_list else others[0]
         return JSONResponse(body)
 
     async def detect(self, request: Request) -> JSONResponse:
@@ -214,12 +230,39 @@ class RestApi:
             await request.close()
         return JSONResponse([detection_json(d) for d in detections])
 
-    async def languages(self) -> JSONResponse:
+    async def _served_languages(self) -> list[Any]:
         infos = await self._call(self.service.languages)
         # Only what this model can read or write: LibreTranslate clients offer every listed language.
         used = {i.code for i in infos if i.targets} | {t for i in infos for t in i.targets}
+        return [i for i in infos if i.code in used]
+
+    async def languages(self) -> JSONResponse:
         return JSONResponse([{"code": i.code, "name": i.english, "native": i.native, "targets": list(i.targets)}
-                             for i in infos if i.code in used])
+                             for i in await self._served_languages()])
+
+    async def frontend_settings(self) -> JSONResponse:
+        """What LibreTranslate's web page and browser extensions read before anything else."""
+        from ..documents import SUPPORTED_EXTENSIONS
+
+        infos = await self._served_languages()
+        codes = [i.code for i in infos]
+        target = "es" if "es" in codes else (codes[0] if codes else "en")
+        name = next((i.english for i in infos if i.code == target), target)
+        return JSONResponse({
+            "charLimit": self.policy.max_chars,
+            "frontendTimeout": FRONTEND_TIMEOUT_MS,
+            "apiKeys": self.policy.keys_required,
+            "keyRequired": self.policy.keys_required,
+            "suggestions": False,
+            "filesTranslation": True,
+            "supportedFilesFormat": list(SUPPORTED_EXTENSIONS),
+            "language": {"source": {"code": "auto", "name": "Auto Detect"},
+                         "target": {"code": target, "name": name}},
+        })
+
+    async def suggest(self, request: Request) -> JSONResponse:
+        await request.close()
+        raise FeatureDisabled("Suggestions are disabled on this server.")
 
     async def translate_file(self, request: Request) -> JSONResponse:
         try:
@@ -281,8 +324,7 @@ class RestApi:
 
     async def admin(self, request: Request, action: str) -> JSONResponse:
         try:
-            has_body = request.headers.get("content-type") or request.headers.get("content-length", "0") != "0"
-            fields = await read_fields(request) if has_body else {}
+            fields = await read_fields(request)
         finally:
             await request.close()
         given = request.headers.get("x-admin-key") or (fields.get("admin_key") if isinstance(
@@ -383,6 +425,8 @@ _TRANSLATE_SCHEMA = {
         "source": {"type": "string", "default": "auto", "description": "Source code, or 'auto' to detect."},
         "target": {"type": "string", "description": "Target language code."},
         "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
+        "alternatives": {"type": "integer", "default": 0, "minimum": 0,
+                         "description": "How many other translations to return as well (limits.max_alternatives)."},
         "api_key": {"type": "string"},
     },
 }
@@ -407,7 +451,7 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
     file_cap = cfg.limits.max_file_bytes + _JSON_OVERHEAD
     app.add_middleware(BodyLimitMiddleware, limits={
         "/translate": json_cap, "/detect": json_cap, "/v1": json_cap, "/admin": _JSON_OVERHEAD,
-        "/translate_file": file_cap,
+        "/suggest": _JSON_OVERHEAD, "/translate_file": file_cap,
     })
     if cfg.server.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.server.cors_origins), allow_methods=["GET", "POST"],
@@ -463,6 +507,16 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
                           "target": {"type": "string"}, "api_key": {"type": "string"}}}, (MULTIPART,)))
     app.add_api_route("/download_file/{token}/{filename}", api.download_file, methods=["GET"],
                       name="download_file", tags=["LibreTranslate"], summary="Download a translated document")
+    app.add_api_route("/frontend/settings", api.frontend_settings, methods=["GET"], tags=["LibreTranslate"],
+                      summary="Settings LibreTranslate front ends read first (limits, keys, defaults)")
+    app.add_api_route("/suggest", api.suggest, methods=["POST"], tags=["LibreTranslate"],
+                      summary="Translation suggestions: disabled on this server (403)")
+
+    async def spec() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    app.add_api_route("/spec", spec, methods=["GET"], tags=["LibreTranslate"],
+                      summary="This API's OpenAPI document (also at /openapi.json)")
     app.add_api_route("/health", api.health, methods=["GET"], tags=["Service"], summary="Liveness and model")
     app.add_api_route("/metrics", api.metrics_route, methods=["GET"], tags=["Service"],
                       summary="Prometheus metrics")

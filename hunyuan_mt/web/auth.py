@@ -17,7 +17,7 @@ from typing import Callable
 from cachetools import TTLCache
 
 from ..config import LimitsConfig, ServerConfig
-from ..errors import InputTooLarge, RateLimited, Unauthorized
+from ..errors import InvalidInput, RateLimited, Unauthorized
 
 #: Seconds of history the sliding window keeps.
 WINDOW_S = 60.0
@@ -90,12 +90,15 @@ class AccessPolicy:
         return identity
 
     def check_chars(self, texts: list[str]) -> None:
-        """The LibreTranslate character limit: the whole request, all items of a batch together."""
+        """The LibreTranslate character limit: the whole request, all items of a batch together. A 400 in
+        LibreTranslate's words, as its clients expect (they split the text and retry)."""
         if len(texts) > self.max_batch_items:
-            raise InputTooLarge(f"Too many texts in one request: {len(texts)}, at most {self.max_batch_items}.")
+            raise InvalidInput(f"Invalid request: request ({len(texts)} texts) exceeds text limit "
+                               f"({self.max_batch_items} texts)")
         total = sum(len(t) for t in texts)
         if total > self.max_chars:
-            raise InputTooLarge(f"Text too long: {total} characters, at most {self.max_chars} per request.")
+            raise InvalidInput(f"Invalid request: request ({total} characters) exceeds text limit "
+                               f"({self.max_chars} characters)")
 
     def check_admin(self, given: str | None) -> None:
         if self.admin_key is None:

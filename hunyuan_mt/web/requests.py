@@ -31,18 +31,21 @@ def content_type(request: Request) -> str:
 
 
 async def read_fields(request: Request, *, allow: tuple[str, ...] = (JSON, FORM, MULTIPART)) -> dict[str, Any]:
-    """The request's fields as a dict. Form fields repeated (q=a&q=b) become lists; files stay UploadFile.
+    """The request's fields as a dict: the query string's, then the body's over them, as LibreTranslate reads
+    them (some of its clients POST everything in the query string). Fields repeated (q=a&q=b) become lists;
+    files stay UploadFile.
 
     Call `await request.close()` afterwards (the routes do, in `finally`) so multipart temp files are removed.
     """
+    fields = _multi(request.query_params)
     ctype = content_type(request)
-    if ctype == "" and request.method == "POST":
+    if ctype == "":
         body = await request.body()
         if not body:
-            return {}
+            return fields
         # curl -d '{"q": ...}' without a header: accept a JSON object, refuse anything else.
         try:
-            return _json_object(body)
+            return {**fields, **_json_object(body)}
         except InvalidInput:
             raise UnsupportedMediaType(
                 "Missing Content-Type: send application/json, application/x-www-form-urlencoded or "
@@ -51,12 +54,17 @@ async def read_fields(request: Request, *, allow: tuple[str, ...] = (JSON, FORM,
     if ctype not in allow:
         raise UnsupportedMediaType(f"Unsupported Content-Type {ctype[:60]!r}: send one of {', '.join(allow)}.")
     if ctype == JSON:
-        return _json_object(await request.body())
-    form = await request.form(max_files=1, max_fields=200)
+        return {**fields, **_json_object(await request.body())}
+    fields.update(_multi(await request.form(max_files=1, max_fields=200)))
+    return fields
+
+
+def _multi(values: Any) -> dict[str, Any]:
+    """A multi-dict (query string, form) as a dict; a key given more than once maps to the list of its values."""
     fields: dict[str, Any] = {}
-    for key in form.keys():
-        values = form.getlist(key)
-        fields[key] = values[0] if len(values) == 1 else list(values)
+    for key in values.keys():
+        items = values.getlist(key)
+        fields[key] = items[0] if len(items) == 1 else list(items)
     return fields
 
 
@@ -84,6 +92,20 @@ def text_field(fields: dict[str, Any], name: str, *, required: bool = True, defa
     if isinstance(value, UploadFile) or not isinstance(value, str):
         raise InvalidInput(f"Invalid request: {name} must be a string")
     return value
+
+
+def int_field(fields: dict[str, Any], name: str, *, default: int = 0) -> int:
+    """A whole-number field, sent as a JSON number or as text (forms and query strings carry only text)."""
+    value = fields.get(name)
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
+        raise InvalidInput(f"Invalid request: {name} must be a whole number")
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value.strip())
+    raise InvalidInput(f"Invalid request: {name} must be a whole number")
 
 
 def client_address(request: Request) -> str:
