@@ -354,6 +354,11 @@ def test_http_ingress_is_the_libretranslate_api_and_names_the_replica(cluster: A
     assert r.headers["x-served-by"].startswith("hot#")
     r = httpx.post(f"{url}/translate", json={"q": "Hello", "source": "en", "target": "xx"}, timeout=60)
     assert r.status_code == 400 and "xx" in r.text
+    # alternatives cross the Ray boundary (query-string fields, as deep-translator sends them).
+    r = httpx.post(f"{url}/translate", params={"q": "Hello world, how are you today?", "source": "en",
+                                               "target": "es", "alternatives": "2"}, timeout=60)
+    want = reference.translate_batch(["Hello world, how are you today?"], "en", "es", alternatives=2)[0]
+    assert r.json() == {"translatedText": want.text, "alternatives": want.alternatives} and want.alternatives
     r = httpx.get(f"{url}/languages", timeout=60)
     assert r.status_code == 200 and any(lang["code"] == "en" for lang in r.json())
 
