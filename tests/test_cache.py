@@ -125,6 +125,9 @@ def test_exact_lru_order_after_each_step(marian, make_cache, marian_adapters: Pa
 def test_pins_are_never_evicted_and_not_counted(marian, make_cache, marian_adapters: Path) -> None:
     cache = make_cache(marian, marian_adapters, slots=2, pinned=["en2es", "es2en"])
     assert cache.pinned() == ["en2es", "es2en"] and cache.lru_order() == []
+    # Preloading the pins is not a lookup: no misses, and no hit rate before the first request.
+    start = cache.stats()
+    assert (start.pin_loads, start.disk_loads, start.hit_rate, cache.hit_rate()) == (2, 0, None, None)
     for key in ["en2de", "de2en", "en2fr", "fr2en", "en2zh", "zh2en", "en2es", "es2en"]:
         touch(cache, key)
         assert cache.pinned() == ["en2es", "es2en"]
@@ -132,6 +135,7 @@ def test_pins_are_never_evicted_and_not_counted(marian, make_cache, marian_adapt
     s = cache.stats()
     assert cache.lru_order() == ["en2zh", "zh2en"]
     assert s.pinned_hits == 2 and s.evictions == 4 and s.resident_count == 4
+    assert (s.pin_loads, s.disk_loads) == (2, 6) and s.hit_rate == 2 / 8
     # LRU slots are 1..2; the pins have slots of their own after them.
     assert [(r.key, r.pinned, r.slot) for r in s.resident] == [
         ("en2es", True, 3), ("es2en", True, 4), ("en2zh", False, 1), ("zh2en", False, 2)]

@@ -252,7 +252,14 @@ def test_gradio_status_endpoint_shows_resident_adapters(ui: Client, live_server:
     rows = {row[0]: row[1] for row in adapters["data"]}
     assert rows["en2es"] == "pinned"
     assert "Hits" in counters and "LRU" in counters
-    assert latency["data"]  # at least one request plotted
+    # The plots come as updates: data, the fixed window (x_lim, epoch seconds) and a caption saying what they show.
+    assert latency["value"]["data"] and latency["value"]["datatypes"]["time"] == "temporal"
+    start, end = latency["x_lim"]
+    assert end - start == 300 and latency["value"]["data"][-1][0] / 1000 <= end
+    assert " in the last 5 minutes; slowest " in latency["caption"]
+    slowest = max(point[1] for point in latency["value"]["data"])
+    assert latency["y_lim"][0] == 0 and slowest < latency["y_lim"][1] <= 2 * slowest + 1  # a round end above it
+    assert hit_rate["caption"].startswith("Now ") and "already loaded" in hit_rate["caption"]
 
 
 def test_rest_job_does_not_block_ui(live_server: LiveServer, ui: Client, monkeypatch: pytest.MonkeyPatch) -> None:

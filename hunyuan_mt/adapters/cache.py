@@ -104,7 +104,10 @@ class CacheStats:
     hits: int
     pinned_hits: int
     ram_hits: int
+    #: Lookups that read the adapter from disk (misses).
     disk_loads: int
+    #: Pinned adapters read from disk (at start or by pin()): preloads, not lookups, so not in the hit rate.
+    pin_loads: int
     #: Adapters copied into a slot (from disk or the RAM tier).
     attaches: int
     #: Times the slot layers had to grow (new target modules, a larger rank, more slots).
@@ -194,7 +197,8 @@ class AdapterCache:
         self._failures: dict[Pair, tuple[float, str]] = {}
         #: Serialises slot writes and layer growth; forwards are kept out by the backbone's model_lock, taken inside.
         self._mutate = threading.Lock()
-        self._counts = dict(hits=0, pinned_hits=0, ram_hits=0, disk_loads=0, attaches=0, grows=0, evictions=0,
+        self._counts = dict(hits=0, pinned_hits=0, ram_hits=0, disk_loads=0, pin_loads=0, attaches=0, grows=0,
+                            evictions=0,
                             failures=0, busy=0, slot_waits=0)
         self._load_ms: list[float] = []
         self._attach_ms: list[float] = []
@@ -254,7 +258,7 @@ class AdapterCache:
             weights = slot.weights if slot is not None and slot.ready else self._ram.pop(pair, None)
             source = "slot" if slot is not None and slot.ready else ("ram" if weights is not None else "disk")
         if weights is None:
-            weights = self._read_disk(pair)
+            weights = self._read_disk(pair, counter="pin_loads")
         with self._cv:
             index = self._take_pin_index()
         try:
@@ -618,8 +622,8 @@ class AdapterCache:
 
     # ------------------------------------------------------------------ loading and model changes
 
-    def _read_disk(self, pair: Pair) -> AdapterWeights:
-        """Read from disk, remembering a failure (fail fast for failure_ttl_s)."""
+    def _read_disk(self, pair: Pair, counter: str = "disk_loads") -> AdapterWeights:
+        """Read from disk, remembering a failure (fail fast for failure_ttl_s); counted under `counter`."""
         try:
             info = self.registry.get(pair)
             t0 = time.perf_counter()
@@ -628,7 +632,7 @@ class AdapterCache:
             self._remember_failure(pair, exc)
             raise
         with self._cv:
-            self._counts["disk_loads"] += 1
+            self._counts[counter] += 1
         log.debug("read adapter %s from disk in %.1f ms", pair.key, (time.perf_counter() - t0) * 1000)
         return weights
 

@@ -47,8 +47,8 @@ class ServiceCollector(Collector):
         cache = status.get("cache") or {}
         events = CounterMetricFamily("hmt_adapter_cache_events", "Adapter cache events since start.",
                                      labels=["event"])
-        for event in ("hits", "pinned_hits", "ram_hits", "disk_loads", "attaches", "grows", "evictions",
-                      "failures", "busy", "slot_waits"):
+        for event in ("hits", "pinned_hits", "ram_hits", "disk_loads", "pin_loads", "attaches", "grows",
+                      "evictions", "failures", "busy", "slot_waits"):
             value = _num(cache.get(event))
             if value is not None:
                 events.add_metric([event], value)

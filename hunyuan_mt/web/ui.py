@@ -8,6 +8,7 @@ message; anything unexpected is logged and shown as a short generic message, nev
 from __future__ import annotations
 
 import logging
+import math
 import re
 import shutil
 import tempfile
@@ -195,10 +196,9 @@ class TranslatorUI:
 
     # ------------------------------------------------------------------ status tab
 
-    def status_view(self) -> tuple[str, pd.DataFrame, str, pd.DataFrame, pd.DataFrame]:
+    def status_view(self) -> tuple[str, pd.DataFrame, str, Any, Any]:
         status = self.service.status()
-        return (_overview_markdown(status), _adapters_frame(status), _cache_markdown(status),
-                _history_frame(status, "latency_ms"), _history_frame(status, "hit_rate"))
+        return (_overview_markdown(status), _adapters_frame(status), _cache_markdown(status), *_plots(status))
 
     def admin(self, action: str, key: str, pair: str) -> str:
         from ..adapters.request import Pair
@@ -241,11 +241,16 @@ def _overview_markdown(status: dict[str, Any]) -> str:
     lines.append(mem_line)
     p50, p95 = latency.get("p50_ms"), latency.get("p95_ms")
     if isinstance(p50, (int, float)) and isinstance(p95, (int, float)):
-        lines.append(f"**Latency:** p50 {p50:.0f} ms · p95 {p95:.0f} ms over {latency.get('count', 0)} requests · "
+        lines.append(f"**Latency:** p50 {p50:.0f} ms · p95 {p95:.0f} ms over "
+                     f"{_count(latency.get('count', 0), 'request')} · "
                      f"**batches** {engine.get('batches', 0)}, mean {engine.get('mean_batch_rows') or 0} rows")
     else:
         lines.append("**Latency:** no translations yet")
     return "\n\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _adapters_frame(status: dict[str, Any]) -> pd.DataFrame:
@@ -282,21 +287,63 @@ def _cache_markdown(status: dict[str, Any]) -> str:
     rate_text = f"{rate:.0%}" if isinstance(rate, (int, float)) else "–"
     return (f"**Hits** {num('hits') + num('pinned_hits')} (pinned {num('pinned_hits')}) · **misses** {misses} "
             f"(RAM tier {num('ram_hits')}, disk {num('disk_loads')}) · **hit rate** {rate_text} · "
+            f"**pinned preloads** {num('pin_loads')} · "
             f"**evictions** {num('evictions')} · **failures** {num('failures')} · **busy** {num('busy')}\n\n"
             f"**Load time** p50 {ms('load_ms_p50')} · p95 {ms('load_ms_p95')} · **attach** p50 {ms('attach_ms_p50')}"
             f" · **slots** {num('slots')} · **LRU (oldest first)** {', '.join(cache.get('lru_order') or []) or '–'}")
 
 
-def _history_frame(status: dict[str, Any], field: str) -> pd.DataFrame:
-    """status["history"] holds [unix time, latency ms, hit rate or None] per request; x is seconds before now."""
+#: The status plots show the last this many seconds: a fixed window, so the axes do not rescale as time passes.
+PLOT_WINDOW_S = 300
+
+
+def _history_frame(status: dict[str, Any], field: str, now: float | None = None) -> pd.DataFrame:
+    """status["history"] holds [unix time, latency ms, hit rate or None] per request: the points of the plot
+    window, as clock times. The hit rate holds until the next request, so its line runs on to now."""
     column = 1 if field == "latency_ms" else 2
-    now = time.time()
+    now = time.time() if now is None else now
     rows = []
     for point in status.get("history") or []:
         stamp, value = point[0], point[column]
-        if isinstance(value, (int, float)) and isinstance(stamp, (int, float)):
-            rows.append({"seconds": round(stamp - now, 1), field: float(value)})
-    return pd.DataFrame(rows[-200:], columns=["seconds", field]).astype("float64")
+        if isinstance(value, (int, float)) and isinstance(stamp, (int, float)) and 0 <= now - stamp <= PLOT_WINDOW_S:
+            rows.append({"time": stamp, field: float(value)})
+    if field == "hit_rate" and rows:
+        rows.append({"time": now, field: rows[-1][field]})
+    frame = pd.DataFrame(rows[-400:], columns=["time", field])
+    frame["time"] = pd.to_datetime(frame["time"].astype("float64"), unit="s")
+    frame[field] = frame[field].astype("float64")
+    return frame
+
+
+def _plot_caption(frame: pd.DataFrame, field: str) -> str:
+    minutes = PLOT_WINDOW_S // 60
+    if frame.empty:
+        return f"No requests in the last {minutes} minutes."
+    if field == "hit_rate":
+        return f"Now {frame[field].iloc[-1]:.0%} of adapter uses found the adapter already loaded."
+    count = len(frame)
+    return (f"{_count(count, 'request')} in the last {minutes} minutes; slowest {frame[field].max():,.0f} ms.")
+
+
+def _plots(status: dict[str, Any]) -> tuple[Any, Any]:
+    """The two plots as updates: the last PLOT_WINDOW_S seconds up to now (a fixed window: the axis moves with the
+    clock and never rescales to the data), and a caption that says what they show, or that there is nothing yet."""
+    now = time.time()
+    window = [now - PLOT_WINDOW_S, now]  # a temporal axis's limits are epoch seconds (Gradio scales them)
+    latency = _history_frame(status, "latency_ms", now)
+    hit_rate = _history_frame(status, "hit_rate", now)
+    # The latency axis ends on a round number above the slowest request, so no point sits on the frame's edge.
+    top = _nice_ceiling(float(latency["latency_ms"].max()) * 1.05) if not latency.empty else 100.0
+    return (gr.update(value=latency, x_lim=window, y_lim=[0, top], caption=_plot_caption(latency, "latency_ms")),
+            gr.update(value=hit_rate, x_lim=window, caption=_plot_caption(hit_rate, "hit_rate")))
+
+
+def _nice_ceiling(value: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 × 10^k at or above `value` (axis ends that read well)."""
+    if value <= 0:
+        return 1.0
+    scale = 10 ** math.floor(math.log10(value))
+    return next(m * scale for m in (1, 2, 2.5, 5, 10) if m * scale >= value)
 
 
 def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None) -> gr.Blocks:
@@ -360,10 +407,12 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None) -> gr
                                     interactive=False, elem_id="hmt-adapters")
             counters = gr.Markdown("", elem_id="hmt-counters")
             with gr.Row():
-                latency_plot = gr.LinePlot(x="seconds", y="latency_ms", title="Latency (ms)", elem_id="hmt-latency",
-                                           x_title="seconds ago", y_title="ms", height=220)
-                hit_plot = gr.LinePlot(x="seconds", y="hit_rate", title="Adapter cache hit rate", y_lim=[0, 1],
-                                       x_title="seconds ago", y_title="hit rate", elem_id="hmt-hitrate", height=220)
+                window = {"x_title": f"time (last {PLOT_WINDOW_S // 60} minutes)"}
+                latency_plot = gr.ScatterPlot(x="time", y="latency_ms", title="Latency per request",
+                                              y_title="ms", y_lim=[0, 100], y_axis_format=",.0f",
+                                              elem_id="hmt-latency", **window)
+                hit_plot = gr.LinePlot(x="time", y="hit_rate", title="Adapter cache hit rate", y_lim=[0, 1],
+                                       y_axis_format=".0%", y_title="hit rate", elem_id="hmt-hitrate", **window)
             with gr.Accordion("Admin (needs the admin key)", open=False):
                 admin_key = gr.Textbox(label="Admin key", type="password", elem_id="hmt-admin-key")
                 admin_pair = gr.Textbox(label="Pair (e.g. en2es)", elem_id="hmt-admin-pair")
