@@ -255,6 +255,46 @@ def test_group_resources_become_ray_actor_options() -> None:
     assert overrides == {"engine.max_rows": 8, "routing.pivot": "en", "cache.pinned": ["en2es"], "cache.slots": 5}
 
 
+def test_groups_that_ask_for_more_cpus_than_the_cluster_has_are_sized_to_fit() -> None:
+    """`serve-ray --replicas 2` on 2 cores: 4 replicas x 1 CPU cannot all be placed; each then reserves 0.5."""
+    from hunyuan_mt.serve_ray.fit import check_fit, node_capacities, unplaced
+
+    groups = [GroupSpec(name="hot", replicas=2, pinned=["en2es"], ray_actor_options={"num_cpus": 1}),
+              GroupSpec(name="tail", replicas=2, long_tail=True)]  # no num_cpus: Serve's default, 1
+    nodes = node_capacities([{"Alive": True, "Resources": {"CPU": 2.0, "memory": 8e9, "node:10.0.0.1": 1.0}},
+                             {"Alive": False, "Resources": {"CPU": 64.0}}])
+    assert nodes == [{"CPU": 2.0, "memory": 8e9}]
+    assert len(unplaced(groups, nodes)) == 2  # two of the four replicas would never be placed
+    fit = check_fit(groups, nodes)
+    assert fit.fits and fit.sized_cpus == {"hot": 0.5, "tail": 0.5}
+    assert fit.message == (
+        "the groups ask for 4 CPUs (hot 2 × 1 CPU, tail 2 × 1 CPU) and this Ray cluster has 2: each replica "
+        "reserves less instead (hot 0.5, tail 0.5 CPU), so all 4 start and share the cores; use fewer --replicas, "
+        "or a bigger --num-cpus, for whole cores")
+    assert unplaced(groups, nodes, cpus=fit.sized_cpus) == []
+    assert check_fit(groups, [{"CPU": 4.0}]) == check_fit(groups, [{"CPU": 2.0}, {"CPU": 2.0}])  # fits as asked
+    assert check_fit(groups, [{"CPU": 4.0}]).sized_cpus == {} and check_fit(groups, [{"CPU": 4.0}]).message == ""
+
+
+def test_groups_short_of_gpus_or_a_custom_resource_are_refused_in_one_line() -> None:
+    from hunyuan_mt.serve_ray.fit import check_fit
+
+    gpus = [GroupSpec(name="hot", ray_actor_options={"num_cpus": 1, "num_gpus": 1}),
+            GroupSpec(name="tail", replicas=2, long_tail=True, ray_actor_options={"num_cpus": 1, "num_gpus": 1})]
+    fit = check_fit(gpus, [{"CPU": 16.0, "GPU": 1.0}])
+    assert not fit.fits and "\n" not in fit.message
+    assert fit.message.startswith("the groups do not fit this Ray cluster: they need 3 GPUs (the cluster has 1) "
+                                  "for hot 1 × 1 CPU + 1 GPU, tail 2 × 1 CPU + 1 GPU")
+    bound = [GroupSpec(name="zh-hot", ray_actor_options={"resources": {"zh_hot": 1}}),
+             GroupSpec(name="tail", long_tail=True, ray_actor_options={"num_cpus": 0.5})]
+    fit = check_fit(bound, [{"CPU": 8.0}])
+    assert not fit.fits and "1 of 'zh_hot' (the cluster has 0)" in fit.message
+    # Enough in total but not on any one node: named as such.
+    big = [GroupSpec(name="big", long_tail=True, ray_actor_options={"num_cpus": 1, "num_gpus": 2})]
+    fit = check_fit(big, [{"CPU": 4.0, "GPU": 1.0}, {"CPU": 4.0, "GPU": 1.0}])
+    assert not fit.fits and fit.message.startswith("no node of this Ray cluster has room for a replica of big")
+
+
 def test_typed_errors_cross_the_ray_boundary_with_their_attributes() -> None:
     from hunyuan_mt.errors import Busy, RateLimited, UnreachablePair, http_status
     from hunyuan_mt.serve_ray.transport import error_payload, rebuild_error
@@ -409,6 +449,35 @@ def test_ray_evicts_a_pair_mid_generate_and_the_lease_keeps_its_adapter(cluster:
     assert all(r["leases"] == 0 for r in after["cache"]["resident"])
     assert sorted(after["cache"]["pinned"]) == ["en2es", "es2en"]
     assert after["ray_models"] == ["de2en"]
+
+
+def test_ingress_serves_the_groups_that_are_up(cluster: Any, settings: ServeSettings, reference: Any) -> None:
+    """A second app whose "never" group asks for a resource no node has: Ray cannot place it, yet the ingress
+    answers its pinned pair from the group that is up, with the single-process service's output, and its status
+    says which group is up."""
+    import httpx
+
+    from hunyuan_mt.serve_ray.health import group_replicas_running
+
+    partial = ServeSettings(profile=settings.profile, groups=[
+        GroupSpec(name="never", pinned=["en2es"], ray_actor_options={"num_cpus": 0, "resources": {"hmt_none": 1}}),
+        GroupSpec(name="tail", long_tail=True, slots=2, ray_actor_options={"num_cpus": 0.1}),
+    ], retries=2, retry_backoff_s=0.2, ui=False)
+    name = "hmt-partial"
+    ingress = serve._run(build_application(partial), _blocking=False, name=name, route_prefix="/partial")
+    try:
+        wait_until(lambda: group_replicas_running(name).get("tail") and group_replicas_running(name).get("ingress"),
+                   "the partial app's tail group and ingress", timeout=180)
+        assert group_replicas_running(name).get("never", 0) == 0
+        text = "Hello world, how are you today?"
+        result = ingress.translate.remote([text], "en", "es").result()[0]
+        assert result["group"] == "tail" and result["text"] == reference.translate(text, "en", "es").text
+        url = f"http://127.0.0.1:{cluster['port']}/partial"
+        r = httpx.post(f"{url}/translate", json={"q": text, "source": "en", "target": "es"}, timeout=60)
+        assert r.status_code == 200 and r.headers["x-served-by"].startswith("tail#")
+        assert httpx.get(f"{url}/health", timeout=60).json()["status"] == "ok"
+    finally:
+        serve.delete(name)
 
 
 def test_killing_a_replica_mid_load_loses_no_accepted_request(cluster: Any, reference: Any) -> None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from ..config import PROJECT_ROOT, parse_set_args
 from ..errors import ModelUnavailable, TranslationError
+from .fit import check_fit, node_capacities
+from .health import group_replicas_running
 from .settings import DEFAULT_SERVE_CONFIG, read_serve_config
 
 
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     import ray
     from ray import serve
 
-    from .app import APP_NAME, build_application
+    from .app import build_application
 
     http = dict(doc.get("http_options") or {})
     if args.host:
@@ -83,17 +86,24 @@ def run(args: argparse.Namespace) -> int:
         if args.num_gpus is not None:
             init["num_gpus"] = args.num_gpus
     ray.init(**init)
+    fit = check_fit(settings.groups, node_capacities(ray.nodes()))
+    if not fit.fits:
+        print(f"serve-ray: {fit.message}", file=sys.stderr, flush=True)
+        ray.shutdown()
+        return 2
+    if fit.sized_cpus:
+        print(f"serve-ray: {fit.message}", flush=True)
+        for group in settings.groups:
+            group.ray_actor_options = {**group.ray_actor_options, "num_cpus": fit.sized_cpus[group.name]}
     serve.start(proxy_location=doc.get("proxy_location") or "HeadOnly",
                 http_options={"host": http["host"], "port": int(http["port"])})
     app = build_application(settings)
     print(f"serve-ray: starting {', '.join(f'{g.name} ({g.replicas} x, pinned {g.pinned or []})' for g in settings.groups)}"
           f" with profile {settings.profile or 'default'}; this takes a while (each replica loads the model)",
           flush=True)
-    serve.run(app, name=APP_NAME, route_prefix="/")
     shown = "127.0.0.1" if http["host"] in ("0.0.0.0", "::") else http["host"]
-    print(f"serve-ray: ready. REST API http://{shown}:{http['port']}/translate (LibreTranslate-compatible); "
-          f"responses name their replica in X-Served-By. Ctrl-C stops.", flush=True)
     try:
+        _deploy(app, settings, f"http://{shown}:{http['port']}")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
@@ -102,6 +112,57 @@ def run(args: argparse.Namespace) -> int:
         serve.shutdown()
         ray.shutdown()
     return 0
+
+
+def _deploy(app: Any, settings: Any, url: str) -> None:
+    """Deploy, and say what is up as it comes up: the ingress serves as soon as one group has a replica (requests
+    for a group still starting go to one that is up), so `ready` is printed once /health answers 200, not when the
+    last replica is in."""
+    from ray import serve
+
+    from .app import APP_NAME, INGRESS_NAME
+
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            serve.run(app, name=APP_NAME, route_prefix="/")
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            failed.append(exc)
+
+    deploying = threading.Thread(target=run, name="serve-run", daemon=True)
+    deploying.start()
+    announced: set[str] = set()
+    ready_said = False
+    while True:
+        if failed:
+            raise ModelUnavailable(f"deploying failed: {failed[0]}")
+        up = group_replicas_running(APP_NAME)
+        for group in settings.groups:
+            if up.get(group.name, 0) and group.name not in announced:
+                announced.add(group.name)
+                print(f"serve-ray: group {group.name} is up ({up[group.name]}/{group.replicas} replicas)", flush=True)
+        if not ready_said and up.get(INGRESS_NAME) and announced and _healthy(url):
+            ready_said = True
+            starting = [g.name for g in settings.groups if g.name not in announced]
+            later = f" (still starting: {', '.join(starting)}; the groups that are up serve meanwhile)" if starting \
+                else ""
+            print(f"serve-ray: ready. REST API {url}/translate (LibreTranslate-compatible), web page {url}/ui; "
+                  f"responses name their replica in X-Served-By{later}. Ctrl-C stops.", flush=True)
+        if ready_said and not deploying.is_alive() and len(announced) == len(settings.groups):
+            return
+        time.sleep(1.0)
+
+
+def _healthy(url: str) -> bool:
+    """/health answers 200: a request would now be served without waiting (a replica's language detector loads
+    after the replica is up)."""
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/health", timeout=10).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def _require_local_cuda(profile: str) -> None:

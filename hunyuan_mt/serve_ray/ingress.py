@@ -23,6 +23,7 @@ from ..config import Config
 from ..detect import Detection
 from ..errors import InputTooLarge, InvalidInput, ReplicaUnavailable
 from ..languages import normalize_code
+from .health import GroupHealth
 from .settings import ServeSettings, group_for, settings_from_args
 from .transport import rebuild_error
 
@@ -50,11 +51,12 @@ class RemoteService:
     a private loop thread, so a sync call never waits on the loop it is blocking.
     """
 
-    def __init__(self, handles: dict[str, Any], settings: ServeSettings, cfg: Config) -> None:
+    def __init__(self, handles: dict[str, Any], settings: ServeSettings, cfg: Config, app_name: str) -> None:
         self.handles = handles
         self.settings = settings
         self.cfg = cfg
         self.pivot = normalize_code(cfg.routing.pivot)
+        self.health = GroupHealth(app_name)
         self._retry_on = _retryable_ray_errors()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
@@ -66,6 +68,7 @@ class RemoteService:
         attempts = self.settings.retries
         last: BaseException | None = None
         for attempt in range(attempts):
+            group = await self._up(group)
             handle = self.handles[group]
             if model_id:
                 handle = handle.options(multiplexed_model_id=model_id)
@@ -85,6 +88,26 @@ class RemoteService:
             f"No replica of group {group!r} answered after {attempts} attempts ({type(last).__name__}); "
             "it is being restarted. Retry shortly."
         )
+
+    async def _up(self, group: str) -> str:
+        """`group` if it has a replica running, else the long tail or another group that has one (every replica
+        serves every pair; a pair pinned elsewhere is then loaded into a slot here). Serve would otherwise hold the
+        request until the group's first replica starts, which never happens when Ray cannot place it."""
+        running = await self.health.running()
+        if not running or running.get(group, 0) > 0:  # no reading (or not this app's): route as configured
+            return group
+        order = [self.settings.long_tail.name] + [g.name for g in self.settings.groups]
+        for name in order:
+            if running.get(name, 0) > 0:
+                log.info("group %s has no replica running; sending its request to %s", group, name)
+                return name
+        raise ReplicaUnavailable(
+            f"No replica is up yet (starting: {', '.join(g.name for g in self.settings.groups)}); retry shortly.")
+
+    async def aup_groups(self) -> list[str]:
+        """Names of the groups with a replica running (all of them when Serve's status cannot be read)."""
+        running = await self.health.running()
+        return [g.name for g in self.settings.groups if not running or running.get(g.name, 0) > 0]
 
     def route(self, src: str, tgt: str) -> tuple[str, str | None]:
         """(group name, multiplexed model id) for normalized codes."""
@@ -164,7 +187,10 @@ class RemoteService:
         return out, replicas
 
     async def aall_groups(self, method: str, *args: Any) -> dict[str, dict[str, Any]]:
-        names = [g.name for g in self.settings.groups]
+        """`method` on one replica of every group that is up (a group still starting is left out)."""
+        names = await self.aup_groups()
+        if not names:
+            raise ReplicaUnavailable("No replica is up yet; retry shortly.")
         replies = await asyncio.gather(*(self.acall(name, method, *args) for name in names))
         return dict(zip(names, replies))
 
@@ -211,14 +237,15 @@ class RemoteService:
         return [LanguageInfo(**d) for d in reply["languages"]]
 
     def status(self) -> dict[str, Any]:
-        """The long-tail replica's status (same shape as the single-process server) plus every group's view."""
+        """The long-tail replica's status (same shape as the single-process server; another group's while the
+        long tail is not up) plus every group's view: `up` false for a group with no replica running yet."""
         replies = self._run(self.aall_groups("status"))
         tail = self.settings.long_tail.name
-        status = dict(replies[tail]["status"])
+        status = dict((replies.get(tail) or next(iter(replies.values())))["status"])
         status["ray"] = {"groups": [
             {"name": g.name, "replicas": g.replicas, "pinned": g.pinned, "long_tail": g.long_tail,
-             "answered_by": replies[g.name]["replica"],
-             "resident": replies[g.name]["status"].get("cache", {}).get("resident", [])}
+             "up": g.name in replies, "answered_by": replies.get(g.name, {}).get("replica"),
+             "resident": (replies.get(g.name) or {}).get("status", {}).get("cache", {}).get("resident", [])}
             for g in self.settings.groups]}
         self._served(*(r["replica"] for r in replies.values()))
         return status
@@ -282,9 +309,11 @@ class Ingress:
     """The ingress deployment: REST routes over `RemoteService`, plus handle methods for Python callers."""
 
     def __init__(self, handles: dict[str, Any], settings: dict[str, Any]) -> None:
+        from ray import serve
+
         self.settings = settings_from_args(settings)
         self.cfg = self.settings.profile_config()
-        self.remote = RemoteService(handles, self.settings, self.cfg)
+        self.remote = RemoteService(handles, self.settings, self.cfg, serve.get_replica_context().app_name)
 
     def __serve_build_asgi_app__(self) -> Any:
         if self.settings.ui:

@@ -35,6 +35,11 @@ class ServiceCollector(Collector):
     def __init__(self, service: _HasStatus) -> None:
         self.service = service
 
+    def describe(self) -> Iterable[Metric]:
+        # Without it the registry would collect once when it is registered, i.e. read the service's status while
+        # the app is being built: behind Ray Serve that waits for replicas that may not be up yet.
+        return []
+
     def collect(self) -> Iterable[Metric]:
         status = self.service.status()
         backbone = status.get("backbone") or {}

@@ -1,0 +1,126 @@
+"""`python -m hunyuan_mt serve-ray` as a user runs it, in a subprocess with its own local Ray cluster.
+
+The README's example, `serve-ray --replicas 2`, on a 2-CPU Ray node: 4 replicas of 1 CPU cannot all be placed,
+so the CLI sizes their CPU reservations to fit, says so in one line, and becomes healthy. A group that needs GPUs
+on a node without any is refused before anything is deployed. This module runs after test_serve_ray.py, whose
+in-process cluster is shut down by then (the subprocess must start its own, not join that one).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+import yaml
+
+pytest.importorskip("ray")
+
+from hunyuan_mt.config import PROJECT_ROOT  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+
+
+def _free_port() -> int:
+    """A free port below the kernel's ephemeral range (32768+) and above Ray's worker ports (10002-19999): Ray
+    takes ephemeral ports for its own processes while it starts, and could take one picked from there first."""
+    for port in random.sample(range(20000, 30000), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-29999")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)  # start a cluster of its own
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Lines:
+    """A subprocess's merged output, read in a thread, so the test can wait for a line without blocking."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.lines: list[str] = []
+        self._cv = threading.Condition()
+        threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            with self._cv:
+                self.lines.append(line.rstrip("\n"))
+                self._cv.notify_all()
+
+    def wait_for(self, prefix: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while True:
+                found = next((line for line in self.lines if line.startswith(prefix)), None)
+                if found is not None:
+                    return found
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no line starting {prefix!r} in:\n" + "\n".join(self.lines[-40:]))
+                self._cv.wait(left)
+
+
+@pytest.fixture()
+def serve_ray() -> Iterator[tuple[subprocess.Popen, Lines, int]]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hunyuan_mt", "serve-ray", "--replicas", "2", "--num-cpus", "2", "--port", str(port)],
+        cwd=PROJECT_ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield proc, Lines(proc), port
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+
+
+def test_readme_example_replicas_2_on_two_cpus_becomes_healthy(serve_ray) -> None:
+    proc, out, port = serve_ray
+    sized = out.wait_for("serve-ray: the groups ask for 4 CPUs", 120)
+    assert "each replica reserves less instead (hot 0.5, tail 0.5 CPU), so all 4 start" in sized
+    out.wait_for("serve-ray: ready.", 360)
+    url = f"http://127.0.0.1:{port}"
+    assert httpx.get(f"{url}/health", timeout=60).json()["status"] == "ok"
+    r = httpx.post(f"{url}/translate", json={"q": "Unknown error", "source": "en", "target": "es"}, timeout=120)
+    assert r.status_code == 200 and r.json()["translatedText"]
+    assert r.headers["x-served-by"].startswith("hot#")
+    assert proc.poll() is None
+
+
+def test_groups_needing_gpus_on_a_cpu_node_are_refused_before_deploying(tmp_path: Path) -> None:
+    doc = yaml.safe_load((PROJECT_ROOT / "configs/serve_ray.yaml").read_text())
+    for group in doc["applications"][0]["args"]["groups"]:
+        group["ray_actor_options"] = {"num_cpus": 1, "num_gpus": 1}
+    config = tmp_path / "gpu_groups.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    done = subprocess.run(
+        [sys.executable, "-m", "hunyuan_mt", "serve-ray", "--config", str(config), "--num-cpus", "2",
+         "--num-gpus", "0", "--port", str(_free_port())],
+        cwd=PROJECT_ROOT, env=_env(), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 2
+    refusal = [line for line in done.stderr.splitlines() if line.startswith("serve-ray:")]
+    assert refusal == ["serve-ray: the groups do not fit this Ray cluster: they need 2 GPUs (the cluster has 0) for "
+                       "hot 1 × 1 CPU + 1 GPU, tail 1 × 1 CPU + 1 GPU; use fewer --replicas, change the groups' "
+                       "ray_actor_options, or join a bigger cluster with --address"]
+    assert "starting" not in done.stdout  # nothing was deployed
