@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
 
     from hunyuan_mt.service import get_service
-    from hunyuan_mt.web.server import build_app, open_share_tunnel
+    from hunyuan_mt.web.server import build_app, open_share_tunnel, quiet_page_polling
 
     try:
         service = get_service(cfg)
@@ -93,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     app = build_app(service, cfg)
     server = uvicorn.Server(uvicorn.Config(app, host=cfg.server.host, port=cfg.server.port, log_level="info"))
+    quiet_page_polling()  # after uvicorn.Config, which sets up its loggers
 
     def announce() -> None:
         while not server.started and not server.should_exit:

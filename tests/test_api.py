@@ -421,3 +421,36 @@ def test_language_detection_runs_outside_the_server_process() -> None:
     pids = {p.pid for p in detect.get_detector()._pool._processes.values()}
     assert pids and os.getpid() not in pids
     assert detect.detect("Das ist ein schöner Tag, sagte sie.")[0].code == "de"
+
+
+def test_console_access_log_leaves_out_the_pages_own_polling(web_service: Any, live_server: LiveServer) -> None:
+    """uvicorn at info level, as app.py runs it: REST calls and failures are logged, the page's successful
+    requests (assets, the Status tab's polling every 2 s) are not."""
+    import logging
+
+    from hunyuan_mt.web.server import ServerThread, build_app, quiet_page_polling
+    from web_server import free_port, with_server
+
+    port = free_port()
+    thread = ServerThread(build_app(web_service, with_server(live_server.cfg, port=port)), "127.0.0.1", port,
+                          log_level="info").start()
+    quiet_page_polling()
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Keep()
+    logging.getLogger("uvicorn.access").addHandler(handler)
+    try:
+        with httpx.Client(base_url=thread.url, timeout=60) as c:
+            assert c.get("/ui/").status_code == 200
+            assert c.get("/ui/config").status_code == 200
+            assert c.get("/ui/no-such-page").status_code == 404
+            assert c.get("/health").status_code == 200
+    finally:
+        logging.getLogger("uvicorn.access").removeHandler(handler)
+        thread.stop()
+    paths = [m.split('"')[1].split()[1] for m in seen]
+    assert paths == ["/ui/no-such-page", "/health"], seen

@@ -147,16 +147,19 @@ def test_status_tab_shows_the_adapter_just_used(page, live_server: LiveServer) -
     # The plots: a clock-time axis over a fixed 5-minute window, round latency ticks in ms, a caption.
     latency = page.locator("#hmt-latency")
     latency.get_by_text(re.compile(r"requests? in the last 5 minutes; slowest [\d,]+ ms\.")).wait_for()
+    # The caption comes before Vega has drawn the chart (slower with the hundreds of points an earlier test left).
+    latency.locator("svg .mark-symbol path").first.wait_for()
+    latency.get_by_text("time (last 5 minutes)").wait_for()
     labels = [t.strip() for t in latency.inner_text().splitlines() if t.strip()]
     assert "time (last 5 minutes)" in labels and "ms" in labels, labels
     ticks = [t for t in labels if re.fullmatch(r"[\d:,.]+", t)]
     assert any(re.fullmatch(r"\d\d:\d\d", t) for t in ticks), ticks  # clock times, not "-127.000000"
     assert all(re.fullmatch(r"\d{2}:\d{2}|:\d{2}|[\d,]+", t) for t in ticks), ticks  # no decimals anywhere
-    latency.locator("svg .mark-symbol path").first.wait_for()  # the requests are plotted as points
     hit_rate = page.locator("#hmt-hitrate")
     hit_rate.get_by_text(re.compile(r"Now \d+% of adapter uses")).wait_for()
-    assert "100%" in hit_rate.inner_text() and "0%" in hit_rate.inner_text()
     hit_rate.locator("svg .mark-line path").first.wait_for()
+    hit_rate.get_by_text("100%", exact=True).wait_for()  # the y axis in percent, from 0% to 100%
+    assert "0%" in hit_rate.inner_text().splitlines()
     page.screenshot(path=str(ARTIFACTS / "ui-status.png"), full_page=True)
 
 

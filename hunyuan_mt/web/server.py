@@ -47,6 +47,27 @@ def build_app(service: Any, cfg: Config) -> FastAPI:
     return app
 
 
+class QuietPagePolling(logging.Filter):
+    """Drops uvicorn's access lines for the web page's own successful requests (its assets, and the queue polling
+    the Status tab does every 2 s), which would otherwise scroll the console continuously; REST calls and every
+    failed request are still logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 5:
+            path, status = args[2], args[4]
+            if isinstance(path, str) and path.startswith(UI_PATH + "/") and isinstance(status, int) and status < 400:
+                return False
+        return True
+
+
+def quiet_page_polling() -> None:
+    """Install `QuietPagePolling` on uvicorn's access logger (app.py does, at start)."""
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, QuietPagePolling) for f in access.filters):
+        access.addFilter(QuietPagePolling())
+
+
 def open_share_tunnel(host: str, port: int) -> str:
     """A public gradio.live link to the local server. Needs internet; raises with a readable reason otherwise."""
     from gradio import networking
