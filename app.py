@@ -38,13 +38,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="password-protect the web UI (or env HMT_AUTH)")
     parser.add_argument("--api-keys", metavar="K1,K2", help="require one of these keys on the REST API")
     parser.add_argument("--admin-key", help="key for the admin routes and the UI's admin actions")
+    parser.add_argument("--rate-limit", type=int, metavar="N",
+                        help="requests per minute per caller (API key, or address; the page per address)")
+    parser.add_argument("--chars-per-min", type=int, metavar="N",
+                        help="characters per minute per caller, texts and documents together")
+    parser.add_argument("--status-key", help="make /metrics, /adapters and the Status tab need this key")
     return parser.parse_args(argv)
 
 
 def build_config(args: argparse.Namespace) -> Config:
     overrides: dict[str, Any] = parse_set_args(args.set)
     flags = {"server.host": args.host, "server.port": args.port, "server.share": args.share,
-             "server.auth": args.auth, "server.api_keys": args.api_keys, "server.admin_key": args.admin_key}
+             "server.auth": args.auth, "server.api_keys": args.api_keys, "server.admin_key": args.admin_key,
+             "server.rate_limit_per_min": args.rate_limit, "server.chars_per_min": args.chars_per_min,
+             "server.status_key": args.status_key}
     overrides.update({key: value for key, value in flags.items() if value is not None})
     return load_config(args.config, overrides)
 
@@ -64,12 +71,26 @@ def startup_lines(cfg: Config, status: dict[str, Any]) -> list[str]:
         f"{backbone.get('device', '?')} {backbone.get('dtype', '')}; {cfg.cache.slots} adapter slots, "
         f"pinned {pinned or 'none'}",
         "REST API keys: " + ("required" if cfg.server.api_keys else "off (open API)")
-        + (f"; rate limit {cfg.server.rate_limit_per_min}/min" if cfg.server.rate_limit_per_min else "")
         + "; admin routes: " + ("on (X-Admin-Key)" if cfg.server.admin_key else "off (no admin key)"),
     ]
+    lines.append(access_line(cfg))
     if host not in ("127.0.0.1", "localhost", "::1"):
         lines.append(f"listening on {host}: reachable from other machines")
     return lines
+
+
+def access_line(cfg: Config) -> str:
+    """One line on who can reach what; it says so plainly when API keys are on but the page is open to all."""
+    server = cfg.server
+    limits = [f"{server.rate_limit_per_min} requests/min" if server.rate_limit_per_min else "",
+              f"{server.chars_per_min} characters/min" if server.chars_per_min else ""]
+    budget = " and ".join(x for x in limits if x) or "no rate or character limit"
+    status = "private (status key)" if server.status_key else "public"
+    if server.api_keys and not server.auth:
+        return (f"access: API keys are required, but the web page is open without a login: its calls are counted "
+                f"per address under the same limits ({budget}); --auth USER:PASS closes it. Status: {status}.")
+    page = "behind --auth" if server.auth else "open"
+    return f"access: page {page}; limits per caller: {budget}; status {status}."
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -100,8 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             threading.Event().wait(0.1)
         if not server.started:
             return
+        page_open_to_keyless = bool(cfg.server.api_keys) and not cfg.server.auth
         for line in startup_lines(cfg, service.status()):
-            log.info(line)
+            # Keys on but the page open is a choice the operator should see stand out.
+            log.log(logging.WARNING if page_open_to_keyless and line.startswith("access:") else logging.INFO, line)
         if cfg.server.share:
             try:
                 log.info("public share link: %s", open_share_tunnel(cfg.server.host, cfg.server.port))

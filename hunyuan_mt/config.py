@@ -234,11 +234,20 @@ class ServerConfig:
     rate_limit_per_min: int = 0
     #: Characters per request and key, in the LibreTranslate style; 0 means limits.max_chars only.
     char_limit: int = 0
+    #: Characters per minute per caller (a key, or an address), across texts and documents; 0 disables.
+    chars_per_min: int = 0
+    #: When set, /metrics, /adapters and the page's Status tab need this key (or the admin key); None: public.
+    status_key: str | None = None
 
     def __post_init__(self) -> None:
         _check(isinstance(self.port, int) and 0 <= self.port <= 65535, "server.port", "a port number", self.port)
         _check(self.auth is None or (":" in self.auth and not self.auth.startswith(":")), "server.auth",
                "'user:pass'", "***")
+        for key in ("rate_limit_per_min", "char_limit", "chars_per_min"):
+            value = getattr(self, key)
+            _check(isinstance(value, int) and value >= 0, f"server.{key}", "an integer >= 0 (0: no limit)", value)
+        _check(self.status_key is None or bool(self.status_key), "server.status_key", "a non-empty key or null",
+               "''")
 
 
 @dataclass

@@ -42,8 +42,10 @@ def test_defaults_are_local_private_and_closed() -> None:
 def test_cli_flags_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HMT_AUTH", "ann:pw")
     args = entry.parse_args(["--host", "0.0.0.0", "--port", "9000", "--share", "--api-keys", "k1,k2",
-                             "--admin-key", "adm", "--set", "cache.slots=4"])
+                             "--admin-key", "adm", "--set", "cache.slots=4", "--rate-limit", "30",
+                             "--chars-per-min", "9000", "--status-key", "sk"])
     cfg = entry.build_config(args)
+    assert (cfg.server.rate_limit_per_min, cfg.server.chars_per_min, cfg.server.status_key) == (30, 9000, "sk")
     assert (cfg.server.host, cfg.server.port, cfg.server.share) == ("0.0.0.0", 9000, True)
     assert cfg.server.auth == "ann:pw" and cfg.server.api_keys == ["k1", "k2"] and cfg.server.admin_key == "adm"
     assert cfg.cache.slots == 4

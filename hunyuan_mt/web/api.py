@@ -29,7 +29,7 @@ from ..adapters.request import Pair
 from ..config import Config
 from ..errors import FeatureDisabled, InputTooLarge, InvalidInput, RateLimited, TranslationError, UnreachablePair, http_status
 from ..languages import LANGUAGES, normalize_code, parse_hunyuan_prompt
-from .auth import AccessPolicy
+from .auth import AccessPolicy, Caller
 from .doctranslate import translate_upload
 from .downloads import DownloadStore, safe_filename
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -121,11 +121,12 @@ def _source_field(fields: dict[str, Any]) -> str:
 class RestApi:
     """Route handlers over one service; kept as a class so the handlers share the policy, store and metrics."""
 
-    def __init__(self, service: TranslationServiceLike, cfg: Config, metrics: WebMetrics) -> None:
+    def __init__(self, service: TranslationServiceLike, cfg: Config, metrics: WebMetrics,
+                 policy: AccessPolicy | None = None) -> None:
         self.service = service
         self.cfg = cfg
         self.metrics = metrics
-        self.policy = AccessPolicy(cfg.server, cfg.limits)
+        self.policy = policy or AccessPolicy(cfg.server, cfg.limits)
         self.downloads = DownloadStore()
         self._limiter: anyio.CapacityLimiter | None = None  # made on first use: it needs the running loop
 
@@ -137,12 +138,23 @@ class RestApi:
 
     # ------------------------------------------------------------------ helpers
 
-    def _authorize(self, request: Request, fields: dict[str, Any]) -> None:
-        key = fields.get("api_key") if isinstance(fields.get("api_key"), str) else None
+    @staticmethod
+    def _api_key(request: Request, fields: dict[str, Any] | None = None) -> str | None:
+        """`api_key` from the fields (query, form, JSON), else an 'Authorization: Bearer' header."""
+        key = (fields or {}).get("api_key")
+        if not isinstance(key, str) or not key:
+            key = request.query_params.get("api_key") or None
         auth = request.headers.get("authorization", "")
         if not key and auth.lower().startswith("bearer "):
             key = auth[7:].strip()
-        self.policy.authorize(key, client_address(request))
+        return key
+
+    def _authorize(self, request: Request, fields: dict[str, Any]) -> Caller:
+        return self.policy.authorize(self._api_key(request, fields), client_address(request))
+
+    def _check_status(self, request: Request) -> None:
+        given = request.headers.get("x-admin-key") or self._api_key(request)
+        self.policy.check_status(given)
 
     def _texts(self, q: Any) -> tuple[list[str], bool]:
         if q is None or q == "" or q == []:
@@ -180,7 +192,7 @@ class RestApi:
     async def translate(self, request: Request) -> JSONResponse:
         try:
             fields = await read_fields(request)
-            self._authorize(request, fields)
+            caller = self._authorize(request, fields)
             texts, as_list = self._texts(fields.get("q"))
             if content_type(request) != JSON:
                 # Browsers send a form's line breaks as CRLF; count and translate them as LF, as LibreTranslate
@@ -196,6 +208,7 @@ class RestApi:
                 raise InvalidInput(f"Invalid request: alternatives must be from 0 to "
                                    f"{self.cfg.limits.max_alternatives}, got {alternatives}")
             self.policy.check_chars(texts)
+            self.policy.spend_chars(caller, sum(len(t) for t in texts))
             started = time.perf_counter()
             if fmt == "html":
                 pairs = [await self._call(self._translate_html, t, source, target) for t in texts]
@@ -222,9 +235,10 @@ class RestApi:
     async def detect(self, request: Request) -> JSONResponse:
         try:
             fields = await read_fields(request)
-            self._authorize(request, fields)
+            caller = self._authorize(request, fields)
             q = text_field(fields, "q")
             self.policy.check_chars([q])
+            self.policy.spend_chars(caller, len(q))
             detections = await self._call(self.service.detect, q)
         finally:
             await request.close()
@@ -267,7 +281,7 @@ class RestApi:
     async def translate_file(self, request: Request) -> JSONResponse:
         try:
             fields = await read_fields(request, allow=(MULTIPART,))
-            self._authorize(request, fields)
+            caller = self._authorize(request, fields)
             upload = fields.get("file")
             if not isinstance(upload, UploadFile):
                 raise InvalidInput("Invalid request: missing file parameter")
@@ -280,18 +294,22 @@ class RestApi:
             filename = safe_filename(upload.filename or "document.txt")
         finally:
             await request.close()  # removes python-multipart's spooled temp file
+        charge = functools.partial(self.policy.spend_chars, caller)
         rendered, _ = await self._call(translate_upload, self.service, data, filename, source, target,
-                                              self.cfg.limits)
-        token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type)
+                                       self.cfg.limits, None, charge)
+        owner = caller if self.policy.downloads_owned else None
+        token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type, owner)
         url = str(request.url_for("download_file", token=token, filename=safe_filename(rendered.filename)))
         body: dict[str, Any] = {"translatedFileUrl": url}
         if rendered.note:
             body["note"] = rendered.note
         return JSONResponse(body)
 
-    async def download_file(self, token: str, filename: str) -> Response:
+    async def download_file(self, request: Request, token: str, filename: str) -> Response:
         stored = self.downloads.get(token)
-        if stored is None or filename != stored.filename:
+        # Someone else's file answers exactly as a missing one: the link's existence is not confirmed.
+        if stored is None or filename != stored.filename or not self.policy.may_fetch(
+                stored.owner, self._api_key(request), client_address(request)):
             return JSONResponse({"error": "File not found or expired."}, status_code=404)
         disposition = f"attachment; filename*=UTF-8''{quote(stored.filename)}"
         return Response(stored.data, media_type=stored.media_type,
@@ -310,11 +328,13 @@ class RestApi:
                              "model": backbone.get("name"), "device": backbone.get("device"),
                              "mode": memory.get("mode", "normal")}, status_code=200 if ready else 503)
 
-    async def metrics_route(self) -> Response:
+    async def metrics_route(self, request: Request) -> Response:
+        self._check_status(request)
         data = await self._call(self.metrics.render)
         return Response(data, media_type=METRICS_CONTENT_TYPE)
 
-    async def adapters(self) -> JSONResponse:
+    async def adapters(self, request: Request) -> JSONResponse:
+        self._check_status(request)
         status = await self._call(self.service.status)
         cache = status.get("cache") or {}
         return JSONResponse({key: cache.get(key) for key in (
@@ -372,9 +392,10 @@ class RestApi:
             fields = await read_fields(request, allow=(JSON,))
         finally:
             await request.close()
-        self._authorize(request, fields)
+        caller = self._authorize(request, fields)
         model, source, target, text = self._chat_request(fields)
         self.policy.check_chars([text])
+        self.policy.spend_chars(caller, len(text))
         started = time.perf_counter()
         results = await self._call(self.service.translate_batch, [text], source, target)
         self._observe(results, started, "openai")
@@ -436,10 +457,12 @@ def _body_doc(schema: dict[str, Any], types: tuple[str, ...] = (JSON, FORM)) -> 
     return {"requestBody": {"required": True, "content": {t: {"schema": schema} for t in types}}}
 
 
-def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics | None = None) -> FastAPI:
-    """The REST app. `app.state.metrics` and `app.state.api` are exposed for the UI and the tests."""
+def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics | None = None,
+               policy: AccessPolicy | None = None) -> FastAPI:
+    """The REST app. `app.state.metrics` and `app.state.api` are exposed for the UI and the tests; `policy` is
+    shared with the web page when `web.server.build_app` mounts one."""
     metrics = metrics or WebMetrics(service)
-    api = RestApi(service, cfg, metrics)
+    api = RestApi(service, cfg, metrics, policy)
     # Swagger UI and ReDoc served from the package, not a CDN: the server often runs without internet.
     app = FastAPIOffline(title="Hunyuan-MT translation server", version=__version__,
                   description="LibreTranslate-compatible translation API, OpenAI-compatible chat completions, "

@@ -1,8 +1,11 @@
-"""Who may call the REST API, how often, and with how much text.
+"""Who may call the server, how often, and with how much text: one policy for every way in.
 
-LibreTranslate-style access control: optional API keys, a per-key (or per-address when keys are off) rate limit
-that answers 429 with Retry-After, a per-request character limit, and a separate admin key for admin routes.
-Everything raises typed errors; the API edge turns them into HTTP responses.
+LibreTranslate-style access control: optional API keys, a per-caller rate limit and character budget that answer
+429 with Retry-After, a per-request character limit, an admin key for admin routes, and an optional status key for
+the state that reveals internals. A caller is an API key on REST when keys are on, else the client's address; the
+web page's calls are always counted per address, under the same limits (`page_caller`). REST, the OpenAI endpoint,
+the page's events, its uploads and both kinds of download ask this one object. Everything raises typed errors; the
+edges (REST, the page) render them.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import math
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Callable
 
 from cachetools import TTLCache
@@ -19,10 +23,18 @@ from cachetools import TTLCache
 from ..config import LimitsConfig, ServerConfig
 from ..errors import InvalidInput, RateLimited, Unauthorized
 
-#: Seconds of history the sliding window keeps.
+#: Seconds of history the sliding windows keep.
 WINDOW_S = 60.0
 #: Distinct callers tracked at once; an idle caller's history expires after one window anyway.
 MAX_TRACKED_CALLERS = 50_000
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is charged for a call: `identity` ("key:…" or "addr:…") and the address it came from."""
+
+    identity: str
+    address: str
 
 
 def _matches(given: str | None, expected: str) -> bool:
@@ -30,64 +42,96 @@ def _matches(given: str | None, expected: str) -> bool:
     return given is not None and hmac.compare_digest(given.encode("utf-8"), expected.encode("utf-8"))
 
 
-class RateLimiter:
-    """Sliding-window limit: at most `per_min` calls per identity in any 60 s window."""
+class SlidingWindow:
+    """At most `capacity` units per identity in any 60 s window: calls (one unit each) or characters."""
 
-    def __init__(self, per_min: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.per_min = per_min
+    def __init__(self, capacity: int, what: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.capacity = capacity
+        self.what = what  # "requests" or "characters", for the message
         self._clock = clock
         self._lock = threading.Lock()
-        self._calls: TTLCache[str, deque[float]] = TTLCache(MAX_TRACKED_CALLERS, WINDOW_S, timer=clock)
+        # identity → (time, units) spent in the window, oldest first
+        self._spent: TTLCache[str, deque[tuple[float, int]]] = TTLCache(MAX_TRACKED_CALLERS, WINDOW_S, timer=clock)
 
-    def hit(self, identity: str) -> None:
-        """Record one call, or raise RateLimited with the seconds until the oldest call leaves the window."""
-        if self.per_min <= 0:
+    def hit(self, identity: str, units: int = 1) -> None:
+        """Record `units`, or raise RateLimited with the seconds until enough of the window has passed."""
+        if self.capacity <= 0 or units <= 0:
             return
+        if units > self.capacity:
+            # Waiting would not help: say so instead of a Retry-After that can never succeed.
+            raise InvalidInput(f"Invalid request: {units} {self.what} at once exceeds the limit of {self.capacity} "
+                               f"{self.what} per minute")
         now = self._clock()
         with self._lock:
-            calls = self._calls.get(identity)
-            if calls is None:
-                calls = deque()
-            while calls and calls[0] <= now - WINDOW_S:
-                calls.popleft()
-            if len(calls) >= self.per_min:
-                retry_after = max(1, math.ceil(calls[0] + WINDOW_S - now))
-                self._calls[identity] = calls
-                raise RateLimited(
-                    f"Too many requests: {self.per_min} per minute allowed; retry in {retry_after} s.", retry_after
-                )
-            calls.append(now)
+            spent = self._spent.get(identity)
+            if spent is None:
+                spent = deque()
+            while spent and spent[0][0] <= now - WINDOW_S:
+                spent.popleft()
+            used = sum(n for _, n in spent)
+            if used + units > self.capacity:
+                # The earliest moment enough has left the window for this call to fit.
+                freed, until = 0, now
+                for stamp, n in spent:
+                    freed += n
+                    until = stamp
+                    if used - freed + units <= self.capacity:
+                        break
+                retry_after = max(1, math.ceil(until + WINDOW_S - now))
+                self._spent[identity] = spent
+                raise RateLimited(f"Too many {self.what}: {self.capacity} per minute allowed; retry in "
+                                  f"{retry_after} s.", retry_after)
+            spent.append((now, units))
             # Re-inserting refreshes the entry's TTL, so an active caller's history is not dropped mid-window.
-            self._calls[identity] = calls
+            self._spent[identity] = spent
 
 
 class AccessPolicy:
-    """API keys, rate limits, character limits and the admin key, from `server` and `limits` settings."""
+    """API keys, rate and character limits, download ownership, the admin and status keys, from settings.
+
+    One instance serves the REST API and the web page together (`web.server.build_app` makes it), so that a caller
+    has one budget whichever door it uses.
+    """
 
     def __init__(self, server: ServerConfig, limits: LimitsConfig,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.api_keys = list(server.api_keys)
         self.admin_key = server.admin_key
+        self.status_key = server.status_key
+        self.page_login = server.auth is not None
         self.max_chars = min(limits.max_chars, server.char_limit) if server.char_limit > 0 else limits.max_chars
         self.max_batch_items = limits.max_batch_items
-        self.limiter = RateLimiter(server.rate_limit_per_min, clock)
+        self.calls = SlidingWindow(server.rate_limit_per_min, "requests", clock)
+        self.characters = SlidingWindow(server.chars_per_min, "characters", clock)
 
     @property
     def keys_required(self) -> bool:
         return bool(self.api_keys)
 
-    def authorize(self, api_key: str | None, client: str) -> str:
-        """Check the key and count the call against its rate limit. Returns the identity that was charged."""
+    @property
+    def downloads_owned(self) -> bool:
+        """Whether a translated file is fetched only by its uploader: when keys or the page login are on."""
+        return self.keys_required or self.page_login
+
+    def authorize(self, api_key: str | None, client: str) -> Caller:
+        """A REST call: check the key and count the call against its rate limit. Returns who was charged."""
         if self.api_keys:
             if not api_key:
                 raise Unauthorized("Missing API key: pass api_key (or an 'Authorization: Bearer' header).")
             if not any(_matches(api_key, key) for key in self.api_keys):
                 raise Unauthorized("Invalid API key.")
-            identity = f"key:{api_key}"
+            caller = Caller(f"key:{api_key}", client)
         else:
-            identity = f"addr:{client}"
-        self.limiter.hit(identity)
-        return identity
+            caller = Caller(f"addr:{client}", client)
+        self.calls.hit(caller.identity)
+        return caller
+
+    def page_caller(self, client: str) -> Caller:
+        """A call from the web page (its events, its uploads): counted per address, under the REST limits. The
+        page has no key to show; `--auth` puts it behind a login, and then the address still meters it."""
+        caller = Caller(f"addr:{client}", client)
+        self.calls.hit(caller.identity)
+        return caller
 
     def check_chars(self, texts: list[str]) -> None:
         """The LibreTranslate character limit: the whole request, all items of a batch together. A 400 in
@@ -100,6 +144,19 @@ class AccessPolicy:
             raise InvalidInput(f"Invalid request: request ({total} characters) exceeds text limit "
                                f"({self.max_chars} characters)")
 
+    def spend_chars(self, caller: Caller, count: int) -> None:
+        """Charge `count` characters to the caller's per-minute budget (texts, and documents once read)."""
+        self.characters.hit(caller.identity, count)
+
+    def may_fetch(self, owner: Caller | None, api_key: str | None, client: str) -> bool:
+        """Whether a download of a file uploaded by `owner` is allowed: the uploader's key, or its address (the
+        LibreTranslate clients fetch `translatedFileUrl` without sending their key again)."""
+        if owner is None:
+            return True
+        if api_key and _matches(f"key:{api_key}", owner.identity):
+            return True
+        return client == owner.address
+
     def check_admin(self, given: str | None) -> None:
         if self.admin_key is None:
             raise Unauthorized("Admin routes are disabled: the server has no admin key (server.admin_key).")
@@ -107,3 +164,18 @@ class AccessPolicy:
             raise Unauthorized("Missing admin key: send it in the X-Admin-Key header.")
         if not _matches(given, self.admin_key):
             raise Unauthorized("Invalid admin key.")
+
+    @property
+    def status_private(self) -> bool:
+        return self.status_key is not None
+
+    def check_status(self, given: str | None) -> None:
+        """/metrics, /adapters and the Status tab: open unless `server.status_key` is set; then that key or the
+        admin key."""
+        if self.status_key is None:
+            return
+        if not given:
+            raise Unauthorized("The status is private on this server: send the status key "
+                               "('Authorization: Bearer KEY').")
+        if not (_matches(given, self.status_key) or (self.admin_key is not None and _matches(given, self.admin_key))):
+            raise Unauthorized("Invalid status key.")

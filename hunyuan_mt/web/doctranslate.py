@@ -14,12 +14,19 @@ _DETECT_SAMPLE = 2000
 
 
 def translate_upload(service: Any, data: bytes, filename: str, source: str, target: str, limits: LimitsConfig,
-                     progress: Callable[[int, int], None] | None = None) -> tuple[RenderedDocument, str]:
-    """(rendered document, source code actually used). `source` may be "auto"."""
+                     progress: Callable[[int, int], None] | None = None,
+                     charge: Callable[[int], None] | None = None) -> tuple[RenderedDocument, str]:
+    """(rendered document, source code actually used). `source` may be "auto".
+
+    `charge(characters)` is called once the document is read, before anything is translated: the caller's
+    character budget (`AccessPolicy.spend_chars`) refuses a document that does not fit.
+    """
     target = normalize_code(target)
     used = {"source": source}
 
     def run(segments: list[str], report: Callable[[int, int], None] | None) -> list[str]:
+        if charge is not None:
+            charge(sum(len(s) for s in segments))
         src = source
         if src == "auto":
             detections = service.detect(" ".join(segments)[:_DETECT_SAMPLE])

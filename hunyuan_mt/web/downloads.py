@@ -6,6 +6,7 @@ download cannot fill the disk.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import threading
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from cachetools import TTLCache
+
+from .auth import Caller
 
 _TOKEN = re.compile(r"^[0-9a-f]{32}$")
 _UNSAFE = re.compile(r"[^\w.\- ]+", re.UNICODE)
@@ -31,6 +34,8 @@ class StoredFile:
     data: bytes
     filename: str
     media_type: str
+    #: Who uploaded it, when downloads are owned (keys or the page login on); None: whoever has the link.
+    owner: Caller | None = None
 
 
 class DownloadStore:
@@ -42,14 +47,14 @@ class DownloadStore:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
 
-    def put(self, data: bytes, filename: str, media_type: str) -> str:
+    def put(self, data: bytes, filename: str, media_type: str, owner: Caller | None = None) -> str:
         token = secrets.token_hex(16)
         with self._lock:
             self._files.expire()
             # Oldest first out when the byte budget would be exceeded.
             while self._files and sum(len(f.data) for f in self._files.values()) + len(data) > self.max_bytes:
                 self._files.popitem()
-            self._files[token] = StoredFile(data, safe_filename(filename), media_type)
+            self._files[token] = StoredFile(data, safe_filename(filename), media_type, owner)
         return token
 
     def get(self, token: str) -> StoredFile | None:
@@ -62,3 +67,24 @@ class DownloadStore:
         with self._lock:
             self._files.expire()
             return len(self._files)
+
+
+class OwnedPaths:
+    """Files the web page handed out (Gradio serves them at /ui/gradio_api/file=PATH) → the addresses that may
+    fetch them. Kept as long as Gradio keeps its cached copy (the page's delete_cache), at most `max_files`."""
+
+    def __init__(self, ttl_s: float = 1800.0, max_files: int = 4096, clock: Callable[[], float] = time.monotonic):
+        self._owners: TTLCache[str, frozenset[str]] = TTLCache(max_files, ttl_s, timer=clock)
+        self._lock = threading.Lock()
+
+    def add(self, path: str, address: str) -> None:
+        key = os.path.abspath(path)
+        with self._lock:
+            # The same document translated twice lands on the same cached path (Gradio names it by content).
+            self._owners[key] = self._owners.get(key, frozenset()) | {address}
+
+    def allowed(self, path: str, address: str) -> bool:
+        """False only for a file handed to other addresses; other paths are Gradio's own business."""
+        with self._lock:
+            owners = self._owners.get(os.path.abspath(path))
+        return owners is None or address in owners

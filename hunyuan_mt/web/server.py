@@ -10,10 +10,15 @@ from typing import Any
 import gradio as gr
 import uvicorn
 from fastapi import FastAPI
-from fastapi.responses import RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse
+
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import Config
-from .api import create_app
+from ..errors import TranslationError
+from .api import create_app, error_response
+from .auth import AccessPolicy
+from .downloads import OwnedPaths
 from .metrics import WebMetrics
 from .ui import UI_CSS, UI_HEAD, build_ui
 
@@ -31,8 +36,9 @@ def parse_auth(value: str | None) -> tuple[str, str] | None:
 def build_app(service: Any, cfg: Config) -> FastAPI:
     """REST routes at the root, the Gradio page at /ui, `/` redirecting to it."""
     metrics = WebMetrics(service)
-    app = create_app(service, cfg, metrics)
-    blocks = build_ui(service, cfg, metrics)
+    policy = AccessPolicy(cfg.server, cfg.limits)  # one policy for every door: REST, OpenAI, the page
+    app = create_app(service, cfg, metrics, policy)
+    blocks = build_ui(service, cfg, metrics, policy)
 
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:
@@ -43,8 +49,41 @@ def build_app(service: Any, cfg: Config) -> FastAPI:
         max_file_size=cfg.limits.max_file_bytes, show_error=True, head=UI_HEAD, css=UI_CSS,
         theme=gr.themes.Soft(), server_name=cfg.server.host, server_port=cfg.server.port,
     )
+    app.add_middleware(PageGate, policy=policy, owned=blocks.hmt_ui.owned)
     app.state.blocks = blocks
+    app.state.policy = policy
     return app
+
+
+class PageGate:
+    """The page's routes that Gradio handles itself, under the same policy as everything else: an upload is a
+    call, counted per address (429 with Retry-After over the rate limit), and a translated document handed out by
+    the page is served only to the address that asked for it (404 to any other, as if it did not exist)."""
+
+    FILES = UI_PATH + "/gradio_api/file="
+    UPLOAD = UI_PATH + "/gradio_api/upload"
+
+    def __init__(self, app: ASGIApp, policy: AccessPolicy, owned: OwnedPaths) -> None:
+        self.app = app
+        self.policy = policy
+        self.owned = owned
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path: str = scope["path"]  # already percent-decoded, as Gradio's route reads it
+            client = scope["client"][0] if scope.get("client") else "unknown"
+            refusal = None
+            if path.startswith(self.FILES) and not self.owned.allowed(path[len(self.FILES):], client):
+                refusal = JSONResponse({"error": "File not found or expired."}, status_code=404)
+            elif path == self.UPLOAD and scope["method"] == "POST":
+                try:
+                    self.policy.page_caller(client)
+                except TranslationError as exc:
+                    refusal = error_response(exc)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class QuietPagePolling(logging.Filter):

@@ -7,6 +7,7 @@ message; anything unexpected is logged and shown as a short generic message, nev
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -25,7 +26,7 @@ from ..errors import TranslationError
 from ..languages import LANGUAGES
 from .auth import AccessPolicy
 from .doctranslate import translate_upload
-from .downloads import safe_filename
+from .downloads import OwnedPaths, safe_filename
 from .metrics import WebMetrics
 
 log = logging.getLogger(__name__)
@@ -65,10 +66,17 @@ def _run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         raise gr.Error("Internal error; the server log has the details.", print_exception=False) from None
 
 
-class TranslatorUI:
-    """State shared by the handlers: the service, settings, reachability table and output folder."""
+def _address(request: gr.Request | None) -> str:
+    """The caller's address, as the REST API sees it (`requests.client_address`)."""
+    client = getattr(request, "client", None) if request is not None else None
+    return getattr(client, "host", None) or "unknown"
 
-    def __init__(self, service: Any, cfg: Config, metrics: WebMetrics | None = None) -> None:
+
+class TranslatorUI:
+    """State shared by the handlers: the service, settings, access policy, reachability table and output folder."""
+
+    def __init__(self, service: Any, cfg: Config, metrics: WebMetrics | None = None,
+                 policy: AccessPolicy | None = None) -> None:
         self.service = service
         self.cfg = cfg
         self.metrics = metrics
@@ -79,7 +87,11 @@ class TranslatorUI:
         self.outputs = Path(tempfile.mkdtemp(prefix="hmt-ui-"))
         # Removed when the UI is garbage-collected or the process exits, whichever comes first.
         self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.outputs), True)
-        self.policy = AccessPolicy(cfg.server, cfg.limits)
+        # Shared with the REST API when the server mounts both: one budget per caller whichever door it uses.
+        self.policy = policy or AccessPolicy(cfg.server, cfg.limits)
+        #: Translated documents handed out, by the path Gradio serves them at → who may fetch them.
+        self.owned = OwnedPaths()
+        self.doc_output: gr.File | None = None  # set by build_ui: its cache is where downloads are served from
 
     # ------------------------------------------------------------------ choices
 
@@ -123,10 +135,16 @@ class TranslatorUI:
 
     # ------------------------------------------------------------------ text tab
 
-    def translate_text(self, text: str, source: str, target: str) -> tuple[str, str, str | None]:
+    def translate_text(self, text: str, source: str, target: str,
+                       request: gr.Request | None = None) -> tuple[str, str, str | None]:
         """(translation, info line with route, detected language and latency, detected code for the swap)."""
         if not text or not text.strip():
             raise gr.Error("Type or paste some text to translate.", print_exception=False)
+        caller = _run(self.policy.page_caller, _address(request))
+        if self.policy.max_chars < self.cfg.limits.max_chars:
+            # server.char_limit, lower than limits.max_chars (which the service checks, in the page's words).
+            _run(self.policy.check_chars, [text])
+        _run(self.policy.spend_chars, caller, len(text))
         started = time.perf_counter()
         results = _run(self.service.translate_batch, [text], source or AUTO, target)
         result = results[0]
@@ -159,10 +177,11 @@ class TranslatorUI:
 
     # ------------------------------------------------------------------ document tab
 
-    def translate_document(self, path: str | None, source: str, target: str,
+    def translate_document(self, path: str | None, source: str, target: str, request: gr.Request | None = None,
                            progress: gr.Progress = gr.Progress()) -> tuple[str, str]:
         if not path:
             raise gr.Error("Drop a document first (.txt .md .srt .docx .pdf .html).", print_exception=False)
+        caller = _run(self.policy.page_caller, _address(request))
         upload = Path(path)
         limits = self.cfg.limits
         size = upload.stat().st_size
@@ -174,8 +193,9 @@ class TranslatorUI:
         def report(done: int, total: int) -> None:
             progress((done, total), desc="Translating", unit="segments")
 
+        charge = functools.partial(self.policy.spend_chars, caller)
         rendered, used = _run(translate_upload, self.service, upload.read_bytes(), safe_filename(upload.name),
-                              source, target, limits, report)
+                              source, target, limits, report, charge)
         self._sweep_outputs()
         folder = Path(tempfile.mkdtemp(dir=self.outputs))
         out = folder / safe_filename(rendered.filename)
@@ -183,7 +203,13 @@ class TranslatorUI:
         note = f"Translated {LANGUAGES[used].english} → {LANGUAGES[target].english}: **{out.name}**."
         if rendered.note:
             note += f" {rendered.note}"
-        return str(out), note
+        served = str(out)
+        if self.policy.downloads_owned and self.doc_output is not None:
+            # Put it where Gradio serves it from now, to know the exact path its link will name; the file route's
+            # gate (web.server.PageGate) then lets only this caller's address fetch it.
+            served = self.doc_output.move_resource_to_block_cache(served) or served
+            self.owned.add(served, caller.address)
+        return served, note
 
     def _sweep_outputs(self) -> None:
         cutoff = time.time() - _OUTPUT_TTL_S
@@ -196,7 +222,13 @@ class TranslatorUI:
 
     # ------------------------------------------------------------------ status tab
 
-    def status_view(self) -> tuple[str, pd.DataFrame, str, Any, Any]:
+    def status_view(self, key: str | None = None) -> tuple[str, pd.DataFrame, str, Any, Any]:
+        try:
+            self.policy.check_status(key or None)
+        except TranslationError as exc:
+            # Shown in place of the status (the tab polls every 2 s: a pop-up each time would be unusable).
+            empty = {"history": []}
+            return (f"🔒 {exc.message}", _adapters_frame({}), "", *_plots(empty))
         status = self.service.status()
         return (_overview_markdown(status), _adapters_frame(status), _cache_markdown(status), *_plots(status))
 
@@ -346,9 +378,10 @@ def _nice_ceiling(value: float) -> float:
     return next(m * scale for m in (1, 2, 2.5, 5, 10) if m * scale >= value)
 
 
-def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None) -> gr.Blocks:
+def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
+             policy: AccessPolicy | None = None) -> gr.Blocks:
     """The Blocks page. Mount it with `gr.mount_gradio_app(app, blocks, "/ui", head=UI_HEAD, css=UI_CSS)`."""
-    ui = TranslatorUI(service, cfg, metrics)
+    ui = TranslatorUI(service, cfg, metrics, policy)
     default_target = "es" if "es" in ui.model_codes else (ui.model_codes[0] if ui.model_codes else "en")
     limits = cfg.limits
     with gr.Blocks(title="Hunyuan-MT translation", delete_cache=(600, 1800)) as demo:
@@ -392,6 +425,7 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None) -> gr
             with gr.Row():
                 doc_in = gr.File(label="Document", file_types=DOC_TYPES, type="filepath", elem_id="hmt-doc-in")
                 doc_out = gr.File(label="Translated document", interactive=False, elem_id="hmt-doc-out")
+            ui.doc_output = doc_out
             doc_btn = gr.Button("Translate document", variant="primary", elem_id="hmt-doc-translate")
             doc_note = gr.Markdown("", elem_id="hmt-doc-note")
             doc_src.change(ui.on_source_change, [doc_src, doc_tgt], [doc_tgt, doc_note],
@@ -402,6 +436,9 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None) -> gr
                           api_name="translate_document", api_visibility="public")
 
         with gr.Tab("Status", id="status"):
+            status_key = gr.Textbox(label="Status key", type="password", elem_id="hmt-status-key",
+                                    visible=ui.policy.status_private,
+                                    info="This server keeps its status private (server.status_key).")
             overview = gr.Markdown("", elem_id="hmt-overview")
             adapters = gr.Dataframe(headers=["adapter", "state", "leases"], label="Resident adapters",
                                     interactive=False, elem_id="hmt-adapters")
@@ -425,9 +462,9 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None) -> gr
                              api_name=f"admin_{action}", api_visibility="undocumented")
             status_outputs = [overview, adapters, counters, latency_plot, hit_plot]
             timer = gr.Timer(2.0)
-            timer.tick(ui.status_view, None, status_outputs, api_name="status", api_visibility="public",
+            timer.tick(ui.status_view, [status_key], status_outputs, api_name="status", api_visibility="public",
                        show_progress="hidden", concurrency_limit=None)
-        demo.load(ui.status_view, None, status_outputs, api_name="status_on_load", api_visibility="private",
+        demo.load(ui.status_view, [status_key], status_outputs, api_name="status_on_load", api_visibility="private",
                   show_progress="hidden")
     demo.queue(default_concurrency_limit=max(4, cfg.engine.max_rows))
     # Any value but Gradio's default (40) gives the UI its own thread pool instead of anyio's shared one,
