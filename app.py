@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import uvicorn
 
     from hunyuan_mt.service import get_service
-    from hunyuan_mt.web.server import build_app, open_share_tunnel, quiet_page_polling
+    from hunyuan_mt.web.server import build_app, open_share_tunnel, quiet_page_polling, uvicorn_config
 
     try:
         service = get_service(cfg)
@@ -113,7 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: cannot start the translation service: {exc.message}", file=sys.stderr)
         return 1
     app = build_app(service, cfg)
-    server = uvicorn.Server(uvicorn.Config(app, host=cfg.server.host, port=cfg.server.port, log_level="info"))
+    server = uvicorn.Server(uvicorn_config(app, cfg.server.host, cfg.server.port, cfg.server.trusted_proxies,
+                                           log_level="info"))
     quiet_page_polling()  # after uvicorn.Config, which sets up its loggers
 
     def announce() -> None:

@@ -238,6 +238,9 @@ class ServerConfig:
     chars_per_min: int = 0
     #: When set, /metrics, /adapters and the page's Status tab need this key (or the admin key); None: public.
     status_key: str | None = None
+    #: Proxies whose X-Forwarded-For names the client (e.g. ["127.0.0.1"] behind nginx on this machine);
+    #: empty: the connection's own address counts, whatever the header says.
+    trusted_proxies: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _check(isinstance(self.port, int) and 0 <= self.port <= 65535, "server.port", "a port number", self.port)

@@ -88,6 +88,16 @@ def test_without_keys_the_page_and_the_api_share_one_budget_per_address(web_serv
         assert requests.get(server.url + "/languages", timeout=60).status_code == 200
 
 
+@pytest.mark.parametrize("trusted", [[], ["127.0.0.1"]], ids=["no-proxy", "behind-a-local-proxy"])
+def test_x_forwarded_for_counts_only_from_a_trusted_proxy(web_service: Any, web_cfg: Config,
+                                                          trusted: list[str]) -> None:
+    with serve(web_service, with_server(web_cfg, rate_limit_per_min=1, trusted_proxies=trusted)) as server:
+        codes = [requests.post(server.url + "/translate", json=BODY, headers={"X-Forwarded-For": address},
+                               timeout=60).status_code for address in ("10.0.0.1", "10.0.0.2")]
+        # Untrusted, the header cannot buy a caller a fresh budget; from a trusted proxy it names the client.
+        assert codes == ([200, 200] if trusted else [200, 429])
+
+
 def test_page_uploads_are_calls_under_the_same_limit(web_service: Any, web_cfg: Config, doc: Path) -> None:
     with serve(web_service, with_server(web_cfg, rate_limit_per_min=2)) as server:
         upload = server.url + "/ui/gradio_api/upload"

@@ -86,7 +86,7 @@ def serve(service: Any, cfg: Config) -> Iterator[LiveServer]:
 
     port = free_port()
     app = build_app(service, with_server(cfg, port=port))
-    thread = ServerThread(app, "127.0.0.1", port).start()
+    thread = ServerThread(app, "127.0.0.1", port, trusted_proxies=cfg.server.trusted_proxies).start()
     try:
         yield LiveServer(thread.url, service, cfg, app)
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-from typing import Any
+from typing import Any, Sequence
 
 import gradio as gr
 import uvicorn
@@ -123,11 +123,21 @@ def open_share_tunnel(host: str, port: int) -> str:
     return url.replace("http://", "https://", 1) + UI_PATH + "/"
 
 
+def uvicorn_config(app: FastAPI, host: str, port: int, trusted_proxies: Sequence[str] = (),
+                   **kw: Any) -> uvicorn.Config:
+    """uvicorn's settings for this app. X-Forwarded-For is read only from `server.trusted_proxies`: uvicorn would
+    otherwise believe it from 127.0.0.1, where any local program, or the share tunnel relaying the internet's
+    headers, could then pick the address the per-address limits count."""
+    return uvicorn.Config(app, host=host, port=port, proxy_headers=bool(trusted_proxies),
+                          forwarded_allow_ips=list(trusted_proxies) or None, **kw)
+
+
 class ServerThread:
     """Runs uvicorn in a background thread (tests, benchmarks); `start()` returns once it accepts connections."""
 
-    def __init__(self, app: FastAPI, host: str, port: int, log_level: str = "warning") -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level,
+    def __init__(self, app: FastAPI, host: str, port: int, log_level: str = "warning",
+                 trusted_proxies: Sequence[str] = ()) -> None:
+        self.server = uvicorn.Server(uvicorn_config(app, host, port, trusted_proxies, log_level=log_level,
                                                     lifespan="on", timeout_graceful_shutdown=5))
         self.thread = threading.Thread(target=self.server.run, name="hmt-server", daemon=True)
         self.url = f"http://{host}:{port}"
