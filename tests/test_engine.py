@@ -113,6 +113,23 @@ def decode_steps_alone(engine: BatchEngine, r: Row) -> int:
     return sum(1 for h in since(engine, start) if h.kind == "decode")
 
 
+def pause_before_forward(engine: BatchEngine, watched: Row, nth: int) -> tuple[threading.Event, threading.Event]:
+    """Hold the engine before the `nth` forward that includes `watched` (prefill = 1st): the first event is set
+    when it waits there, and it goes on once the second is set."""
+    calls = {"n": 0}
+    reached, go = threading.Event(), threading.Event()
+
+    def seam(rows: list[Row]) -> None:
+        if watched in rows:
+            calls["n"] += 1
+            if calls["n"] == nth:
+                reached.set()
+                assert go.wait(30)
+
+    engine.before_generate = seam
+    return reached, go
+
+
 def held(engine: BatchEngine, rows: list[Row], then: Callable[[list[Row]], None] | None = None) -> list[Future]:
     """Queue `rows` while a blocker row's prefill is held open, so they all enter at the next admission. The
     blocker asks for one token: it is done with its prefill and takes no room from them."""
@@ -205,17 +222,7 @@ def test_n_best_row_runs_between_decode_steps_and_leaves_the_batch_exact(arch: s
     assert isinstance(ref_nbest, list) and len(ref_nbest) == 3
     assert len(set(ref_nbest)) > 1, ref_nbest  # beams differ on the tiny random models
 
-    calls = {"long": 0}
-    at_step_two, go = threading.Event(), threading.Event()
-
-    def seam(rows: list[Row]) -> None:
-        if long_row in rows:
-            calls["long"] += 1
-            if calls["long"] == 3:
-                at_step_two.set()
-                assert go.wait(30)
-
-    engine.before_generate = seam
+    at_step_two, go = pause_before_forward(engine, long_row, 3)
     start = len(engine.history)
     long_future = engine.submit([long_row])[0]
     assert at_step_two.wait(30)
@@ -254,17 +261,7 @@ def test_adapter_copied_into_a_slot_while_another_slot_decodes(arch: str, model_
     assert sorted(engine.cache.lru_order()) == ["en2de", "es2en"]
     es2en_slot = next(r.slot for r in engine.cache.stats().resident if r.key == "es2en")
 
-    calls = {"n": 0}
-    at_step, go = threading.Event(), threading.Event()
-
-    def seam(rows: list[Row]) -> None:
-        if long_row in rows:
-            calls["n"] += 1
-            if calls["n"] == 3:
-                at_step.set()
-                assert go.wait(30)
-
-    engine.before_generate = seam
+    at_step, go = pause_before_forward(engine, long_row, 3)
     evictions = engine.cache.stats().evictions
     start = len(engine.history)
     long_future = engine.submit([long_row])[0]
