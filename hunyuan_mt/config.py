@@ -137,6 +137,13 @@ class LimitsConfig:
     #: Most alternative translations one request may ask for (LibreTranslate's `alternatives`); 0 turns them off.
     #: Each costs a beam of the search that finds them.
     max_alternatives: int = 3
+    #: A row generates at most this × its input tokens + output_slack_tokens (and never over max_new_tokens):
+    #: a model that does not stop cannot run to the limit on a short segment. 0 turns the relative cap off.
+    max_output_ratio: float = 3.0
+    output_slack_tokens: int = 16
+    #: A unit of up to 8 tokens repeated this many times (over 8 tokens at least) at the end of an output stops
+    #: the row, and the unit is kept once ("de vez de vez de vez …" → "de vez"); 0 turns the guard off.
+    loop_repeats: int = 3
 
     def __post_init__(self) -> None:
         for name in ("max_chars", "max_batch_items", "max_new_tokens", "max_file_bytes", "max_doc_chars",
@@ -145,6 +152,12 @@ class LimitsConfig:
             _check(isinstance(value, int) and value >= 1, f"limits.{name}", "an integer >= 1", value)
         _check(isinstance(self.max_alternatives, int) and self.max_alternatives >= 0, "limits.max_alternatives",
                "an integer >= 0", self.max_alternatives)
+        _check(isinstance(self.max_output_ratio, (int, float)) and self.max_output_ratio >= 0,
+               "limits.max_output_ratio", "a number >= 0 (0: off)", self.max_output_ratio)
+        _check(isinstance(self.output_slack_tokens, int) and self.output_slack_tokens >= 0,
+               "limits.output_slack_tokens", "an integer >= 0", self.output_slack_tokens)
+        _check(isinstance(self.loop_repeats, int) and (self.loop_repeats == 0 or self.loop_repeats >= 2),
+               "limits.loop_repeats", "0 (off) or an integer >= 2", self.loop_repeats)
 
 
 @dataclass

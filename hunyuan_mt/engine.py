@@ -49,6 +49,7 @@ from .config import EngineConfig, GenerationConfig, LimitsConfig
 from .decode import RunningBatch
 from .decode.static import FP8
 from .decode import Sequence as DecodeSequence
+from .decode.guard import LoopGuard, output_cap
 from .errors import Busy, InputTooLarge, InvalidInput, OutOfMemory, TranslationError
 from .lora import BASE_SLOT
 from .memory import QUANTIZED_KV_KWARGS, quantized_kv_support
@@ -97,6 +98,10 @@ class _Pending:
     slot: int = BASE_SLOT
     #: The engine's decode-step count when the row was queued (how long it has waited to join, in steps).
     steps_at_submit: int = 0
+    #: Whether the loop guard watches this row (not when its source repeats itself).
+    guarded: bool = False
+    #: Whether max_new comes from the cap relative to the source (limits.max_output_ratio).
+    capped: bool = False
 
     @property
     def tokens(self) -> int:
@@ -132,6 +137,10 @@ class EngineStats:
     error_splits: int = 0
     #: Rows sent back to the queue to make room (out of memory) or to find a failing row.
     preempted: int = 0
+    #: Rows stopped in a repetition loop and cut to one copy of it; rows that ran into the cap relative to
+    #: their source without ending.
+    loops_cut: int = 0
+    length_capped: int = 0
     max_rows_seen: int = 0
     max_distinct_nonpinned: int = 0
     step_ms: deque = field(default_factory=lambda: deque(maxlen=2000))
@@ -173,6 +182,7 @@ class BatchEngine:
         #: model runs. Raising torch.OutOfMemoryError here behaves exactly like the model running out of memory.
         self.before_generate: Callable[[list[Row]], None] | None = None
         self.stats = EngineStats()
+        self.guard = LoopGuard(repeats=limits.loop_repeats)
         self.history: deque[StepRecord] = deque(maxlen=4000)
         self._queue: list[_Pending] = []
         self._cv = threading.Condition()
@@ -183,6 +193,7 @@ class BatchEngine:
         self._batch: RunningBatch | None = backbone.new_batch(gen_cfg, self._static_cache_spec())
         if self._batch is not None:
             self._batch.before_forward = self._seam
+            self._batch.guard = self.guard
         self.iteration_level = self._batch is not None
         #: Light mode's (KV dtype, rows) for a static cache, applied by the loop between two steps once the live
         #: rows fit (None: nothing pending).
@@ -251,6 +262,9 @@ class BatchEngine:
             if row.max_new_tokens is not None:
                 cap = max(1, min(cap, row.max_new_tokens))
             max_new = self.backbone.max_new_tokens(encoded, cap)
+            relative = output_cap(encoded.tokens, max_new, self.limits.max_output_ratio,
+                                  self.limits.output_slack_tokens)
+            capped, max_new = relative < max_new, relative
             width = getattr(self._batch, "max_len", None)
             if width is not None and row.n_best == 1:  # n-best rows run outside the decode loop's cache
                 if encoded.tokens >= width:
@@ -260,7 +274,8 @@ class BatchEngine:
                     prepared.append((fut, None))
                     continue
                 max_new = min(max_new, width - encoded.tokens)
-            prepared.append((fut, _Pending(row, fut, 0, encoded, max_new, now)))
+            guarded = self.guard.enabled and not self.guard.has_loop(list(encoded.input_ids))
+            prepared.append((fut, _Pending(row, fut, 0, encoded, max_new, now, guarded=guarded, capped=capped)))
         with self._cv:
             if self._closed:
                 raise RuntimeError("engine is closed")
@@ -348,7 +363,7 @@ class BatchEngine:
             "mean_batch_rows": round(s.decode_rows / s.decode_steps, 2) if s.decode_steps else None,
             "max_rows_seen": s.max_rows_seen, "max_distinct_nonpinned": s.max_distinct_nonpinned,
             "oom_splits": s.oom_splits, "oom_failures": s.oom_failures, "error_splits": s.error_splits,
-            "preempted": s.preempted,
+            "preempted": s.preempted, "loops_cut": s.loops_cut, "length_capped": s.length_capped,
             "generate_ms_p50": _pct(steps, 0.5), "generate_ms_p95": _pct(steps, 0.95),
             "queue_ms_p50": _pct(queue, 0.5), "queue_ms_p95": _pct(queue, 0.95),
             "queued": self.queued(), "running": self.running(), "light_mode": self.light,
@@ -538,7 +553,7 @@ class BatchEngine:
         return self._running[seq]
 
     def _sequence(self, p: _Pending) -> DecodeSequence:
-        return DecodeSequence(p.seq, p.encoded.input_ids, p.slot, p.max_new, p.encoded.decoder_prefix)
+        return DecodeSequence(p.seq, p.encoded.input_ids, p.slot, p.max_new, p.encoded.decoder_prefix, p.guarded)
 
     def _forward(self, kind: str, rows: list[_Pending], fn: Callable[[], Any]) -> Any:
         """Run one forward under the model lock, timed and recorded; errors come back as _ForwardFailed."""
@@ -648,7 +663,12 @@ class BatchEngine:
         for live in self._batch.pop_finished():
             p = self._running.pop(live.seq.tag, None)
             if p is not None:
-                self._finish(p, result=self.backbone.decode(live.generated))
+                if live.cut is not None:
+                    self.stats.loops_cut += 1
+                elif p.capped and len(live.generated) >= p.max_new and live.generated[-1] not in \
+                        self._batch.picker.eos:
+                    self.stats.length_capped += 1
+                self._finish(p, result=self.backbone.decode(live.output))
 
     # ------------------------------------------------------------------ static batches
 
@@ -690,6 +710,11 @@ class BatchEngine:
             return
         for p, text in zip(rows, outs):
             self._running.pop(p.seq, None)
+            if p.guarded:
+                # generate() does not ask the guard per token: cut a loop of words at the end afterwards.
+                cut = [self.guard.cut_words(t) for t in text] if isinstance(text, list) else self.guard.cut_words(text)
+                self.stats.loops_cut += int(cut != text)
+                text = cut
             self._finish(p, result=text)
 
     # ------------------------------------------------------------------ bookkeeping

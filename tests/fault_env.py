@@ -15,6 +15,7 @@ from typing import Any, Iterator
 import httpx
 
 from hunyuan_mt.config import Config, load_config
+from tiny_models import UNGUARDED
 from web_server import ADMIN_KEY, free_port
 
 
@@ -24,6 +25,8 @@ def tiny_config(model_dir: Path, adapters_dir: Path, **overrides: Any) -> Config
         "model.path": str(model_dir), "model.warmup": False, "cache.adapters_dir": str(adapters_dir),
         "routing.pivot": "en", "limits.max_new_tokens": 12, "memory.enabled": False,
         "server.host": "127.0.0.1", "server.port": 0, "server.admin_key": ADMIN_KEY,
+        # Each adapter must give its own output: the random model's loops are left uncut.
+        **{f"limits.{key}": value for key, value in UNGUARDED.items()},
     }
     values.update(overrides)
     return load_config(None, values, env={})

@@ -9,21 +9,27 @@ rows each forward held; assertions read those, never timings.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import threading
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 import torch
 
 import tiny_models
 from hunyuan_mt.adapters.request import Pair
+from hunyuan_mt.backbone import PromptRow
 from hunyuan_mt.config import EngineConfig, GenerationConfig, LimitsConfig
+from hunyuan_mt.decode import Sequence as DecodeSequence
+from hunyuan_mt.decode.guard import LoopGuard
 from hunyuan_mt.engine import BatchEngine, Row, StepRecord
+from hunyuan_mt.lora import BASE_SLOT
 from hunyuan_mt.errors import AdapterUnusable, Busy, InputTooLarge, OutOfMemory
+from tiny_models import UNGUARDED
 
 TEXTS = ["Hello world, how are you today?", "Open the file, save the document.", "Hola mundo.",
          "The quick brown fox jumps.", "Datei öffnen, Dokument speichern.", "Bonjour le monde."]
@@ -76,13 +82,14 @@ def make_engine(fresh_backbone, make_cache, request: pytest.FixtureRequest):
     def make(model_dir: Path, adapters: Path, slots: int = 3, pinned: tuple[str, ...] = (), max_rows: int = 32,
              max_tokens: int = 8192, fairness: int = 4, max_new_tokens: int = 8, lease_timeout_s: float = 10.0,
              gen: GenerationConfig | None = None, kv_cache: str | None = None,
-             max_seq_len: int = 256) -> BatchEngine:
+             max_seq_len: int = 256, limits: dict | None = None) -> BatchEngine:
         backbone = fresh_backbone(model_dir)
         cache = make_cache(backbone, adapters, slots=slots, pinned=list(pinned), lease_timeout_s=lease_timeout_s)
         engine = BatchEngine(backbone, cache, EngineConfig(max_wait_ms=0, max_rows=max_rows, max_tokens=max_tokens,
                                                             fairness_max_skips=fairness,
                                                             kv_cache=kv_cache or kv_default, max_seq_len=max_seq_len),
-                             gen or GenerationConfig(), LimitsConfig(max_new_tokens=max_new_tokens))
+                             gen or GenerationConfig(),
+                             LimitsConfig(max_new_tokens=max_new_tokens, **(UNGUARDED if limits is None else limits)))
         assert engine.static_cache == ((kv_cache or kv_default) == "static")
         engines.append(engine)
         return engine
@@ -545,7 +552,7 @@ def test_pivot_second_hop_joins_the_running_batch(marian_dir: Path, marian_adapt
         pivot_text = "Hola mundo."
         expected = service.translate(pivot_text, "es", "de").text  # each hop: 4 tokens (limits.max_new_tokens)
         limits = engine.limits
-        engine.limits = LimitsConfig(max_new_tokens=60)  # only the long row, submitted now, gets 60
+        engine.limits = LimitsConfig(max_new_tokens=60, **UNGUARDED)  # only the long row, submitted now, gets 60
         long_ref = engine.run([long_row])[0]
         state = {"hop1_seen": False, "hop1_done": False, "hop2_seen": False}
 
@@ -586,7 +593,7 @@ def test_waiting_rows_are_gathered_for_a_few_steps_before_they_join(marian_dir: 
     backbone = fresh_backbone(marian_dir)
     cache = make_cache(backbone, marian_adapters, slots=3)
     engine = BatchEngine(backbone, cache, EngineConfig(max_wait_ms=0, join_ratio=0.5, max_join_steps=2),
-                         GenerationConfig(), LimitsConfig(max_new_tokens=30))
+                         GenerationConfig(), LimitsConfig(max_new_tokens=30, **UNGUARDED))
     try:
         long_rows = [row("en2de", t, max_new=30) for t in TEXTS[:4]]
         submitted: dict[str, list[Future]] = {}
@@ -657,7 +664,7 @@ def test_static_cache_gives_the_dynamic_caches_output(hunyuan_dir: Path, hunyuan
         backbone = fresh_backbone(hunyuan_dir, attn_implementation=attention)
         cache = make_cache(backbone, hunyuan_adapters, slots=3)
         engine = BatchEngine(backbone, cache, EngineConfig(max_wait_ms=0, kv_cache=kv, max_seq_len=192),
-                             GenerationConfig(), LimitsConfig(max_new_tokens=12))
+                             GenerationConfig(), LimitsConfig(max_new_tokens=12, **UNGUARDED))
         try:
             assert engine.static_cache == (kv == "static")
             outs[kv] = [f.result(timeout=60) for f in held(engine, rows)]
@@ -718,3 +725,87 @@ def test_light_mode_switches_the_static_cache_to_fp8_mid_flight(hunyuan_dir: Pat
     engine.set_light_mode(False)
     assert isinstance(engine.run([row("en2es", TEXTS[5])])[0], str)
     assert engine.status()["kv_cache_bytes"] == full and engine._batch.storage.capacity == 32
+
+
+# ---------------------------------------------------------------------------------------------------- degenerate output
+
+
+def _alone(backbone: Any, text: str, guarded: bool, max_new: int = 60) -> Any:
+    """One bare-backbone row through a fresh running batch, alone: the finished `Live` row."""
+    encoded = backbone.encode(PromptRow(text, "en", "es"))
+    batch = backbone.new_batch(GenerationConfig())
+    batch.guard = LoopGuard()
+    with backbone.model_lock, torch.inference_mode():
+        batch.add([DecodeSequence(0, encoded.input_ids, BASE_SLOT, max_new, encoded.decoder_prefix, guarded)])
+        while True:
+            done = batch.pop_finished()
+            if done:
+                return done[0]
+            batch.step()
+
+
+def _expected_cut(tokens: list[int]) -> tuple[list[int], int] | None:
+    """Where the guard must stop an unguarded output: (the kept tokens, how many had been generated)."""
+    for t in range(1, len(tokens) + 1):
+        keep = LoopGuard().cut(tokens[:t])
+        if keep is not None:
+            return tokens[:keep], t
+    return None
+
+
+@pytest.mark.parametrize("model", ["marian", "hunyuan"])
+def test_a_looping_row_stops_at_once_and_keeps_one_copy(model: str, request: pytest.FixtureRequest,
+                                                        fresh_backbone) -> None:
+    backbone = fresh_backbone(request.getfixturevalue(f"{model}_dir"))
+    looping = 0
+    for text in TEXTS:
+        free = _alone(backbone, text, guarded=False).generated
+        guarded = _alone(backbone, text, guarded=True)
+        expected = _expected_cut(free)
+        if expected is None:
+            assert guarded.generated == free and guarded.cut is None
+            continue
+        looping += 1
+        kept, steps = expected
+        assert guarded.output == kept and len(guarded.generated) == steps < len(free)
+    assert looping >= 2, "the tiny random models should loop on some of TEXTS; the test would prove nothing"
+
+
+def test_guarded_rows_in_one_batch_equal_their_runs_alone(arch: str, model_and_adapters, make_engine) -> None:
+    model_dir, adapters = model_and_adapters
+    engine = make_engine(model_dir, adapters, max_new_tokens=48, limits={"loop_repeats": 3, "max_output_ratio": 0})
+    rows = [row(key, text) for key in ("en2de", "es2en", None) for text in TEXTS]
+    alone = references(engine, rows)
+    cut_alone = engine.status()["loops_cut"]
+    assert cut_alone >= 2
+    assert [f.result(timeout=120) for f in held(engine, rows)] == alone
+    assert engine.status()["loops_cut"] == 2 * cut_alone
+
+
+def test_the_engine_answers_the_cut_output_and_counts_it(make_engine, marian_dir: Path, marian_adapters: Path,
+                                                         fresh_backbone) -> None:
+    engine = make_engine(marian_dir, marian_adapters, max_new_tokens=60,
+                         limits={"loop_repeats": 3, "max_output_ratio": 0})
+    looping = next(t for t in TEXTS if _expected_cut(_alone(engine.backbone, t, guarded=False).generated))
+    kept, _ = _expected_cut(_alone(engine.backbone, looping, guarded=False).generated)
+    assert engine.run([row(None, looping)])[0] == engine.backbone.decode(kept)
+    assert engine.status()["loops_cut"] == 1
+
+
+def test_a_source_that_repeats_itself_is_not_guarded(make_engine, marian_dir: Path, marian_adapters: Path) -> None:
+    """"ha ha ha …" may well be translated by a repeating output: such rows are left to their token limit."""
+    engine = make_engine(marian_dir, marian_adapters, max_new_tokens=8,
+                         limits={"loop_repeats": 3, "max_output_ratio": 0})
+    flags: dict[str, bool] = {}
+    engine.before_generate = lambda rows: flags.update({p.row.text: p.guarded for p in engine._running.values()})
+    engine.run([row(None, "ha " * 12), row(None, TEXTS[0])])
+    assert flags == {"ha " * 12: False, TEXTS[0]: True}
+
+
+def test_the_output_cap_follows_the_source_length(make_engine, marian_dir: Path, marian_adapters: Path) -> None:
+    engine = make_engine(marian_dir, marian_adapters, max_new_tokens=200,
+                         limits={"loop_repeats": 0, "max_output_ratio": 0.5, "output_slack_tokens": 2})
+    text = TEXTS[0]
+    tokens = engine.backbone.encode(PromptRow(text, "en", "es")).tokens
+    assert decode_steps_alone(engine, row(None, text)) == math.ceil(0.5 * tokens) + 2 - 1  # the first token is the
+    assert engine.status()["length_capped"] == 1                                           # prefill's

@@ -11,6 +11,7 @@ from hunyuan_mt.adapters.request import Pair
 from hunyuan_mt.config import EngineConfig, GenerationConfig, LimitsConfig, MemoryConfig
 from hunyuan_mt.engine import BatchEngine, Row
 from hunyuan_mt.memory import LIGHT, NORMAL, MemoryMonitor, MemoryPolicy, MemoryReading, quantized_kv_support
+from tiny_models import UNGUARDED
 
 GiB = 1024 ** 3
 
@@ -55,7 +56,7 @@ def engine_for(fresh_backbone, make_cache):
         backbone = fresh_backbone(model_dir)
         cache = make_cache(backbone, adapters, slots=3, pinned=["en2es"], ram_tier=8)
         engine = BatchEngine(backbone, cache, EngineConfig(max_wait_ms=0, max_rows=32, max_tokens=8192),
-                             GenerationConfig(), LimitsConfig(max_new_tokens=6))
+                             GenerationConfig(), LimitsConfig(max_new_tokens=6, **UNGUARDED))
         engines.append(engine)
         return engine
 

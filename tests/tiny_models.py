@@ -209,3 +209,8 @@ def corrupt_adapter(adapter_dir: Path, mode: str = "truncate") -> None:
         weights.unlink()
     else:
         raise ValueError(mode)
+
+
+#: Limits settings that turn the degenerate-output guards off (limits.loop_repeats, limits.max_output_ratio): the
+#: tiny random models repeat themselves, and the engine's mechanics tests need rows that run to their token limit.
+UNGUARDED = {"loop_repeats": 0, "max_output_ratio": 0}

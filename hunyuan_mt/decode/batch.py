@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 
 from ..lora.mapping import SlotMapping
+from .guard import LoopGuard
 from .picker import RowTokens, TokenPicker
 
 
@@ -37,6 +38,8 @@ class Sequence:
     max_new_tokens: int
     #: Decoder tokens before the first generated one: (decoder_start,) or (decoder_start, target-language token).
     decoder_prefix: tuple[int, ...] = ()
+    #: Stop the row when it falls into a repetition loop (the batch's `guard`).
+    guarded: bool = False
 
 
 @dataclass
@@ -49,6 +52,12 @@ class Live:
     done: bool = False
     #: Handed back by pop_finished; the row only rides along until the next compaction.
     answered: bool = False
+    #: Set when the loop guard stopped the row: how many generated tokens make its output.
+    cut: int | None = None
+
+    @property
+    def output(self) -> list[int]:
+        return self.generated if self.cut is None else self.generated[:self.cut]
 
     @property
     def position(self) -> int:
@@ -104,6 +113,8 @@ class RunningBatch(ABC):
         self.rows: list[Live] = []
         #: Test seam: called before each forward with ("prefill" | "decode", the rows' tags).
         self.before_forward: Callable[[str, list[Any]], None] | None = None
+        #: Stops guarded rows caught in a repetition loop (set by the engine from limits.loop_repeats).
+        self.guard: LoopGuard | None = None
 
     def __len__(self) -> int:
         """Rows still generating (finished rows riding along until compaction are not counted)."""
@@ -207,6 +218,9 @@ class RunningBatch(ABC):
             row.tokens.seen.append(token)
             row.tokens.generated += 1
             row.done = self.picker.finished(token, row.tokens)
+            if not row.done and row.seq.guarded and self.guard is not None:
+                row.cut = self.guard.cut(row.generated)
+                row.done = row.cut is not None
 
     # ------------------------------------------------------------------ per architecture
 

@@ -114,7 +114,10 @@ class ServiceCollector(Collector):
                                ("rows", "Rows answered."),
                                ("preempted", "Rows sent back to the queue to make room (out of memory)."),
                                ("oom_splits", "Forwards split after an out-of-memory error."),
-                               ("oom_failures", "Single rows that still did not fit.")):
+                               ("oom_failures", "Single rows that still did not fit."),
+                               ("loops_cut", "Rows stopped in a repetition loop and cut to one copy of it."),
+                               ("length_capped", "Rows that reached the cap relative to their source without "
+                                                 "ending.")):
             if _num(engine.get(key)) is not None:
                 yield CounterMetricFamily(f"hmt_engine_{key}", help_text, value=float(engine[key]))
         yield from _gauge("hmt_engine_queued_rows", "Rows waiting to join the running batch.", engine.get("queued"))
