@@ -49,6 +49,8 @@ _PATTERNS: tuple[str, ...] = (
 _SPAN = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.S)
 # URLs and e-mails do not end on sentence punctuation; give that back to the text.
 _TRAILING_PUNCT = re.compile(r"[.,;:!?)\]'\"]+$")
+#: A sentinel exactly as `sentinel()` writes it (what documents put in their segments and get back restored).
+SENTINEL = re.compile(r"⟦(\d+)⟧")
 # Tolerant of what models do to the sentinels: spaces inside, full-width or ASCII brackets.
 _FOUND = re.compile(r"(?:⟦|\[\[|［［)\s*(\d{1,3})\s*(?:⟧|\]\]|］］)")
 
@@ -152,3 +154,35 @@ def protect_pair(src: str, tgt: str) -> tuple[str, str] | None:
         text = text.replace(sentinel(index), f"\x00{free[span].pop(0)}\x00", 1)
     text = re.sub(r"\x00(\d+)\x00", lambda m: sentinel(int(m.group(1))), text)
     return p_src.text, text
+
+
+def split_at_sentinels(text: str, count: int) -> list[str] | None:
+    """`text` cut at ⟦0⟧ … ⟦count-1⟧ when each is there once and in order; None otherwise. Markup whose
+    sentinels come back this way is nested as in the source, whatever the translation did around it."""
+    matches = list(SENTINEL.finditer(text))
+    if [int(m.group(1)) for m in matches] != list(range(count)):
+        return None
+    pieces: list[str] = []
+    pos = 0
+    for m in matches:
+        pieces.append(text[pos:m.start()])
+        pos = m.end()
+    pieces.append(text[pos:])
+    for i in range(1, len(pieces)):
+        if pieces[i - 1][-1:].isspace() and pieces[i][:1].isspace():
+            pieces[i] = pieces[i].lstrip()  # "crecieron ⟦0⟧ mucho": one space, not two
+    return pieces
+
+
+def sentinel_count(text: str) -> int:
+    """How many sentinels ⟦0⟧ … ⟦n-1⟧ a document segment carries (they are numbered in order)."""
+    return len(SENTINEL.findall(text))
+
+
+def join_pieces(pieces: list[str]) -> str:
+    """Pieces back into one text with ⟦0⟧ … ⟦n-2⟧ between them, in order (the inverse of split_at_sentinels)."""
+    out = [pieces[0]]
+    for index, piece in enumerate(pieces[1:]):
+        out.append(sentinel(index))
+        out.append(piece)
+    return "".join(out)

@@ -436,9 +436,6 @@ def _alternatives(job: _Job, limit: int) -> list[str]:
     return out
 
 
-_SENTINEL = re.compile(r"⟦(\d+)⟧")
-
-
 def _local_spans(segment: str, spans: list[str]) -> Any:
     """A segment of a text masked as a whole, renumbered ⟦0⟧, ⟦1⟧, ... with only its own spans."""
     local: list[str] = []
@@ -447,7 +444,7 @@ def _local_spans(segment: str, spans: list[str]) -> Any:
         local.append(spans[int(match.group(1))])
         return _masking.sentinel(len(local) - 1)
 
-    return _masking.Protected(_SENTINEL.sub(renumber, segment), local)
+    return _masking.Protected(_masking.SENTINEL.sub(renumber, segment), local)
 
 
 def _pct(values: list[float], q: float) -> float | None:

@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from hunyuan_mt.documents import read_document
+from bench.markup import tag_sequence
+from hunyuan_mt.documents import read_document, translate_keeping_markup
 from hunyuan_mt.web.api import resolve_model_id
 from hunyuan_mt.web.doctranslate import translate_upload
 from sample_docs import HTML, MD, PDF_LINES, SRT, TXT, docx_structure, make_docx, make_pdf
@@ -64,8 +65,10 @@ def test_translate_html_keeps_tags(client: httpx.Client, live_server: LiveServer
     out = response.json()["translatedText"]
     assert out.startswith("<p>") and "<b>" in out and 'href="https://example.org/x"' in out
     document = read_document(html.encode(), "q.html", live_server.cfg.limits)
-    expected = live_server.service.translate_segments(document.segments, "en", "es")
+    expected, _ = translate_keeping_markup(
+        document, lambda segments, _p: live_server.service.translate_segments(segments, "en", "es"))
     assert out == document.render(expected, "es").data.decode("utf-8")
+    assert tag_sequence(out) == tag_sequence(html)  # in order and validly nested, whatever the model did
 
 
 def test_same_language_passes_through(client: httpx.Client) -> None:

@@ -115,3 +115,13 @@ def test_quick_bench_writes_well_formed_results(tmp_path: Path, marian_dir: Path
     md = (tmp_path / "out" / "bench.md").read_text()
     assert "## Throughput and latency" in md and md.count("| W1 | 1 |") == 4
     assert (tmp_path / "out" / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_markup_bench_counts_only_validly_nested_tags() -> None:
+    from bench.markup import tag_sequence, tagged_strings
+
+    strings = tagged_strings()
+    assert len(strings) == len(set(strings)) == 50 and all(tag_sequence(s) for s in strings)
+    assert tag_sequence("<p>Click </b>Saveve <b> écrits.</p>") is None  # the swap issue 12 reported
+    assert tag_sequence("<p>a <b><i>b</b></i></p>") is None
+    assert tag_sequence("<p>a <b>b</b></p>") == ["<p>", "<b>", "</b>", "</p>"]

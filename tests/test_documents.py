@@ -20,6 +20,7 @@ from docx.shared import Inches
 from pypdf import PdfReader, PdfWriter
 from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
 
+from bench.markup import tag_sequence
 from hunyuan_mt.config import LimitsConfig
 from hunyuan_mt.documents import SUPPORTED_EXTENSIONS, read_document, translate_document
 from hunyuan_mt.documents.base import needs_translation
@@ -221,13 +222,20 @@ def test_markdown_round_trip_leaves_code_front_matter_and_syntax():
 
     out = translate_document(MARKDOWN.encode(), "notes.md", LIMITS, record).data.decode()
     assert_clean_segments(sent)
-    assert sent == ["Release notes",
-                    "Install it with `pip install thing` and read [the guide](https://example.com/guide).",
-                    "A quoted remark.", "First item", "Second item with **bold**", "Numbered step", "Name", "Meaning",
+    # Emphasis and link syntax travel as sentinels: the translator cannot mangle them, nor the link's target.
+    assert sent == ["Release notes", "Install it with `pip install thing` and read ⟦0⟧the guide⟦1⟧.",
+                    "A quoted remark.", "First item", "Second item with ⟦0⟧bold⟦1⟧", "Numbered step", "Name", "Meaning",
                     "a | b", "Pipe inside", "Hard break", "next line"]
     front_matter = "---\ntitle: Release notes\ntags: [a, b]\n---\n"
     expected = MARKDOWN.removeprefix(front_matter)
+    unmasked = {"Install it with `pip install thing` and read [the guide](https://example.com/guide).":
+                "INSTALL IT WITH `PIP INSTALL THING` AND READ [THE GUIDE](https://example.com/guide).",
+                "Second item with **bold**": "SECOND ITEM WITH **BOLD**"}
+    for source, translated in unmasked.items():
+        expected = expected.replace(source, translated, 1)
     for s in sent:
+        if "⟦" in s:
+            continue
         expected = expected.replace(s, s.upper(), 1) if s != "a | b" else expected.replace("a \\| b", "A \\| B")
     assert out == front_matter + expected
     # The untranslated parts, spelled out: front matter, code blocks, inline-only code, HTML, markup.
@@ -320,13 +328,23 @@ def test_docx_bold_words_follow_the_sentinels_the_model_returned():
         ("", None), ("Viel schneller", True), (" als geplant wuchs der Umsatz.", None)]
 
 
+def _bold_runs_rendered(translation: str) -> list[tuple[str, bool | None]]:
+    """Like _bold_runs_after, through `render` alone: what the runs get when no piece-by-piece pass is made."""
+    doc = read_document(make_docx(), "r.docx", LIMITS)
+    out = doc.render([translation if s.startswith("Sales grew") else s for s in doc.segments])
+    return [(r.text, r.bold) for r in docx.Document(io.BytesIO(out.data)).paragraphs[1].runs]
+
+
 def test_docx_without_usable_sentinels_falls_back_to_proportional_cuts_between_words():
     # Dropped sentinels: the text is spread by length; cuts land between words, spaces stay on their side.
-    assert _bold_runs_after("Las ventas crecieron mucho más rápido de lo previsto.") == [
+    assert _bold_runs_rendered("Las ventas crecieron mucho más rápido de lo previsto.") == [
         ("Las ventas ", None), ("crecieron mucho más", True), (" rápido de lo previsto.", None)]
     # Out of order or duplicated: same fallback, sentinels removed.
-    assert [t for t, _ in _bold_runs_after("Las ventas ⟦1⟧crecieron ⟦0⟧ mucho ⟦0⟧más rápido de lo previsto.")] == [
-        "Las ventas ", "crecieron mucho más", " rápido de lo previsto."]
+    assert [t for t, _ in _bold_runs_rendered("Las ventas ⟦1⟧crecieron ⟦0⟧ mucho ⟦0⟧más rápido de lo previsto.")] \
+        == ["Las ventas ", "crecieron mucho más", " rápido de lo previsto."]
+    # Through translate_document, the pieces between the runs are translated one by one instead: the bold run
+    # gets its own piece's translation ("much faster": this translator leaves it as it is).
+    assert _bold_runs_after("Las ventas crecieron mucho más rápido de lo previsto.")[1] == ("much faster", True)
 
 
 def test_docx_line_breaks_from_the_translator_become_spaces():
@@ -695,3 +713,71 @@ def test_filename_never_becomes_a_path():
 def test_pdf_reader_sees_what_make_pdf_wrote():
     # Guards the fixture: the PDFs above really carry a text layer.
     assert "Hello there" in PdfReader(io.BytesIO(make_pdf([["Hello there"]]))).pages[0].extract_text()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Markup that comes back out of order
+
+
+def swapping(segments: list[str], progress=None) -> list[str]:
+    """A translator that reorders ⟦0⟧ and ⟦1⟧ (as the demo model did with <b>Save</b>) and upper-cases the rest."""
+    return [s.replace("⟦0⟧", "\x00").replace("⟦1⟧", "⟦0⟧").replace("\x00", "⟦1⟧").upper() for s in segments]
+
+
+def test_markup_out_of_order_is_translated_piece_by_piece() -> None:
+    source = b"<p>Click <b>Save</b> to keep your changes.</p><p>Plain <i>one</i>.</p><p>No tags here.</p>"
+    sent: list[list[str]] = []
+
+    def recording(segments: list[str], progress=None) -> list[str]:
+        sent.append(list(segments))
+        return swapping(segments)
+
+    rendered = translate_document(source, "page.html", LIMITS, recording)
+    out = rendered.data.decode("utf-8")
+    assert "<p>CLICK <b>SAVE</b> TO KEEP YOUR CHANGES.</p>" in out
+    assert "<p>PLAIN <i>ONE</i>.</p>" in out and "<p>NO TAGS HERE.</p>" in out
+    assert tag_sequence(out) == tag_sequence(source.decode()) is not None
+    # One pass for the segments, a second for the pieces between the tags of the two that came back swapped.
+    assert sent[1] == ["Click", "Save", "to keep your changes.", "Plain", "one", "."]
+    assert "2 segments whose markup came back out of order were translated piece by piece" in rendered.note
+
+
+def test_markup_in_order_is_kept_as_the_model_gave_it() -> None:
+    calls: list[int] = []
+
+    def in_order(segments: list[str], progress=None) -> list[str]:
+        calls.append(len(segments))
+        return upper(segments)
+
+    rendered = translate_document(b"<p>Click <b>Save</b> now.</p>", "page.html", LIMITS, in_order)
+    assert "<p>CLICK <b>SAVE</b> NOW.</p>" in rendered.data.decode("utf-8")
+    assert calls == [1] and "piece by piece" not in rendered.note
+
+
+def test_docx_runs_out_of_order_are_translated_piece_by_piece() -> None:
+    rendered = translate_document(make_docx(), "report.docx", LIMITS, swapping)
+    paragraph = next(p for p in docx.Document(io.BytesIO(rendered.data)).paragraphs if "MUCH FASTER" in p.text)
+    bold = [r.text for r in paragraph.runs if r.bold]
+    assert bold == ["MUCH FASTER"], [(r.text, r.bold) for r in paragraph.runs]
+
+
+@pytest.mark.parametrize("translation, rendered", [
+    ("⟦0⟧Página web⟦1⟧ (`/ui`): ver ⟦2⟧la guía⟦3⟧.", "**Página web** (`/ui`): ver [la guía](https://x.org/g)."),
+    ("⟦0⟧ Página web ⟦1⟧ (`/ui`): ver ⟦2⟧ la guía ⟦3⟧.", "**Página web** (`/ui`): ver [la guía](https://x.org/g)."),
+])
+def test_markdown_emphasis_and_links_come_back_around_their_words(translation: str, rendered: str) -> None:
+    doc = read_document(b"**Web page** (`/ui`): see [the guide](https://x.org/g).\n", "a.md", LIMITS)
+    assert doc.segments == ["⟦0⟧Web page⟦1⟧ (`/ui`): see ⟦2⟧the guide⟦3⟧."]
+    assert doc.render([translation]).data.decode() == rendered + "\n"
+
+
+def test_markdown_markers_out_of_order_are_translated_piece_by_piece() -> None:
+    out = translate_document(b"Use **Save** or *Cancel* now.\n", "a.md", LIMITS, swapping).data.decode()
+    assert out == "USE **SAVE** OR *CANCEL* NOW.\n"
+
+
+@pytest.mark.parametrize("text", ["see [1] and **x**", "a ![logo](p.png) **b**", "plain", "use snake_case_name"])
+def test_markdown_markers_that_are_not_certain_stay_text(text: str) -> None:
+    from hunyuan_mt.documents.markdown import mask_inline
+
+    assert mask_inline(text) is None

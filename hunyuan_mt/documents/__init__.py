@@ -7,6 +7,7 @@ or in one call, with the service's `translate_segments` bound to a pair: `transl
 """
 
 from .base import Document, RenderedDocument
-from .reader import SUPPORTED_EXTENSIONS, read_document, translate_document
+from .reader import SUPPORTED_EXTENSIONS, read_document, translate_document, translate_keeping_markup
 
-__all__ = ["Document", "RenderedDocument", "SUPPORTED_EXTENSIONS", "read_document", "translate_document"]
+__all__ = ["Document", "RenderedDocument", "SUPPORTED_EXTENSIONS", "read_document", "translate_document",
+           "translate_keeping_markup"]

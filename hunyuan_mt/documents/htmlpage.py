@@ -88,6 +88,7 @@ class _Scanner(HTMLParser):
 
 class HtmlDocument(Document):
     kind = "html"
+    sentinel_markup = True
 
     def __init__(self, filename: str, decoded: DecodedText) -> None:
         self._decoded = decoded

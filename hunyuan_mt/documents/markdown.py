@@ -13,6 +13,7 @@ import re
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from .. import masking
 from ..config import LimitsConfig
 from .base import Document, RenderedDocument, TextTemplate, needs_translation, output_filename, trim_span
 from .encoding import DecodedText, decode_text
@@ -25,6 +26,52 @@ _FRONT_MATTER_FENCES = {"---": ("---", "..."), "+++": ("+++",)}
 _BLOCK_MARKER = re.compile(r"^(?:#{1,6}(?:\s|$)|[-+*]\s|\d{1,9}[.)]\s|>|=+\s*$|-+\s*$|`{3,}|~{3,})")
 _ALERT = re.compile(r"^\[![A-Za-z]+\]\s*$")
 _TRANSLATED_PARENTS = {"paragraph_open", "heading_open", "th_open", "td_open"}
+# Inline markup a model would mangle ("**Web page**" came back "**We página*"): emphasis, strikethrough and link
+# syntax become sentinels. Escapes, code spans and autolinks/HTML are matched only to be skipped (code and URLs are
+# the service's masking's business).
+_INLINE = re.compile(r"\\.|`+[^`]*?`+|<[^<>\s]+>|\*\*|__|~~|\*|_|!?\[|"
+                     r"\]\((?:[^()\s]|\([^()\s]*\))*(?:\s+(?:\"[^\"]*\"|'[^']*'))?\)")
+_KIND = {"**": "strong", "__": "strong", "~~": "s", "*": "em", "_": "em", "[": "link", "](": "link"}
+_INLINE_PARSER = MarkdownIt("commonmark").enable(["strikethrough"])
+
+
+def mask_inline(text: str) -> masking.Protected | None:
+    """`text` with its emphasis, strikethrough and link markers as sentinels ⟦0⟧ … in order, and the markers; None
+    when it has none, or when they cannot be told apart from literal characters with certainty (the parser and
+    the scan disagree: reference links, images, a literal "[1]"): then it goes as it is."""
+    tokens = _INLINE_PARSER.parseInline(text)[0].children or []
+    expected: dict[str, int] = {}
+    for token in tokens:
+        if token.type == "image" or (token.type == "link_open" and token.markup == "autolink"):
+            return None
+        for kind in ("strong", "em", "s", "link"):
+            if token.type in (f"{kind}_open", f"{kind}_close"):
+                expected[kind] = expected.get(kind, 0) + 1
+    if not expected:
+        return None
+    spans: list[tuple[int, int]] = []
+    found: dict[str, int] = {}
+    for m in _INLINE.finditer(text):
+        marker = m.group(0)
+        key = "](" if marker.startswith("](") else marker
+        if key not in _KIND:
+            if key == "![":
+                return None
+            continue  # an escape, a code span or an autolink: not ours
+        if key == "_" and 0 < m.start() and m.end() < len(text) and text[m.start() - 1].isalnum() \
+                and text[m.end()].isalnum():
+            continue  # snake_case: an underscore inside a word is never emphasis
+        found[_KIND[key]] = found.get(_KIND[key], 0) + 1
+        spans.append((m.start(), m.end()))
+    if found != expected:
+        return None
+    pieces, markers, pos = [], [], 0
+    for start, end in spans:
+        pieces.append(text[pos:start])
+        markers.append(text[start:end])
+        pos = end
+    pieces.append(text[pos:])
+    return masking.Protected(masking.join_pieces(pieces), markers)
 
 
 def _line_spans(source: str) -> list[tuple[int, int]]:
@@ -65,6 +112,7 @@ def _prose_of(inline: Token) -> str:
 
 class MarkdownDocument(Document):
     kind = "md"
+    sentinel_markup = True
 
     def __init__(self, filename: str, decoded: DecodedText) -> None:
         self._decoded = decoded
@@ -72,6 +120,8 @@ class MarkdownDocument(Document):
         self._template = TextTemplate(source)
         #: Segment index → what its translation must be escaped against ("cell" or "block").
         self._escapes: dict[int, str] = {}
+        #: Segment index → its inline markers, masked as sentinels in the segment.
+        self._markup: dict[int, masking.Protected] = {}
         self._build(source)
         super().__init__(filename, self._template.segments)
 
@@ -112,7 +162,10 @@ class MarkdownDocument(Document):
                     text = " ".join(source[x:y].strip() for x, y in located) if len(located) > 1 else source[a:b]
                 if not needs_translation(text) or a >= b or not self._template.fits(a):
                     continue
-                index = self._template.add(a, b, text)
+                masked = mask_inline(text)
+                index = self._template.add(a, b, masked.text if masked else text)
+                if masked is not None:
+                    self._markup[index] = masked
                 if in_cell:
                     self._escapes[index] = "cell"
                 elif n == 0:
@@ -154,11 +207,46 @@ class MarkdownDocument(Document):
             return "\\" + text
         return text
 
+    def _unmask(self, index: int, text: str) -> str:
+        """The markers back in place of the sentinels; emphasis hugs its words ("** texto **" would not be bold)."""
+        masked = self._markup.get(index)
+        if masked is None:
+            return text
+        pieces = masking.split_at_sentinels(text, len(masked.spans))
+        if pieces is None:
+            return masking.restore(text, masked)
+        for k, marker in enumerate(masked.spans):
+            before, after = pieces[k], pieces[k + 1]
+            if marker == "[" or (not marker.startswith("](") and _opens(masked.spans, k)):
+                # "texto ⟦0⟧ negrita" → "texto **negrita": the space moves in front of the marker.
+                if after[:1].isspace():
+                    pieces[k + 1] = after.lstrip()
+                    if before and not before[-1:].isspace() and before[-1] not in _OPENING:
+                        pieces[k] = before + " "
+            elif before[-1:].isspace():
+                pieces[k] = before.rstrip()
+                if after and not after[:1].isspace() and after[0] not in _CLOSING:
+                    pieces[k + 1] = " " + after
+        out = [pieces[0]]
+        for marker, piece in zip(masked.spans, pieces[1:]):
+            out += [marker, piece]
+        return "".join(out)
+
     def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
-        escaped = [self._escape(i, t) for i, t in enumerate(translations)]
+        escaped = [self._escape(i, self._unmask(i, t)) for i, t in enumerate(translations)]
         return RenderedDocument(self._decoded.encode(self._template.render(escaped)),
                                 output_filename(self.filename, ".md", target), "text/markdown; charset=utf-8",
                                 self._decoded.note(_NOTE))
+
+
+#: Punctuation that takes no space after it (before an opening marker) or before it (after a closing one).
+_OPENING = "([{«“‘¿¡"
+_CLOSING = ".,;:!?)]}»”’…"
+
+
+def _opens(markers: list[str], k: int) -> bool:
+    """Whether emphasis marker k opens (an even count of the same marker before it) or closes."""
+    return markers[:k].count(markers[k]) % 2 == 0
 
 
 def read_markdown(data: bytes, filename: str, limits: LimitsConfig) -> MarkdownDocument:

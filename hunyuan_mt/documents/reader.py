@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
 
+from .. import masking
 from ..config import LimitsConfig
 from ..errors import InputTooLarge, InvalidInput, UnsupportedDocument
 from .base import Document, RenderedDocument, check_not_empty, check_segment_limits
@@ -95,14 +97,54 @@ def translate_document(data: bytes, filename: str, limits: LimitsConfig, transla
     """Read, translate and render an upload in one call (what the web layer and the CLI use).
 
     `translate_segments(segments, progress)` is the service's `translate_segments` bound to a language pair.
-    Repeated segments (table headers, running footers) are sent once. `target` names the output file
-    (`report.es.docx`).
+    `target` names the output file (`report.es.docx`).
     """
     document = read_document(data, filename, limits)
+    translations, redone = translate_keeping_markup(document, translate_segments, progress)
+    rendered = document.render(translations, target=target)
+    if redone:
+        note = (f"{redone} segment{'s' if redone > 1 else ''} whose markup came back out of order "
+                f"{'were' if redone > 1 else 'was'} translated piece by piece, between the tags.")
+        rendered = dataclasses.replace(rendered, note=f"{rendered.note} {note}".strip())
+    return rendered
+
+
+def translate_keeping_markup(document: Document, translate_segments: TranslateSegments,
+                             progress: Progress | None = None) -> tuple[list[str], int]:
+    """Every segment's translation, and how many had to be re-done to keep their markup.
+
+    Repeated segments (table headers, running footers) are sent once. When a segment carries markup sentinels
+    (`Document.sentinel_markup`) and its translation does not give them back once each and in order, the tags
+    could end up swapped or badly nested (`<b>…</i>`): the text between the markup is then translated piece by
+    piece and put back between the sentinels in the source's order, which keeps the markup valid whatever the
+    model does.
+    """
     unique = list(dict.fromkeys(document.segments))
     translated = translate_segments(unique, progress)
     if len(translated) != len(unique):
         raise RuntimeError(f"translate_segments returned {len(translated)} texts for {len(unique)} segments")
+    redo: dict[int, list[str]] = {}
+    if document.sentinel_markup:
+        for i, (source, out) in enumerate(zip(unique, translated)):
+            count = masking.sentinel_count(source)
+            if count and masking.split_at_sentinels(out, count) is None:
+                pieces = masking.split_at_sentinels(source, count)
+                if pieces is not None:  # a document's own sentinels are always in order
+                    redo[i] = pieces
+    if redo:
+        texts = list(dict.fromkeys(p.strip() for pieces in redo.values() for p in pieces if p.strip()))
+        done = dict(zip(texts, translate_segments(texts, None)))
+        for i, pieces in redo.items():
+            translated[i] = masking.join_pieces([_around(p, done.get(p.strip(), p)) for p in pieces])
     by_source = dict(zip(unique, translated))
-    return document.render([by_source[s] for s in document.segments], target=target)
+    return [by_source[s] for s in document.segments], len(redo)
 
+
+def _around(source_piece: str, translation: str) -> str:
+    """`translation` with the whitespace that surrounded the source piece (it separates it from the markup)."""
+    stripped = source_piece.strip()
+    if not stripped:
+        return source_piece
+    lead = source_piece[:len(source_piece) - len(source_piece.lstrip())]
+    trail = source_piece[len(source_piece.rstrip()):]
+    return lead + translation.strip() + trail

@@ -53,7 +53,6 @@ _SKIP = {qn("w:del"), qn("w:moveFrom"), qn("w:instrText"), qn("w:delText"), qn("
 _IMAGES = (qn("w:drawing"), qn("w:pict"), qn("w:object"))
 # Run properties that do not change how text looks; runs differing only in these are one formatting group.
 _INVISIBLE = {qn("w:lang"), qn("w:noProof")}
-_SENTINEL = re.compile(r"⟦(\d+)⟧")
 _XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
 
 
@@ -142,9 +141,9 @@ class _Chunk:
         whole = "".join(texts)
         lead = whole[:len(whole) - len(whole.lstrip())]
         trail = whole[len(whole.rstrip()):]
-        pieces = split_at_sentinels(translation, len(filled) - 1)
+        pieces = masking.split_at_sentinels(translation, len(filled) - 1)
         if pieces is None:
-            plain = re.sub(r"[ \t]{2,}", " ", _SENTINEL.sub("", translation)).strip()
+            plain = re.sub(r"[ \t]{2,}", " ", masking.SENTINEL.sub("", translation)).strip()
             pieces = distribute([texts[i] for i in filled], lead + plain + trail)
         else:
             pieces[0] = lead + pieces[0]
@@ -156,23 +155,6 @@ class _Chunk:
             _set_text(group[0], text)
             for t in group[1:]:
                 _set_text(t, "")
-
-
-def split_at_sentinels(text: str, count: int) -> list[str] | None:
-    """`text` cut at ⟦0⟧ … ⟦count-1⟧ when each is there once and in order; None otherwise."""
-    matches = list(_SENTINEL.finditer(text))
-    if [int(m.group(1)) for m in matches] != list(range(count)):
-        return None
-    pieces: list[str] = []
-    pos = 0
-    for m in matches:
-        pieces.append(text[pos:m.start()])
-        pos = m.end()
-    pieces.append(text[pos:])
-    for i in range(1, len(pieces)):
-        if pieces[i - 1][-1:].isspace() and pieces[i][:1].isspace():
-            pieces[i] = pieces[i].lstrip()  # "crecieron ⟦0⟧ mucho": one space, not two
-    return pieces
 
 
 def _walk(element: etree._Element, chunks: list[_Chunk]) -> None:
@@ -247,6 +229,7 @@ def _set_text(t: etree._Element, text: str) -> None:
 
 class WordDocument(Document):
     kind = "docx"
+    sentinel_markup = True
 
     def __init__(self, filename: str, document: DocxDocument) -> None:
         self._document = document

@@ -173,7 +173,7 @@ class RestApi:
 
     def _translate_html(self, text: str, source: str, target: str) -> tuple[str, Any]:
         """format=html: translate the text nodes only; tags and attributes come back untouched."""
-        from ..documents import read_document
+        from ..documents import read_document, translate_keeping_markup
 
         document = read_document(text.encode("utf-8"), "fragment.html", self.cfg.limits)
         detected = None
@@ -183,7 +183,8 @@ class RestApi:
                 raise InvalidInput("Could not detect the source language; pass source explicitly.")
             detected = detections[0]
             source = detected.code
-        translations = self.service.translate_segments(document.segments, source, target)
+        translations, _ = translate_keeping_markup(
+            document, lambda segments, _progress: self.service.translate_segments(segments, source, target))
         html = document.render(translations, target).data.decode("utf-8")
         return html, detected
 
