@@ -646,3 +646,21 @@ def test_try_acquire_never_waits_for_a_slot(marian, make_cache, marian_adapters)
     lease = cache.try_acquire([P("en2fr")])
     assert lease is not None and cache.lru_order() == ["en2fr"]
     lease.release()
+
+
+def test_a_cache_whose_slot_layers_were_taken_over_refuses_instead_of_serving_another_adapter(
+        fresh_backbone, make_cache, marian_dir, marian_adapters) -> None:
+    """Two services on one backbone: the second cache takes the slot layers over; the first one's slot numbers
+    would now pick the second's adapters, so it refuses with a clear error (found when a test built a second
+    service on the shared backbone and the first answered en→de in Spanish)."""
+    from hunyuan_mt.errors import ModelUnavailable
+
+    backbone = fresh_backbone(marian_dir)
+    first = make_cache(backbone, marian_adapters)
+    with first.lease([Pair.parse("en2de")]):
+        pass
+    second = make_cache(backbone, marian_adapters)
+    with pytest.raises(ModelUnavailable, match="taken over by another service on the same backbone"):
+        first.try_acquire([Pair.parse("en2de")])
+    with second.lease([Pair.parse("en2de")]) as lease:
+        assert lease is not None

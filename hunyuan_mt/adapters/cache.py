@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import cachetools
 
 from ..config import CacheConfig
-from ..errors import AdapterUnusable, Busy, TranslationError
+from ..errors import AdapterUnusable, Busy, ModelUnavailable, TranslationError
 from ..lora import BASE_SLOT, PreparedAdapter, SlotLoRA, prepare
 from .registry import AdapterRegistry, AdapterWeights, fingerprint_of, read_adapter
 from .request import Pair
@@ -397,6 +397,11 @@ class AdapterCache:
         return self._acquire(pairs, wait=False)
 
     def _acquire(self, pairs: Sequence[Pair | None], wait: bool) -> Lease | None:
+        if getattr(self.lora, "removed", False):
+            # Another cache took over this backbone's slot layers; the slot numbers this cache hands out would
+            # now select that cache's adapters. Refuse rather than translate with the wrong adapter.
+            raise ModelUnavailable("This adapter cache's slot layers were taken over by another service on the "
+                                   "same backbone; use that service (one service per backbone).")
         distinct = list(dict.fromkeys(p for p in pairs if p is not None))
         deadline = time.monotonic() + self.cfg.lease_timeout_s
         held: list[_Slot | _Pinned] = []

@@ -119,6 +119,8 @@ class SlotLoRA:
         self.capacity = self.rank = 0
         self._written = [set()]
         self.mapping.clear()
+        #: Set once the layers are gone: whoever still holds this object must not run rows on the model.
+        self.removed = True
 
     # ------------------------------------------------------------------ slots
 
