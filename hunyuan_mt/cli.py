@@ -81,7 +81,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
         return _translate_file(args)
     text = _read_input(args)
     service = _service(args)
-    result = service.translate(text, args.src, args.tgt)
+    result = service.translate(text, args.src, args.tgt, glossary=_glossary(args, service))
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
     else:
@@ -90,6 +90,21 @@ def cmd_translate(args: argparse.Namespace) -> int:
             detected = f", detected {result.detected.code} ({result.detected.confidence:.2f})" if result.detected else ""
             print(f"route: {result.route_label}{detected}, {result.timings_ms['total']:.0f} ms", file=sys.stderr)
     return 0
+
+
+def _glossary(args: argparse.Namespace, service: Any) -> Any:
+    """--glossary: a file of terms ('source = target' or 'source<TAB>target' per line), or a stored glossary's id."""
+    if not args.glossary:
+        return None
+    from .glossary import GlossaryStore, parse_terms
+    from .languages import normalize_code
+
+    path = Path(args.glossary)
+    if path.is_file():
+        return parse_terms(path.read_text(encoding="utf-8"), service.cfg.glossary.max_terms, path.name)
+    store = GlossaryStore(service.cfg.glossary.resolved_dir, service.cfg.glossary.max_terms)
+    src = "auto" if args.src.strip().lower() == "auto" else normalize_code(args.src)
+    return store.get(args.glossary, src, normalize_code(args.tgt))
 
 
 def _translate_file(args: argparse.Namespace) -> int:
@@ -101,9 +116,10 @@ def _translate_file(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise InvalidInput(f"Cannot read {args.file}: {exc.strerror or exc}") from None
     service = _service(args)
+    glossary = _glossary(args, service)
 
     def segments(texts: list[str], progress: Any) -> list[str]:
-        return service.translate_segments(texts, args.src, args.tgt, progress=progress)
+        return service.translate_segments(texts, args.src, args.tgt, progress=progress, glossary=glossary)
 
     def progress(done: int, total: int) -> None:
         if args.verbose:
@@ -202,6 +218,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--file", help="a document to translate (txt, md, srt, docx, pdf, html)")
     p.add_argument("--output", "-o", help="where to write a translated --file ('-' for stdout)")
     p.add_argument("--json", action="store_true", help="print the whole result (route, adapters, timings) as JSON")
+    p.add_argument("--glossary", metavar="FILE_OR_ID",
+                   help="terms to enforce: a file ('Save = Guardar' per line) or a stored glossary's id")
     add_config_arguments(p)
     p.set_defaults(handler=cmd_translate)
 

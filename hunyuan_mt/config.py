@@ -29,6 +29,12 @@ DEFAULT_CONFIG = CONFIG_DIR / "default.yaml"
 _DEVICE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 
 
+def project_path(value: str) -> Path:
+    """A configured folder: `~` expanded, relative paths under the project folder."""
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else PROJECT_ROOT / p
+
+
 def _check(ok: bool, key: str, expected: str, value: Any) -> None:
     if not ok:
         raise ConfigError(f"{key}: expected {expected}, got {value!r}")
@@ -107,8 +113,7 @@ class CacheConfig:
 
     @property
     def resolved_dir(self) -> Path:
-        p = Path(self.adapters_dir).expanduser()
-        return p if p.is_absolute() else PROJECT_ROOT / p
+        return project_path(self.adapters_dir)
 
 
 @dataclass
@@ -267,6 +272,22 @@ class ServerConfig:
 
 
 @dataclass
+class GlossaryConfig:
+    #: Stored glossaries: `<dir>/<id>.<src>2<tgt>.tsv` (relative paths are under the project folder).
+    dir: str = "glossaries"
+    #: Most terms one glossary may hold (inline or stored).
+    max_terms: int = 1000
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.max_terms, int) and self.max_terms >= 1, "glossary.max_terms", "an integer >= 1",
+               self.max_terms)
+
+    @property
+    def resolved_dir(self) -> Path:
+        return project_path(self.dir)
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
@@ -276,6 +297,7 @@ class Config:
     engine: EngineConfig = field(default_factory=EngineConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
+    glossary: GlossaryConfig = field(default_factory=GlossaryConfig)
     #: Free-form profile name, shown in the status tab.
     name: str = "custom"
 

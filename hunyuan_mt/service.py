@@ -26,6 +26,7 @@ from .config import Config, load_config
 from .detect import Detection, detect as detect_language, ready as detector_ready, start as start_detector
 from .engine import BatchEngine, Row
 from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
+from .glossary import Glossary
 from .languages import LANGUAGES, normalize_code
 from .memory import MemoryMonitor, MemoryPolicy
 from .router import RoutePlan, Router
@@ -202,17 +203,17 @@ class TranslationService:
 
     # ------------------------------------------------------------------ translation
 
-    def translate(self, text: str, src: str, tgt: str) -> TranslationResult:
-        return self.translate_batch([text], src, tgt, _single=True)[0]
+    def translate(self, text: str, src: str, tgt: str, glossary: Glossary | None = None) -> TranslationResult:
+        return self.translate_batch([text], src, tgt, glossary=glossary, _single=True)[0]
 
     def translate_batch(self, texts: Sequence[str], src: str, tgt: str, *, alternatives: int = 0,
-                        _single: bool = False) -> list[TranslationResult]:
+                        glossary: Glossary | None = None, _single: bool = False) -> list[TranslationResult]:
         """Translate several texts at once; all their sentences share engine batches.
 
         `alternatives` > 0 also asks for up to that many other translations of each text: the last hop's
         sentences are searched again with beam search, and the k-th alternative puts each sentence's k-th best
         output that differs from the main translation in place. The main translation is the one a request without
-        alternatives gets."""
+        alternatives gets. `glossary` terms found in a text come out as the glossary's target terms."""
         t0 = time.perf_counter()
         try:
             self._check_alternatives(alternatives)
@@ -224,7 +225,7 @@ class TranslationService:
             sources = [self._resolve_source(t, src) for t in cleaned]
             detect_ms = (time.perf_counter() - t_detect) * 1000
             plans = [self.router.plan(s, target) for s, _ in sources]
-            jobs = [self._job(text, plan) for text, plan in zip(cleaned, plans)]
+            jobs = [self._job(text, plan, glossary) for text, plan in zip(cleaned, plans)]
             t_run = time.perf_counter()
             self._run_jobs(jobs, n_best=alternatives + 1 if alternatives else 1)
             run_ms = (time.perf_counter() - t_run) * 1000
@@ -246,7 +247,8 @@ class TranslationService:
         return results
 
     def translate_segments(self, segments: Sequence[str], src: str, tgt: str,
-                           progress: Callable[[int, int], None] | None = None) -> list[str]:
+                           progress: Callable[[int, int], None] | None = None,
+                           glossary: Glossary | None = None) -> list[str]:
         """Documents: translate each segment (already split by the document reader), keeping its layout.
 
         Whitespace-only segments come back unchanged. `progress(done, total)` is called as chunks finish.
@@ -267,7 +269,7 @@ class TranslationService:
         t0 = time.perf_counter()
         for start in range(0, total, _DOC_CHUNK):
             chunk = todo[start:start + _DOC_CHUNK]
-            jobs = [self._job(texts[i], plan) for i in chunk]
+            jobs = [self._job(texts[i], plan, glossary) for i in chunk]
             self._run_jobs(jobs)
             for i, job in zip(chunk, jobs):
                 out[i] = job.render(job.current)
@@ -276,11 +278,13 @@ class TranslationService:
         self._record((time.perf_counter() - t0) * 1000, total, sum(len(texts[i]) for i in todo), 1)
         return out
 
-    def _job(self, text: str, plan: RoutePlan) -> _Job:
+    def _job(self, text: str, plan: RoutePlan, glossary: Glossary | None = None) -> _Job:
         if plan.kind == "identity":
             return _Job(plan, None, [], [text], [])
         # Mask before splitting: a URL's "?" or a version's "." must not end a sentence.
         masked = _masking.protect(text) if _masking is not None else None
+        if masked is not None and glossary is not None:
+            masked = glossary.apply(masked)  # each term found becomes a span that restores as its target term
         layout = split_text(masked.text if masked else text, plan.src, sentences=self.cfg.engine.split_sentences)
         segments = layout.segments
         protected = [_local_spans(s, masked.spans) if masked else None for s in segments]

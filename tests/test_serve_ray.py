@@ -399,6 +399,18 @@ def test_http_ingress_is_the_libretranslate_api_and_names_the_replica(cluster: A
                                                "target": "es", "alternatives": "2"}, timeout=60)
     want = reference.translate_batch(["Hello world, how are you today?"], "en", "es", alternatives=2)[0]
     assert r.json() == {"translatedText": want.text, "alternatives": want.alternatives} and want.alternatives
+    # A glossary crosses it too, for texts and documents: the replica enforces the same terms.
+    from hunyuan_mt.glossary import parse_terms
+
+    terms = {"world": "planeta"}
+    r = httpx.post(f"{url}/translate", json={"q": "Hello world, how are you today?", "source": "en", "target": "es",
+                                             "glossary": terms}, timeout=60)
+    glossary = parse_terms(terms, 10)
+    want_text = reference.translate("Hello world, how are you today?", "en", "es", glossary=glossary).text
+    assert r.json() == {"translatedText": want_text} and "planeta" in want_text
+    r = httpx.post(f"{url}/translate_file", files={"file": ("a.txt", b"Hello world.\n")}, timeout=60,
+                   data={"source": "en", "target": "es", "glossary": "world = planeta"})
+    assert "planeta" in httpx.get(r.json()["translatedFileUrl"], timeout=60).text
     r = httpx.get(f"{url}/languages", timeout=60)
     assert r.status_code == 200 and any(lang["code"] == "en" for lang in r.json())
 

@@ -117,8 +117,8 @@ class RemoteService:
 
     # ------------------------------------------------------------------ async API (handles, tests)
 
-    async def atranslate(self, texts: Sequence[str], src: str, tgt: str, alternatives: int = 0
-                         ) -> list[dict[str, Any]]:
+    async def atranslate(self, texts: Sequence[str], src: str, tgt: str, alternatives: int = 0,
+                         glossary: Any = None) -> list[dict[str, Any]]:
         """One dict per text: the TranslationResult fields plus `replica` and `group`."""
         texts = list(texts)
         limit = self.cfg.limits.max_batch_items
@@ -128,9 +128,10 @@ class RemoteService:
         target = normalize_code(tgt) if isinstance(tgt, str) and tgt.strip() else tgt
         if not (isinstance(src, str) and src.strip().lower() == AUTO):
             source = normalize_code(src) if isinstance(src, str) and src.strip() else src
-            return await self._translate_routed(texts, source, target, alternatives)
+            return await self._translate_routed(texts, source, target, alternatives, glossary)
         if not texts:
-            return await self._translate_routed(texts, AUTO, target, alternatives)  # the replica says why it is invalid
+            # The replica says why it is invalid.
+            return await self._translate_routed(texts, AUTO, target, alternatives, glossary)
         # Detect first (on any replica), then send each source language to its own group.
         reply = await self.acall(self.settings.long_tail.name, "detect", texts, 1)
         found = reply["detections"]
@@ -140,7 +141,8 @@ class RemoteService:
                 raise InvalidInput("Could not detect the language of the text; give the source language.")
             by_source.setdefault(ds[0]["code"], []).append(i)
         out: list[dict[str, Any] | None] = [None] * len(texts)
-        parts = await asyncio.gather(*(self._translate_routed([texts[i] for i in idx], code, target, alternatives)
+        parts = await asyncio.gather(*(self._translate_routed([texts[i] for i in idx], code, target, alternatives,
+                                                              glossary)
                                        for code, idx in by_source.items()))
         for idx, results in zip(by_source.values(), parts):
             for i, result in zip(idx, results):
@@ -148,16 +150,17 @@ class RemoteService:
                 out[i] = result
         return [r for r in out if r is not None]
 
-    async def _translate_routed(self, texts: list[str], src: str, tgt: str, alternatives: int = 0
-                                ) -> list[dict[str, Any]]:
+    async def _translate_routed(self, texts: list[str], src: str, tgt: str, alternatives: int = 0,
+                                glossary: Any = None) -> list[dict[str, Any]]:
         group, model_id = self.route(src, tgt) if src != AUTO else (self.settings.long_tail.name, None)
-        reply = await self.acall(group, "translate", texts, src, tgt, alternatives, model_id=model_id)
+        reply = await self.acall(group, "translate", texts, src, tgt, alternatives, glossary, model_id=model_id)
         for result in reply["results"]:
             result["replica"], result["group"] = reply["replica"], reply["group"]
         return reply["results"]
 
     async def atranslate_segments(self, segments: Sequence[str], src: str, tgt: str,
-                                  progress: Callable[[int, int], None] | None = None) -> tuple[list[str], list[str]]:
+                                  progress: Callable[[int, int], None] | None = None,
+                                  glossary: Any = None) -> tuple[list[str], list[str]]:
         segments = list(segments)
         target = normalize_code(tgt)
         if isinstance(src, str) and src.strip().lower() == AUTO:
@@ -179,7 +182,7 @@ class RemoteService:
             progress(0, total)
         for start in range(0, total, DOC_CHUNK):
             reply = await self.acall(group, "translate_segments", segments[start:start + DOC_CHUNK], source, target,
-                                     model_id=model_id)
+                                     glossary, model_id=model_id)
             out.extend(reply["texts"])
             replicas.append(reply["replica"])
             if progress:
@@ -209,18 +212,20 @@ class RemoteService:
         if served is not None:
             served.extend(replicas)
 
-    def translate_batch(self, texts: list[str], src: str, tgt: str, *, alternatives: int = 0) -> list[Any]:
+    def translate_batch(self, texts: list[str], src: str, tgt: str, *, alternatives: int = 0,
+                        glossary: Any = None) -> list[Any]:
         from ..service import TranslationResult
 
-        dicts = self._run(self.atranslate(texts, src, tgt, alternatives))
+        dicts = self._run(self.atranslate(texts, src, tgt, alternatives, glossary))
         self._served(*(d["replica"] for d in dicts))
         return [_result(TranslationResult, d) for d in dicts]
 
     def translate(self, text: str, src: str, tgt: str) -> Any:
         return self.translate_batch([text], src, tgt)[0]
 
-    def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None) -> list[str]:
-        texts, replicas = self._run(self.atranslate_segments(segments, src, tgt, progress))
+    def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None,
+                           glossary: Any = None) -> list[str]:
+        texts, replicas = self._run(self.atranslate_segments(segments, src, tgt, progress, glossary))
         self._served(*replicas)
         return texts
 
@@ -328,11 +333,13 @@ class Ingress:
         app.add_middleware(ServedByMiddleware)
         return app
 
-    async def translate(self, texts: list[str], src: str, tgt: str, alternatives: int = 0) -> list[dict[str, Any]]:
-        return await self.remote.atranslate(texts, src, tgt, alternatives)
+    async def translate(self, texts: list[str], src: str, tgt: str, alternatives: int = 0,
+                        glossary: Any = None) -> list[dict[str, Any]]:
+        return await self.remote.atranslate(texts, src, tgt, alternatives, glossary)
 
-    async def translate_segments(self, segments: list[str], src: str, tgt: str) -> dict[str, Any]:
-        texts, replicas = await self.remote.atranslate_segments(segments, src, tgt)
+    async def translate_segments(self, segments: list[str], src: str, tgt: str,
+                                 glossary: Any = None) -> dict[str, Any]:
+        texts, replicas = await self.remote.atranslate_segments(segments, src, tgt, None, glossary)
         return {"texts": texts, "replicas": replicas}
 
     async def replicas_info(self) -> dict[str, Any]:

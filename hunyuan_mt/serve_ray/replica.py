@@ -118,19 +118,21 @@ class TranslatorReplica:
 
     # ------------------------------------------------------------------ calls (through deployment handles)
 
-    async def translate(self, texts: list[str], src: str, tgt: str, alternatives: int = 0) -> dict[str, Any]:
+    async def translate(self, texts: list[str], src: str, tgt: str, alternatives: int = 0,
+                        glossary: Any = None) -> dict[str, Any]:
         try:
             await self._pair_for_request()
             results = await asyncio.to_thread(self.service.translate_batch, texts, src, tgt,
-                                              alternatives=alternatives)
+                                              alternatives=alternatives, glossary=glossary)
         except TranslationError as exc:
             return self._reply(error=error_payload(exc))
         return self._reply(results=[_result_dict(r) for r in results])
 
-    async def translate_segments(self, segments: list[str], src: str, tgt: str) -> dict[str, Any]:
+    async def translate_segments(self, segments: list[str], src: str, tgt: str,
+                                 glossary: Any = None) -> dict[str, Any]:
         try:
             await self._pair_for_request()
-            texts = await asyncio.to_thread(self.service.translate_segments, segments, src, tgt)
+            texts = await asyncio.to_thread(self.service.translate_segments, segments, src, tgt, None, glossary)
         except TranslationError as exc:
             return self._reply(error=error_payload(exc))
         return self._reply(texts=texts)

@@ -28,6 +28,7 @@ from .. import __version__
 from ..adapters.request import Pair
 from ..config import Config
 from ..errors import FeatureDisabled, InputTooLarge, InvalidInput, RateLimited, TranslationError, UnreachablePair, http_status
+from ..glossary import Glossary, GlossaryStore
 from ..languages import LANGUAGES, normalize_code, parse_hunyuan_prompt
 from .auth import AccessPolicy, Caller
 from .doctranslate import translate_upload
@@ -49,8 +50,10 @@ FRONTEND_TIMEOUT_MS = 500
 
 
 class TranslationServiceLike(Protocol):  # the parts of service.TranslationService the web layer calls
-    def translate_batch(self, texts: list[str], src: str, tgt: str, *, alternatives: int = 0) -> list[Any]: ...
-    def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None) -> list[str]: ...
+    def translate_batch(self, texts: list[str], src: str, tgt: str, *, alternatives: int = 0,
+                        glossary: Any = None) -> list[Any]: ...
+    def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None,
+                           glossary: Any = None) -> list[str]: ...
     def detect(self, text: str) -> list[Any]: ...
     def languages(self) -> list[Any]: ...
     def status(self) -> dict[str, Any]: ...
@@ -128,6 +131,7 @@ class RestApi:
         self.metrics = metrics
         self.policy = policy or AccessPolicy(cfg.server, cfg.limits)
         self.downloads = DownloadStore()
+        self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms)
         self._limiter: anyio.CapacityLimiter | None = None  # made on first use: it needs the running loop
 
     async def _call(self, fn: Any, *args: Any) -> Any:
@@ -171,7 +175,16 @@ class RestApi:
             self.metrics.observe_translation(result.source, result.target, result.route_kind,
                                              elapsed / max(1, len(results)), front)
 
-    def _translate_html(self, text: str, source: str, target: str) -> tuple[str, Any]:
+    def _glossary(self, fields: dict[str, Any], source: str, target: str) -> Glossary | None:
+        """The request's `glossary`: a stored id or inline terms (an object, [source, target] pairs, or lines)."""
+        value = fields.get("glossary")
+        if value is None or value == "":
+            return None
+        src = source if source == "auto" else normalize_code(source)
+        return self.glossaries.resolve(value, src, normalize_code(target))
+
+    def _translate_html(self, text: str, source: str, target: str,
+                        glossary: Glossary | None = None) -> tuple[str, Any]:
         """format=html: translate the text nodes only; tags and attributes come back untouched."""
         from ..documents import read_document, translate_keeping_markup
 
@@ -184,7 +197,8 @@ class RestApi:
             detected = detections[0]
             source = detected.code
         translations, _ = translate_keeping_markup(
-            document, lambda segments, _progress: self.service.translate_segments(segments, source, target))
+            document, lambda segments, _progress: self.service.translate_segments(segments, source, target,
+                                                                                 glossary=glossary))
         html = document.render(translations, target).data.decode("utf-8")
         return html, detected
 
@@ -208,17 +222,18 @@ class RestApi:
             if not 0 <= alternatives <= self.cfg.limits.max_alternatives:
                 raise InvalidInput(f"Invalid request: alternatives must be from 0 to "
                                    f"{self.cfg.limits.max_alternatives}, got {alternatives}")
+            glossary = self._glossary(fields, source, target)
             self.policy.check_chars(texts)
             self.policy.spend_chars(caller, sum(len(t) for t in texts))
             started = time.perf_counter()
             if fmt == "html":
-                pairs = [await self._call(self._translate_html, t, source, target) for t in texts]
+                pairs = [await self._call(self._translate_html, t, source, target, glossary) for t in texts]
                 translated = [html for html, _ in pairs]
                 detected = [d for _, d in pairs]
                 others: list[list[str]] = [[] for _ in texts]  # markup has no alternatives (nor in LibreTranslate)
             else:
                 results = await self._call(functools.partial(self.service.translate_batch, texts, source, target,
-                                                             alternatives=alternatives))
+                                                             alternatives=alternatives, glossary=glossary))
                 self._observe(results, started, "rest")
                 translated = [r.text for r in results]
                 detected = [r.detected for r in results]
@@ -288,6 +303,7 @@ class RestApi:
                 raise InvalidInput("Invalid request: missing file parameter")
             source = _source_field(fields)
             target = text_field(fields, "target")
+            glossary = self._glossary(fields, source, target)
             data = await upload.read(self.cfg.limits.max_file_bytes + 1)
             if len(data) > self.cfg.limits.max_file_bytes:
                 raise InputTooLarge(f"File too large: more than {self.cfg.limits.max_file_bytes} bytes "
@@ -297,7 +313,7 @@ class RestApi:
             await request.close()  # removes python-multipart's spooled temp file
         charge = functools.partial(self.policy.spend_chars, caller)
         rendered, _ = await self._call(translate_upload, self.service, data, filename, source, target,
-                                       self.cfg.limits, None, charge)
+                                       self.cfg.limits, None, charge, glossary)
         owner = caller if self.policy.downloads_owned else None
         token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type, owner)
         url = str(request.url_for("download_file", token=token, filename=safe_filename(rendered.filename)))
@@ -328,6 +344,9 @@ class RestApi:
         return JSONResponse({"status": "ok" if ready else "starting", "ready": ready, "version": __version__,
                              "model": backbone.get("name"), "device": backbone.get("device"),
                              "mode": memory.get("mode", "normal")}, status_code=200 if ready else 503)
+
+    async def glossaries_route(self) -> JSONResponse:
+        return JSONResponse(await self._call(self.glossaries.available))
 
     async def metrics_route(self, request: Request) -> Response:
         self._check_status(request)
@@ -449,6 +468,8 @@ _TRANSLATE_SCHEMA = {
         "format": {"type": "string", "enum": ["text", "html"], "default": "text"},
         "alternatives": {"type": "integer", "default": 0, "minimum": 0,
                          "description": "How many other translations to return as well (limits.max_alternatives)."},
+        "glossary": {"description": "Terms to enforce: the id of a stored glossary, an object {source: target}, "
+                                    "a list of [source, target] pairs, or lines 'source = target'."},
         "api_key": {"type": "string"},
     },
 }
@@ -528,7 +549,10 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
                       summary="Translate a document (.txt .md .srt .docx .pdf .html)",
                       openapi_extra=_body_doc({"type": "object", "required": ["file", "target"], "properties": {
                           "file": {"type": "string", "format": "binary"}, "source": {"type": "string"},
-                          "target": {"type": "string"}, "api_key": {"type": "string"}}}, (MULTIPART,)))
+                          "target": {"type": "string"}, "glossary": {"type": "string"},
+                          "api_key": {"type": "string"}}}, (MULTIPART,)))
+    app.add_api_route("/glossaries", api.glossaries_route, methods=["GET"], tags=["Service"],
+                      summary="Stored glossaries: id → the language pairs each has")
     app.add_api_route("/download_file/{token}/{filename}", api.download_file, methods=["GET"],
                       name="download_file", tags=["LibreTranslate"], summary="Download a translated document")
     app.add_api_route("/frontend/settings", api.frontend_settings, methods=["GET"], tags=["LibreTranslate"],

@@ -15,7 +15,8 @@ _DETECT_SAMPLE = 2000
 
 def translate_upload(service: Any, data: bytes, filename: str, source: str, target: str, limits: LimitsConfig,
                      progress: Callable[[int, int], None] | None = None,
-                     charge: Callable[[int], None] | None = None) -> tuple[RenderedDocument, str]:
+                     charge: Callable[[int], None] | None = None,
+                     glossary: Any = None) -> tuple[RenderedDocument, str]:
     """(rendered document, source code actually used). `source` may be "auto".
 
     `charge(characters)` is called once the document is read, before anything is translated: the caller's
@@ -34,7 +35,7 @@ def translate_upload(service: Any, data: bytes, filename: str, source: str, targ
                 raise InvalidInput("Could not detect the document's language; choose the source language.")
             src = detections[0].code
         used["source"] = normalize_code(src)
-        return service.translate_segments(segments, src, target, progress=report)
+        return service.translate_segments(segments, src, target, progress=report, glossary=glossary)
 
     rendered = translate_document(data, filename, limits, run, progress=progress, target=target)
     return rendered, used["source"]

@@ -23,6 +23,7 @@ import pandas as pd
 
 from ..config import Config
 from ..errors import TranslationError
+from ..glossary import Glossary, GlossaryStore
 from ..languages import LANGUAGES
 from .auth import AccessPolicy
 from .doctranslate import translate_upload
@@ -89,6 +90,7 @@ class TranslatorUI:
         self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.outputs), True)
         # Shared with the REST API when the server mounts both: one budget per caller whichever door it uses.
         self.policy = policy or AccessPolicy(cfg.server, cfg.limits)
+        self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms)
         #: Translated documents handed out, by the path Gradio serves them at → who may fetch them.
         self.owned = OwnedPaths()
         self.doc_output: gr.File | None = None  # set by build_ui: its cache is where downloads are served from
@@ -135,7 +137,15 @@ class TranslatorUI:
 
     # ------------------------------------------------------------------ text tab
 
-    def translate_text(self, text: str, source: str, target: str,
+    def _glossary(self, value: str | None, source: str, target: str) -> Glossary | None:
+        if not value or not value.strip():
+            return None
+        from ..languages import normalize_code
+
+        src = source if source == AUTO else _run(normalize_code, source)
+        return _run(self.glossaries.resolve, value, src, _run(normalize_code, target))
+
+    def translate_text(self, text: str, source: str, target: str, glossary: str | None = None,
                        request: gr.Request | None = None) -> tuple[str, str, str | None]:
         """(translation, info line with route, detected language and latency, detected code for the swap)."""
         if not text or not text.strip():
@@ -145,8 +155,9 @@ class TranslatorUI:
             # server.char_limit, lower than limits.max_chars (which the service checks, in the page's words).
             _run(self.policy.check_chars, [text])
         _run(self.policy.spend_chars, caller, len(text))
+        terms = self._glossary(glossary, source or AUTO, target)
         started = time.perf_counter()
-        results = _run(self.service.translate_batch, [text], source or AUTO, target)
+        results = _run(self.service.translate_batch, [text], source or AUTO, target, glossary=terms)
         result = results[0]
         elapsed = time.perf_counter() - started
         if self.metrics is not None:
@@ -158,6 +169,8 @@ class TranslatorUI:
             parts.append(f"**Detected:** {name} ({result.detected.confidence:.0%})")
         total_ms = result.timings_ms.get("total", elapsed * 1000.0)
         parts.append(f"**Latency:** {total_ms:.0f} ms")
+        if terms is not None:
+            parts.append(f"**Glossary:** {_count(len(terms), 'term')}")
         return result.text, " · ".join(parts), result.source
 
     def swap(self, source: str, target: str, text: str, result: str,
@@ -177,7 +190,8 @@ class TranslatorUI:
 
     # ------------------------------------------------------------------ document tab
 
-    def translate_document(self, path: str | None, source: str, target: str, request: gr.Request | None = None,
+    def translate_document(self, path: str | None, source: str, target: str, glossary: str | None = None,
+                           request: gr.Request | None = None,
                            progress: gr.Progress = gr.Progress()) -> tuple[str, str]:
         if not path:
             raise gr.Error("Drop a document first (.txt .md .srt .docx .pdf .html).", print_exception=False)
@@ -194,8 +208,9 @@ class TranslatorUI:
             progress((done, total), desc="Translating", unit="segments")
 
         charge = functools.partial(self.policy.spend_chars, caller)
+        terms = self._glossary(glossary, source, target)
         rendered, used = _run(translate_upload, self.service, upload.read_bytes(), safe_filename(upload.name),
-                              source, target, limits, report, charge)
+                              source, target, limits, report, charge, terms)
         self._sweep_outputs()
         folder = Path(tempfile.mkdtemp(dir=self.outputs))
         out = folder / safe_filename(rendered.filename)
@@ -399,12 +414,15 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                                         max_length=limits.max_chars)
                 result_box = gr.Textbox(lines=8, max_lines=30, label="Translation", elem_id="hmt-result",
                                         interactive=False, buttons=["copy"])
+            with gr.Accordion("Glossary", open=False):
+                glossary_box = gr.Textbox(lines=3, label="Terms to enforce", elem_id="hmt-glossary",
+                                          placeholder="One per line: Save = Guardar. Or the id of a stored glossary.")
             translate_btn = gr.Button("Translate", variant="primary", elem_id="hmt-translate")
             info = gr.Markdown("", elem_id="hmt-info")
 
             # The source actually used (detected or chosen) of the last translation; State stays out of the API.
             last_source = gr.State(None)
-            translate_btn.click(ui.translate_text, [source_box, src, tgt], [result_box, info, last_source],
+            translate_btn.click(ui.translate_text, [source_box, src, tgt, glossary_box], [result_box, info, last_source],
                                 api_name="translate", api_visibility="public")
             swap.click(ui.swap, [src, tgt, source_box, result_box, last_source], [src, tgt, source_box, result_box],
                        api_name="swap", api_visibility="undocumented")
@@ -426,13 +444,16 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                 doc_in = gr.File(label="Document", file_types=DOC_TYPES, type="filepath", elem_id="hmt-doc-in")
                 doc_out = gr.File(label="Translated document", interactive=False, elem_id="hmt-doc-out")
             ui.doc_output = doc_out
+            with gr.Accordion("Glossary", open=False):
+                doc_glossary = gr.Textbox(lines=3, label="Terms to enforce", elem_id="hmt-doc-glossary",
+                                          placeholder="One per line: Save = Guardar. Or the id of a stored glossary.")
             doc_btn = gr.Button("Translate document", variant="primary", elem_id="hmt-doc-translate")
             doc_note = gr.Markdown("", elem_id="hmt-doc-note")
             doc_src.change(ui.on_source_change, [doc_src, doc_tgt], [doc_tgt, doc_note],
                            api_name="doc_source_changed", api_visibility="undocumented")
             doc_tgt.change(ui.pair_note, [doc_src, doc_tgt], [doc_note], api_name="doc_pair_note",
                            api_visibility="undocumented")
-            doc_btn.click(ui.translate_document, [doc_in, doc_src, doc_tgt], [doc_out, doc_note],
+            doc_btn.click(ui.translate_document, [doc_in, doc_src, doc_tgt, doc_glossary], [doc_out, doc_note],
                           api_name="translate_document", api_visibility="public")
 
         with gr.Tab("Status", id="status"):

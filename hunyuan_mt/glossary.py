@@ -1,0 +1,193 @@
+"""Glossaries: per-pair term lists (`source term → target term`) enforced on the way through.
+
+A term found in the source (whole words, any case) is protected like a do-not-translate span: the model sees a
+sentinel, and `masking.restore` puts the target term in its place, so the term comes out exactly as the glossary
+says, whatever the model would have made of it. DeepL's glossaries are the anchor (one list per language pair,
+inline or stored by id); LibreTranslate has none.
+
+- inline: `{"Save": "Guardar"}`, `[["Save", "Guardar"]]`, or text with one term per line as `Save = Guardar`,
+  `Save<TAB>Guardar` or `Save → Guardar` (blank lines and `#` comments ignored);
+- stored: `<glossary.dir>/<id>.<src>2<tgt>.tsv`, one `source<TAB>target` per line, named by its id.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import InvalidInput
+from .masking import Protected, sentinel
+
+#: Longest term accepted, in characters (either side).
+MAX_TERM_CHARS = 200
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_LINE = re.compile(r"^(.+?)\s*(?:\t|=|→|->)\s*(.+)$")
+_SENTINEL_SPLIT = re.compile(r"(⟦\d+⟧)")
+
+
+@dataclass(frozen=True)
+class Glossary:
+    """Terms of one list, longest source first (so "Save as" wins over "Save"). Picklable: it travels to Ray
+    replicas as it is."""
+
+    terms: tuple[tuple[str, str], ...]
+    name: str = "inline"
+
+    def __post_init__(self) -> None:
+        ordered = tuple(sorted(self.terms, key=lambda t: (-len(t[0]), t[0].casefold())))
+        object.__setattr__(self, "terms", ordered)
+        object.__setattr__(self, "_pattern", _pattern([s for s, _ in ordered]) if ordered else None)
+
+    def __len__(self) -> int:
+        return len(self.terms)
+
+    def apply(self, masked: Protected) -> Protected:
+        """`masked` with every term occurrence outside its sentinels turned into one more sentinel that restores
+        as the target term ("SAVE" → "GUARDAR", "Save" at a sentence start → "Guardar" for a term "save")."""
+        pattern: re.Pattern[str] | None = getattr(self, "_pattern")
+        if pattern is None:
+            return masked
+        by_key = {s.casefold(): (s, t) for s, t in self.terms}
+        spans = list(masked.spans)
+        out: list[str] = []
+        for part in _SENTINEL_SPLIT.split(masked.text):
+            if _SENTINEL_SPLIT.fullmatch(part):
+                out.append(part)
+                continue
+
+            def swap(match: re.Match[str]) -> str:
+                spans.append(_same_case(match.group(0), *by_key[match.group(0).casefold()]))
+                return sentinel(len(spans) - 1)
+
+            out.append(pattern.sub(swap, part))
+        return Protected("".join(out), spans)
+
+
+def _pattern(sources: list[str]) -> re.Pattern[str]:
+    # Whole words for terms that start or end with a word character; CJK text has no spaces to bound a word, so
+    # a term of CJK characters matches anywhere.
+    parts = []
+    for term in sources:
+        body = re.escape(term)
+        if term[0].isalnum() and not _cjk(term[0]):
+            body = r"(?<!\w)" + body
+        if term[-1].isalnum() and not _cjk(term[-1]):
+            body = body + r"(?!\w)"
+        parts.append(body)
+    return re.compile("|".join(parts), re.IGNORECASE)
+
+
+def _cjk(ch: str) -> bool:
+    return "\u2e80" <= ch <= "\u9fff" or "\uac00" <= ch <= "\ud7af" or "\uf900" <= ch <= "\ufaff"
+
+
+def _same_case(found: str, source: str, target: str) -> str:
+    """The target term in the case the text used the source term: in capitals when it was written in capitals;
+    capitalised when the text capitalised it (a sentence start); lower-cased when the text did not capitalise a
+    term that the glossary wrote capitalised on both sides (a label: "Save → Guardar"). A capital the target has
+    on its own (German nouns: "file → Datei") stays."""
+    if len(found) > 1 and found.isupper() and not target.isupper():
+        return target.upper()
+    if found[:1].isupper() and target[:1].islower():
+        return target[0].upper() + target[1:]
+    if found[:1].islower() and source[:1].isupper() and target[:1].isupper() and not target[1:2].isupper():
+        return target[0].lower() + target[1:]
+    return target
+
+
+def parse_terms(value: Any, max_terms: int, name: str = "inline") -> Glossary:
+    """An inline glossary from a mapping, a list of [source, target] pairs, or text (one term per line)."""
+    pairs: list[tuple[Any, Any]] = []
+    if isinstance(value, Mapping):
+        pairs = list(value.items())
+    elif isinstance(value, list):
+        for item in value:
+            if not (isinstance(item, (list, tuple)) and len(item) == 2):
+                raise InvalidInput("Invalid glossary: a list must hold [source term, target term] pairs.")
+            pairs.append((item[0], item[1]))
+    elif isinstance(value, str):
+        for number, line in enumerate(value.splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            match = _LINE.match(line)
+            if match is None:
+                raise InvalidInput(f"Invalid glossary: line {number} ({line[:40]!r}) is not 'source = target' "
+                                   "(or source<TAB>target).")
+            pairs.append((match.group(1), match.group(2)))
+    else:
+        raise InvalidInput("Invalid glossary: give terms (an object, a list of pairs or lines) or a stored id.")
+    terms: dict[str, tuple[str, str]] = {}
+    for source, target in pairs:
+        if not (isinstance(source, str) and isinstance(target, str)) or not source.strip() or not target.strip():
+            raise InvalidInput("Invalid glossary: every term needs a non-empty source and target.")
+        source, target = source.strip(), target.strip()
+        if max(len(source), len(target)) > MAX_TERM_CHARS:
+            raise InvalidInput(f"Invalid glossary: the term {source[:30]!r} is longer than {MAX_TERM_CHARS} "
+                               "characters.")
+        terms[source.casefold()] = (source, target)  # the last definition of a term wins
+    if not terms:
+        raise InvalidInput("Invalid glossary: it has no terms.")
+    if len(terms) > max_terms:
+        raise InvalidInput(f"Invalid glossary: {len(terms)} terms, over the limit of {max_terms} (glossary.max_terms).")
+    return Glossary(tuple(terms.values()), name)
+
+
+class GlossaryStore:
+    """Stored glossaries: `<folder>/<id>.<src>2<tgt>.tsv`. Read on use (an edited file counts at once), cached by
+    modification time."""
+
+    def __init__(self, folder: Path, max_terms: int) -> None:
+        self.folder = folder
+        self.max_terms = max_terms
+        self._lock = threading.Lock()
+        self._cache: dict[Path, tuple[float, Glossary]] = {}
+
+    def available(self) -> dict[str, list[str]]:
+        """id → the pairs it has, e.g. {"ui-terms": ["en2es", "en2de"]}."""
+        found: dict[str, list[str]] = {}
+        for path in sorted(self.folder.glob("*.tsv")) if self.folder.is_dir() else []:
+            stem, _, pair = path.name[:-4].rpartition(".")
+            if stem and "2" in pair:
+                found.setdefault(stem, []).append(pair)
+        return found
+
+    def get(self, glossary_id: str, src: str, tgt: str) -> Glossary:
+        if not _ID.match(glossary_id):
+            raise InvalidInput(f"Invalid glossary id {glossary_id[:40]!r}: letters, digits, '.', '_' and '-'.")
+        pairs = self.available().get(glossary_id)
+        if not pairs:
+            known = ", ".join(sorted(self.available())) or "none"
+            raise InvalidInput(f"Unknown glossary {glossary_id!r}; stored glossaries: {known}.")
+        if src == "auto":
+            candidates = [p for p in pairs if p.endswith(f"2{tgt}")]
+            if len(candidates) != 1:
+                raise InvalidInput(f"Glossary {glossary_id!r} has no single list into {tgt}: give the source "
+                                   "language explicitly.")
+            pair = candidates[0]
+        else:
+            pair = f"{src}2{tgt}"
+            if pair not in pairs:
+                raise InvalidInput(f"Glossary {glossary_id!r} has no {src}→{tgt} list (it has: {', '.join(pairs)}).")
+        path = self.folder / f"{glossary_id}.{pair}.tsv"
+        mtime = path.stat().st_mtime
+        with self._lock:
+            cached = self._cache.get(path)
+            if cached is not None and cached[0] == mtime:
+                return cached[1]
+        glossary = parse_terms(path.read_text(encoding="utf-8"), self.max_terms, f"{glossary_id}.{pair}")
+        with self._lock:
+            self._cache[path] = (mtime, glossary)
+        return glossary
+
+    def resolve(self, value: Any, src: str, tgt: str) -> Glossary | None:
+        """What a request's `glossary` field names: None (none), a stored id, or inline terms."""
+        if value is None or value == "" or value == {} or value == []:
+            return None
+        if isinstance(value, str) and _ID.match(value.strip()) and "\n" not in value:
+            return self.get(value.strip(), src, tgt)
+        return parse_terms(value, self.max_terms)
