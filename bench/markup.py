@@ -14,18 +14,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from html.parser import HTMLParser
-from pathlib import Path
 from typing import Any
 
 from hunyuan_mt.config import PROJECT_ROOT, load_config
 from hunyuan_mt.decode.guard import LoopGuard
 from hunyuan_mt.documents import read_document, translate_document, translate_keeping_markup
 
-RESULTS = PROJECT_ROOT / "bench" / "results"
+from .report import write_results
+
 
 SENTENCES = [
     ("Click", "Save", "to keep your changes."), ("Press", "Cancel", "to close the dialog."),
@@ -136,8 +135,6 @@ def main(argv: list[str] | None = None) -> int:
     readme = {label: [readme_run(label == "ours") for _ in range(args.runs)] for label in ("baseline", "ours")}
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "tagged_strings": len(tagged_strings()),
               "markup": markup, "readme": readme}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "markup.json").write_text(json.dumps(result, indent=2))
     lines = [f"# Markup and degenerate output ({result['date']}, `python -m bench.markup --runs {args.runs}`)", "",
              f"Tagged strings (`format: html`, {len(tagged_strings())} per target): tags back in order and validly "
              "nested", "", "| target | baseline (as the model gave them) | ours (piece by piece when out of order) |",
@@ -156,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{statistics.median(r['longest_chars'] for r in runs):g} | "
             f"{statistics.median(r['seconds'] for r in runs):.1f} | {first['loops_cut']} | {first['length_capped']} | "
             f"{out['**']} / {out['`']} / {out['](']} ({src['**']} / {src['`']} / {src['](']}) |")
-    (RESULTS / "markup.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results("markup", result, lines)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -303,3 +304,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def write_results(name: str, data: dict[str, Any], lines: list[str]) -> None:
+    """bench/results/<name>.json and <name>.md, and the table on stdout (the quality benches' common ending)."""
+    from hunyuan_mt.config import PROJECT_ROOT
+
+    folder = PROJECT_ROOT / "bench" / "results"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.json").write_text(json.dumps(data, indent=2, ensure_ascii=False))
+    (folder / f"{name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))

@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     from .adapters import prepare_adapters, trained_adapters  # torch: only once a run starts, not for --help
 
     t_start = time.perf_counter()
-    overrides = parse_set_args(args.set)
+    # The engine is what is measured: the translation memory would answer some workload texts without it.
+    overrides = {"tm.enabled": False, **parse_set_args(args.set)}
     cfg = load_config(args.config, overrides=overrides)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = set(variants) - set(VARIANTS)

@@ -135,6 +135,29 @@ def _translate_file(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------------- memory
+
+
+def cmd_tm(args: argparse.Namespace) -> int:
+    """`tm import FILE --pair en2es`: add a TSV or TMX file to the translation memory (no model is loaded)."""
+    from .adapters.request import Pair
+    from .config import load_config, parse_set_args
+    from .tm import TranslationMemory, read_rows
+
+    cfg = load_config(args.config, parse_set_args(args.set))
+    pair = Pair.parse(args.pair)
+    path = Path(args.file)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"Cannot read {args.file}: {exc.strerror or exc}") from None
+    memory = TranslationMemory(cfg.tm.resolved_dir, cfg.tm.resolved_shipped)
+    result = memory.add(pair.key, read_rows(data, path.name, pair.src, pair.tgt))
+    print(f"{pair.key}: {result.added} entries added, {result.skipped} skipped (placeholders differ or a side is "
+          f"empty); {result.entries} in the memory now ({cfg.tm.resolved_dir / (pair.key + '.tsv')})")
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------------- adapters
 
 
@@ -228,6 +251,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     add_config_arguments(p)
     p.set_defaults(handler=cmd_adapters)
+
+    p = sub.add_parser("tm", help="translation memory: tm import FILE --pair en2es (TSV or TMX)")
+    p.add_argument("action", choices=["import"])
+    p.add_argument("file", help="a .tsv (source<TAB>target per line) or .tmx file")
+    p.add_argument("--pair", required=True, help="the direction, e.g. en2es")
+    add_config_arguments(p)
+    p.set_defaults(handler=cmd_tm)
 
     p = sub.add_parser("detect", help="detect the language of text (arguments or stdin)")
     p.add_argument("text", nargs="*")

@@ -288,6 +288,24 @@ class GlossaryConfig:
 
 
 @dataclass
+class TmConfig:
+    #: Segments found in the translation memory are answered from it, before the model.
+    enabled: bool = True
+    #: Where imports are written (`<src>2<tgt>.tsv`); it wins over the shipped memory.
+    dir: str = "tm"
+    #: The shipped memory (the demo's, built from its training pairs); "" for none.
+    shipped: str = "models/demo/memory"
+
+    @property
+    def resolved_dir(self) -> Path:
+        return project_path(self.dir)
+
+    @property
+    def resolved_shipped(self) -> Path | None:
+        return project_path(self.shipped) if self.shipped else None
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
@@ -298,6 +316,7 @@ class Config:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     server: ServerConfig = field(default_factory=ServerConfig)
     glossary: GlossaryConfig = field(default_factory=GlossaryConfig)
+    tm: TmConfig = field(default_factory=TmConfig)
     #: Free-form profile name, shown in the status tab.
     name: str = "custom"
 

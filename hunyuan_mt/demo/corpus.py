@@ -71,6 +71,9 @@ class Corpus:
     test: dict[str, list[tuple[str, str]]] = field(default_factory=dict)         # raw (src, reference)
     frequent: dict[str, list[tuple[str, str]]] = field(default_factory=dict)     # raw (en, reference) per en2x
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Per direction, the UI translations in order of preference (a source's most common translation first),
+    #: for the translation memory; empty when the corpus was read back from disk.
+    preferred: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
 
 
 def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: int = 300,
@@ -129,6 +132,7 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
             per_lang[lang] += 1
 
     for direction, items in pairs.items():
+        corpus.preferred[direction] = [(s, t, o) for (s, t), o in items.items()]  # insertion order: most common first
         corpus.train[direction] = [(s, t, o) for (s, t), o in items.items()]
         rng.shuffle(corpus.train[direction])
         corpus.stats[direction] = dict(Counter(o for _, _, o in corpus.train[direction]))

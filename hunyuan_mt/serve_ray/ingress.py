@@ -266,6 +266,15 @@ class RemoteService:
         self._served(reply["replica"])
         return bool(reply["changed"])
 
+    def import_memory(self, data: bytes, filename: str, pair: Pair | str) -> dict[str, Any]:
+        # One replica of the pair's group takes it in at once; it is written to that machine's tm folder, which the
+        # other replicas read when they next load the pair (after a restart).
+        p = pair if isinstance(pair, Pair) else Pair.parse(pair)
+        group, _ = self.route(p.src, p.tgt)
+        reply = self._run(self.acall(group, "admin", "import_memory", p.key, data, filename, model_id=p.key))
+        self._served(reply["replica"])
+        return reply["result"]
+
     def pin(self, pair: Pair | str) -> bool:
         return self._admin_pair("pin", pair)
 

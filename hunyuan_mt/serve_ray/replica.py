@@ -151,9 +151,14 @@ class TranslatorReplica:
     async def status(self) -> dict[str, Any]:
         return self._reply(status=await asyncio.to_thread(self.service.status))
 
-    async def admin(self, action: str, pair: str | None = None) -> dict[str, Any]:
-        """rescan / pin / unpin / unload on this replica (Serve handles reach one replica per call)."""
+    async def admin(self, action: str, pair: str | None = None, data: bytes = b"",
+                    filename: str = "") -> dict[str, Any]:
+        """rescan / pin / unpin / unload / import_memory on this replica (Serve handles reach one replica per
+        call)."""
         try:
+            if action == "import_memory":
+                result = await asyncio.to_thread(self.service.import_memory, data, filename, pair)
+                return self._reply(result=result)
             if action == "rescan":
                 await asyncio.to_thread(self.service.rescan)
                 return self._reply(changed=True)

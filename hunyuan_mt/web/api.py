@@ -58,6 +58,7 @@ class TranslationServiceLike(Protocol):  # the parts of service.TranslationServi
     def languages(self) -> list[Any]: ...
     def status(self) -> dict[str, Any]: ...
     def rescan(self) -> Any: ...
+    def import_memory(self, data: bytes, filename: str, pair: str) -> dict[str, Any]: ...
     def pin(self, pair: Pair) -> Any: ...
     def unpin(self, pair: Pair) -> Any: ...
     def unload(self, pair: Pair) -> Any: ...
@@ -231,6 +232,7 @@ class RestApi:
                 translated = [html for html, _ in pairs]
                 detected = [d for _, d in pairs]
                 others: list[list[str]] = [[] for _ in texts]  # markup has no alternatives (nor in LibreTranslate)
+                memory = [0 for _ in texts]
             else:
                 results = await self._call(functools.partial(self.service.translate_batch, texts, source, target,
                                                              alternatives=alternatives, glossary=glossary))
@@ -238,9 +240,13 @@ class RestApi:
                 translated = [r.text for r in results]
                 detected = [r.detected for r in results]
                 others = [list(r.alternatives) for r in results]
+                memory = [r.memory_segments for r in results]
         finally:
             await request.close()
         body: dict[str, Any] = {"translatedText": translated if as_list else translated[0]}
+        if any(memory):
+            # Beyond LibreTranslate's shape (its clients ignore it): how many segments the memory answered.
+            body["memorySegments"] = memory if as_list else memory[0]
         if source == "auto":
             found = [detection_json(d) if d else {"confidence": 0.0, "language": None} for d in detected]
             body["detectedLanguage"] = found if as_list else found[0]
@@ -363,13 +369,26 @@ class RestApi:
     # ------------------------------------------------------------------ admin
 
     async def admin(self, request: Request, action: str) -> JSONResponse:
+        data = b""
         try:
             fields = await read_fields(request)
+            given = request.headers.get("x-admin-key") or (fields.get("admin_key") if isinstance(
+                fields.get("admin_key"), str) else None)
+            self.policy.check_admin(given)
+            upload = fields.get("file")
+            if action == "memory":
+                if not isinstance(upload, UploadFile):
+                    raise InvalidInput("Invalid request: send the memory as a multipart 'file' (.tsv or .tmx) "
+                                       "with 'pair'")
+                data = await upload.read(self.cfg.limits.max_file_bytes + 1)
+                if len(data) > self.cfg.limits.max_file_bytes:
+                    raise InputTooLarge(f"File too large: the limit is {self.cfg.limits.max_file_bytes} bytes.")
         finally:
             await request.close()
-        given = request.headers.get("x-admin-key") or (fields.get("admin_key") if isinstance(
-            fields.get("admin_key"), str) else None)
-        self.policy.check_admin(given)
+        if action == "memory":
+            name = upload.filename if isinstance(upload, UploadFile) and upload.filename else "memory.tsv"
+            result = await self._call(self.service.import_memory, data, name, text_field(fields, "pair"))
+            return JSONResponse({"ok": True, "action": "memory", **result})
         if action == "rescan":
             await self._call(self.service.rescan)
             return JSONResponse({"ok": True, "action": "rescan"})
@@ -496,7 +515,7 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
     file_cap = cfg.limits.max_file_bytes + _JSON_OVERHEAD
     app.add_middleware(BodyLimitMiddleware, limits={
         "/translate": json_cap, "/detect": json_cap, "/v1": json_cap, "/admin": _JSON_OVERHEAD,
-        "/suggest": _JSON_OVERHEAD, "/translate_file": file_cap,
+        "/suggest": _JSON_OVERHEAD, "/translate_file": file_cap, "/admin/memory": file_cap,
     })
     if cfg.server.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.server.cors_origins), allow_methods=["GET", "POST"],
@@ -572,13 +591,16 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
                       summary="Known adapters and the resident ones")
 
     pair_doc = _body_doc({"type": "object", "required": ["pair"], "properties": {"pair": {"type": "string"}}})
-    for action in ("rescan", "pin", "unpin", "unload"):
+    memory_doc = _body_doc({"type": "object", "required": ["file", "pair"], "properties": {
+        "file": {"type": "string", "format": "binary", "description": ".tsv (source<TAB>target) or .tmx"},
+        "pair": {"type": "string", "description": "the direction, e.g. en2es"}}}, (MULTIPART,))
+    for action in ("rescan", "pin", "unpin", "unload", "memory"):
         async def handler(request: Request, _action: str = action) -> JSONResponse:
             return await api.admin(request, _action)
 
         app.add_api_route(f"/admin/{action}", handler, methods=["POST"], tags=["Admin"],
                           summary=f"{action.capitalize()} (needs the X-Admin-Key header)",
-                          openapi_extra=None if action == "rescan" else pair_doc)
+                          openapi_extra=None if action == "rescan" else memory_doc if action == "memory" else pair_doc)
 
     app.add_api_route("/v1/chat/completions", api.chat_completions, methods=["POST"], tags=["OpenAI"],
                       summary="Translate the last user message; model = target ('es') or pair ('en2es')")

@@ -169,6 +169,8 @@ class TranslatorUI:
             parts.append(f"**Detected:** {name} ({result.detected.confidence:.0%})")
         total_ms = result.timings_ms.get("total", elapsed * 1000.0)
         parts.append(f"**Latency:** {total_ms:.0f} ms")
+        if result.memory_segments:
+            parts.append(f"**From memory:** {result.memory_segments} of {_count(result.segments, 'segment')}")
         if terms is not None:
             parts.append(f"**Glossary:** {_count(len(terms), 'term')}")
         return result.text, " · ".join(parts), result.source
@@ -246,6 +248,19 @@ class TranslatorUI:
             return (f"🔒 {exc.message}", _adapters_frame({}), "", *_plots(empty))
         status = self.service.status()
         return (_overview_markdown(status), _adapters_frame(status), _cache_markdown(status), *_plots(status))
+
+    def import_memory(self, key: str, pair: str, path: str | None) -> str:
+        """Admin: a TSV or TMX file into the translation memory of `pair`."""
+        _run(self.policy.check_admin, key or None)
+        if not path:
+            raise gr.Error("Choose a .tsv or .tmx file to import.", print_exception=False)
+        upload = Path(path)
+        if upload.stat().st_size > self.cfg.limits.max_file_bytes:
+            raise gr.Error(f"File too large: the limit is {self.cfg.limits.max_file_bytes} bytes.",
+                           print_exception=False)
+        result = _run(self.service.import_memory, upload.read_bytes(), upload.name, pair or "")
+        return (f"Memory {result['pair']}: {result['added']} entries added, {result['skipped']} skipped; "
+                f"{result['entries']} in the memory now.")
 
     def admin(self, action: str, key: str, pair: str) -> str:
         from ..adapters.request import Pair
@@ -477,7 +492,14 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                 with gr.Row():
                     buttons = {a: gr.Button(a.capitalize(), elem_id=f"hmt-admin-{a}")
                                for a in ("rescan", "pin", "unpin", "unload")}
+                with gr.Row():
+                    memory_file = gr.File(label="Translation memory (.tsv or .tmx) for the pair above",
+                                          file_types=[".tsv", ".tmx", ".txt"], type="filepath",
+                                          elem_id="hmt-memory-file")
+                    memory_btn = gr.Button("Import memory", elem_id="hmt-admin-memory")
                 admin_out = gr.Markdown("", elem_id="hmt-admin-out")
+                memory_btn.click(ui.import_memory, [admin_key, admin_pair, memory_file], [admin_out],
+                                 api_name="admin_memory", api_visibility="undocumented")
             for action, button in buttons.items():
                 button.click(lambda k, p, _a=action: ui.admin(_a, k, p), [admin_key, admin_pair], [admin_out],
                              api_name=f"admin_{action}", api_visibility="undocumented")

@@ -1,0 +1,182 @@
+"""Translation memory: a segment that a per-pair memory knows is answered from it, before the model.
+
+Exact match after normalising case, whitespace and placeholders: both sides are masked the way the service masks
+text (`masking.protect_pair`), so "Delete %s?" in memory answers "Delete {0}?" with the query's own `{0}` put back.
+Entries live in `<src>2<tgt>.tsv` (or `.tsv.gz`) files, one `source<TAB>target` per line, in two folders: the
+shipped one (the demo's memory, built from its training pairs; read-only) and the user's (`tm.dir`), where imports
+are appended and which wins on a conflict. A pair's files are read the first time the pair is asked for.
+Pivot routes look up the pair asked for (es→de), never a hop.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import logging
+import re
+import threading
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InvalidInput
+from .masking import Protected, protect_pair
+
+log = logging.getLogger(__name__)
+_SPACE = re.compile(r"\s+")
+_PAIR = re.compile(r"^[a-z]{2,3}(?:-[A-Za-z]{2,4})?2[a-z]{2,3}(?:-[A-Za-z]{2,4})?$")
+
+
+def memory_key(masked: str, fold: bool = True) -> str:
+    """What two segments must share to be the same entry: runs of whitespace do not count, nor (`fold`) case."""
+    key = _SPACE.sub(" ", masked).strip()
+    return key.casefold() if fold else key
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    pair: str
+    added: int
+    #: Entries left out: the two sides do not carry the same placeholders, or one side is empty.
+    skipped: int
+    entries: int
+
+
+class TranslationMemory:
+    """Thread-safe. `lookup` is what the service asks for each segment; `add` is what imports do."""
+
+    def __init__(self, user_dir: Path, shipped_dir: Path | None = None, enabled: bool = True) -> None:
+        self.user_dir = user_dir
+        self.shipped_dir = shipped_dir
+        self.enabled = enabled
+        self._lock = threading.Lock()
+        #: pair → {key: target}: keys with their case ("Unknown error") and case-folded ("unknown error").
+        self._pairs: dict[str, dict[str, str]] = {}
+        self.hits = 0
+
+    # ------------------------------------------------------------------ reading
+
+    def _files(self, pair: str) -> list[tuple[Path, bool]]:
+        """A pair's files and whether they are stored masked (the shipped ones), shipped first, so that the user's
+        entries win."""
+        out = []
+        for folder, masked in ((self.shipped_dir, True), (self.user_dir, False)):
+            if folder is not None:
+                out += [(folder / f"{pair}.tsv.gz", masked), (folder / f"{pair}.tsv", masked)]
+        return [(p, masked) for p, masked in out if p.is_file()]
+
+    def _entries(self, pair: str) -> dict[str, str]:
+        with self._lock:
+            loaded = self._pairs.get(pair)
+        if loaded is not None:
+            return loaded
+        entries: dict[str, str] = {}
+        for path, stored_masked in self._files(pair):
+            opener = gzip.open if path.suffix == ".gz" else open
+            with opener(path, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
+                for line in handle:
+                    source, sep, target = line.rstrip("\n").partition("\t")
+                    if not sep:
+                        continue
+                    # Stored masked: as trained, sentinels already numbered in the source's order.
+                    masked = (source, target) if stored_masked else protect_pair(source, target)
+                    if masked is not None and masked[0].strip() and masked[1].strip():
+                        _put(entries, masked[0], masked[1])
+        if entries:
+            log.info("translation memory: %d entries for %s", len(entries), pair)
+        with self._lock:
+            return self._pairs.setdefault(pair, entries)
+
+    def lookup(self, src: str, tgt: str, segment: Protected) -> str | None:
+        """The memory's target for `segment` (masked, its sentinels numbered like the segment's), or None."""
+        if not self.enabled:
+            return None
+        entries = self._entries(f"{src}2{tgt}")
+        target = entries.get("=" + memory_key(segment.text, fold=False))
+        if target is None:
+            target = entries.get(memory_key(segment.text))
+            if target is not None and segment.text.lstrip()[:1].isupper() and target[:1].islower():
+                target = target[0].upper() + target[1:]  # "Unknown error" found as "unknown error": a capital
+        if target is not None:
+            with self._lock:
+                self.hits += 1
+        return target
+
+    def preload(self, pairs: list[str]) -> None:
+        """Read these pairs' entries now (at start, for the pinned pairs)."""
+        for pair in pairs:
+            if self.enabled:
+                self._entries(pair)
+
+    def stats(self) -> dict[str, int]:
+        """Entries per pair read so far."""
+        with self._lock:
+            return {pair: sum(1 for k in entries if k.startswith("=")) for pair, entries in self._pairs.items()
+                    if entries}
+
+    # ------------------------------------------------------------------ importing
+
+    def add(self, pair: str, rows: list[tuple[str, str]]) -> ImportResult:
+        """Append `rows` to the user's file for `pair` and to the memory in use."""
+        if not _PAIR.match(pair):
+            raise InvalidInput(f"Invalid pair {pair[:20]!r}: give it as <src>2<tgt>, e.g. en2es.")
+        kept: list[tuple[str, str]] = []
+        skipped = 0
+        entries = self._entries(pair)
+        for source, target in rows:
+            source, target = " ".join(source.split()), " ".join(target.split())  # no tabs or line breaks
+            masked = protect_pair(source, target) if source and target else None
+            if masked is None:
+                skipped += 1
+                continue
+            kept.append((source, target))
+            with self._lock:
+                _put(entries, masked[0], masked[1])
+        if kept:
+            self.user_dir.mkdir(parents=True, exist_ok=True)
+            with self._lock, open(self.user_dir / f"{pair}.tsv", "a", encoding="utf-8") as handle:
+                handle.writelines(f"{s}\t{t}\n" for s, t in kept)
+        return ImportResult(pair, len(kept), skipped, sum(1 for k in entries if k.startswith("=")))
+
+
+def _put(entries: dict[str, str], source: str, target: str) -> None:
+    entries["=" + memory_key(source, fold=False)] = target  # "=": the exact-case keys, apart from the folded ones
+    entries[memory_key(source)] = target
+
+
+def read_rows(data: bytes, filename: str, src: str, tgt: str) -> list[tuple[str, str]]:
+    """(source, target) rows of an uploaded memory: TSV (`source<TAB>target`) or TMX (the `src` and `tgt`
+    variants of each translation unit)."""
+    text = data.decode("utf-8-sig", errors="strict") if data else ""
+    if filename.lower().endswith(".tmx") or text.lstrip().startswith("<"):
+        return _tmx_rows(data, src, tgt)
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        source, sep, target = line.partition("\t")
+        if not sep:
+            raise InvalidInput(f"{filename}: line {number} has no tab between the source and the target.")
+        rows.append((source.strip(), target.strip()))
+    return rows
+
+
+def _tmx_rows(data: bytes, src: str, tgt: str) -> list[tuple[str, str]]:
+    if b"<!DOCTYPE" in data[:2048] or b"<!ENTITY" in data:
+        raise InvalidInput("TMX files with a DOCTYPE or entities are not accepted.")  # no entity expansion games
+    try:
+        root = ElementTree.parse(io.BytesIO(data)).getroot()
+    except ElementTree.ParseError as exc:
+        raise InvalidInput(f"Not a readable TMX file: {exc}.") from None
+    lang_attr = "{http://www.w3.org/XML/1998/namespace}lang"
+    rows = []
+    for unit in root.iter("tu"):
+        variants: dict[str, str] = {}
+        for variant in unit.iter("tuv"):
+            lang = (variant.get(lang_attr) or variant.get("lang") or "").lower()
+            seg = variant.find("seg")
+            if seg is not None:
+                variants[lang.split("-")[0].split("_")[0]] = "".join(seg.itertext())
+        if src in variants and tgt in variants:
+            rows.append((variants[src], variants[tgt]))
+    return rows

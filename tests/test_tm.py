@@ -1,0 +1,134 @@
+"""Translation memory: exact matches (case, whitespace and placeholders normalised) answered before the model,
+imports from TSV and TMX through the service, REST (requests), the page (gradio_client) and the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import requests
+from gradio_client import Client, handle_file
+
+from hunyuan_mt import cli
+from hunyuan_mt.errors import InvalidInput
+from hunyuan_mt.masking import protect
+from hunyuan_mt.tm import TranslationMemory, read_rows
+from web_server import ADMIN_KEY, LiveServer
+
+TSV = "Delete %s?\t¿Eliminar %s?\nThe disk is full.\tEl disco está lleno.\nBroken\t\n# a comment\n"
+TMX = b"""<?xml version="1.0" encoding="UTF-8"?>
+<tmx version="1.4"><header srclang="en"/><body>
+<tu><tuv xml:lang="en-US"><seg>Print the page.</seg></tuv><tuv xml:lang="es-ES"><seg>Imprima la p\xc3\xa1gina.</seg></tuv></tu>
+<tu><tuv xml:lang="en"><seg>Only English.</seg></tuv></tu>
+</body></tmx>"""
+
+
+def _memory(tmp_path: Path) -> TranslationMemory:
+    memory = TranslationMemory(tmp_path / "tm")
+    memory.add("en2es", read_rows(TSV.encode(), "a.tsv", "en", "es"))
+    return memory
+
+
+def test_lookup_normalises_case_whitespace_and_placeholders(tmp_path: Path) -> None:
+    memory = _memory(tmp_path)
+    hit = memory.lookup("en", "es", protect("Delete {name}?"))
+    assert hit == "¿Eliminar ⟦0⟧?"  # numbered like the query: restore puts {name} back
+    assert memory.lookup("en", "es", protect("the  DISK is full.")) == "El disco está lleno."
+    assert memory.lookup("en", "es", protect("The disk is full")) is None  # the full stop counts
+    assert memory.lookup("en", "de", protect("The disk is full.")) is None
+    assert memory.hits == 2
+
+
+def test_imports_skip_what_cannot_match_and_persist(tmp_path: Path) -> None:
+    memory = TranslationMemory(tmp_path / "tm")
+    result = memory.add("en2es", read_rows(TSV.encode(), "a.tsv", "en", "es") + [("Open %s", "Abrir")])
+    assert (result.added, result.skipped, result.entries) == (2, 2, 2)  # an empty side; placeholders that differ
+    again = TranslationMemory(tmp_path / "tm")  # a new process reads the user's file
+    assert again.lookup("en", "es", protect("The disk is full.")) == "El disco está lleno."
+    assert read_rows(TMX, "m.tmx", "en", "es") == [("Print the page.", "Imprima la página.")]
+    with pytest.raises(InvalidInput, match="line 1 has no tab"):
+        read_rows(b"no tab here\n", "a.tsv", "en", "es")
+    with pytest.raises(InvalidInput, match="DOCTYPE"):
+        read_rows(b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "b">]><tmx/>', "m.tmx", "en", "es")
+    with pytest.raises(InvalidInput, match="Invalid pair"):
+        memory.add("../x", [("a", "b")])
+
+
+def test_the_shipped_demo_memory_answers_frequent_ui_strings() -> None:
+    from hunyuan_mt.config import PROJECT_ROOT
+
+    memory = TranslationMemory(Path("/nonexistent"), PROJECT_ROOT / "models" / "demo" / "memory")
+    assert memory.lookup("en", "de", protect("File not found")) == "Datei nicht gefunden"
+    assert memory.lookup("en", "es", protect("unknown error")) is not None
+
+
+@pytest.fixture()
+def memory_server(live_server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveServer]:
+    """The live server with a memory of its own (no shipped entries), swapped in for this test."""
+    monkeypatch.setattr(live_server.service, "tm", TranslationMemory(tmp_path / "tm"))
+    yield live_server
+
+
+def test_service_answers_known_segments_from_memory_and_the_rest_from_the_model(memory_server: LiveServer) -> None:
+    service = memory_server.service
+    service.tm.add("en2es", read_rows(TSV.encode(), "a.tsv", "en", "es"))
+    model_only = service.translate("Open the file.", "en", "es").text
+    result = service.translate("The disk is full. Open the file.", "en", "es")
+    assert result.text == f"El disco está lleno. {model_only}"
+    assert (result.memory_segments, result.segments) == (1, 2)
+    with_braces = service.translate("Delete {0}?", "en", "es")
+    assert with_braces.text == "¿Eliminar {0}?" and with_braces.memory_segments == 1
+    # Alternatives still come from the model; the memory's answer stays the main translation.
+    alt = service.translate_batch(["The disk is full."], "en", "es", alternatives=2)[0]
+    assert alt.text == "El disco está lleno." and alt.text not in alt.alternatives
+
+
+def test_rest_import_needs_the_admin_key_and_then_answers(memory_server: LiveServer) -> None:
+    url = memory_server.url
+    files = {"file": ("m.tmx", TMX)}
+    refused = requests.post(url + "/admin/memory", files=files, data={"pair": "en2es"}, timeout=60)
+    assert refused.status_code == 403 and refused.json()["error"].startswith("Missing admin key")
+    done = requests.post(url + "/admin/memory", files=files, data={"pair": "en2es"}, timeout=60,
+                         headers={"X-Admin-Key": ADMIN_KEY})
+    assert done.json() == {"ok": True, "action": "memory", "pair": "en2es", "added": 1, "skipped": 0, "entries": 1}
+    answer = requests.post(url + "/translate", json={"q": "Print the page.", "source": "en", "target": "es"},
+                           timeout=60).json()
+    assert answer == {"translatedText": "Imprima la página.", "memorySegments": 1}
+    bad = requests.post(url + "/admin/memory", data={"pair": "en2es"}, headers={"X-Admin-Key": ADMIN_KEY},
+                        timeout=60)
+    assert bad.status_code == 400 and "multipart 'file'" in bad.json()["error"]
+
+
+def test_the_page_says_which_segments_came_from_memory(memory_server: LiveServer, tmp_path: Path) -> None:
+    page = Client(memory_server.url + "/ui/", verbose=False)
+    source = tmp_path / "m.tsv"
+    source.write_text(TSV, encoding="utf-8")
+
+    note = page.predict(ADMIN_KEY, "en2es", handle_file(str(source)), api_name="/admin_memory")
+    assert note == "Memory en2es: 2 entries added, 1 skipped; 2 in the memory now."
+    text, info = page.predict("The disk is full.", "en", "es", api_name="/translate")
+    assert text == "El disco está lleno." and "**From memory:** 1 of 1 segment" in info
+
+
+def test_cli_imports_without_loading_a_model(tmp_path: Path, capsys: Any) -> None:
+    source = tmp_path / "m.tsv"
+    source.write_text(TSV, encoding="utf-8")
+    code = cli.main(["tm", "import", str(source), "--pair", "en2es", "--set", f"tm.dir={tmp_path / 'tm'}"])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("en2es: 2 entries added, 1 skipped")
+    assert (tmp_path / "tm" / "en2es.tsv").read_text(encoding="utf-8").splitlines() == [
+        "Delete %s?\t¿Eliminar %s?", "The disk is full.\tEl disco está lleno."]
+
+
+def test_the_demo_memory_keeps_each_sources_most_common_ui_translation(tmp_path: Path) -> None:
+    import gzip
+
+    from hunyuan_mt.demo.corpus import Corpus
+    from hunyuan_mt.demo.memory import write_memory
+
+    corpus = Corpus(preferred={"en2es": [("Open", "Abrir", "gettext"), ("Open", "Abre", "gettext"),
+                                         ("bank", "banco", "freedict"), ("Spain", "España", "babel")]})
+    assert write_memory(corpus, tmp_path) == {"en2es": 2}
+    lines = gzip.decompress((tmp_path / "en2es.tsv.gz").read_bytes()).decode("utf-8").splitlines()
+    assert lines == ["Open\tAbrir", "Spain\tEspaña"]  # dictionary glosses stay out: one sense of several
