@@ -97,14 +97,12 @@ def _glossary(args: argparse.Namespace, service: Any) -> Any:
     if not args.glossary:
         return None
     from .glossary import GlossaryStore, parse_terms
-    from .languages import normalize_code
 
     path = Path(args.glossary)
     if path.is_file():
         return parse_terms(path.read_text(encoding="utf-8"), service.cfg.glossary.max_terms, path.name)
-    store = GlossaryStore(service.cfg.glossary.resolved_dir, service.cfg.glossary.max_terms)
-    src = "auto" if args.src.strip().lower() == "auto" else normalize_code(args.src)
-    return store.get(args.glossary, src, normalize_code(args.tgt))
+    return GlossaryStore(service.cfg.glossary.resolved_dir, service.cfg.glossary.max_terms).resolve(
+        args.glossary, args.src, args.tgt)
 
 
 def _translate_file(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidInput
+from .languages import normalize_code
 from .masking import Protected, sentinel
 
 #: Longest term accepted, in characters (either side).
@@ -157,8 +158,13 @@ class GlossaryStore:
         return found
 
     def get(self, glossary_id: str, src: str, tgt: str) -> Glossary:
+        """The stored list `glossary_id` for src→tgt (normalized codes; src may be "auto")."""
         if not _ID.match(glossary_id):
             raise InvalidInput(f"Invalid glossary id {glossary_id[:40]!r}: letters, digits, '.', '_' and '-'.")
+        if src != "auto":
+            path = self.folder / f"{glossary_id}.{src}2{tgt}.tsv"
+            if path.is_file():  # the usual case: one stat, no listing of the folder
+                return self._read(path, f"{glossary_id}.{src}2{tgt}")
         pairs = self.available().get(glossary_id)
         if not pairs:
             known = ", ".join(sorted(self.available())) or "none"
@@ -173,21 +179,25 @@ class GlossaryStore:
             pair = f"{src}2{tgt}"
             if pair not in pairs:
                 raise InvalidInput(f"Glossary {glossary_id!r} has no {src}→{tgt} list (it has: {', '.join(pairs)}).")
-        path = self.folder / f"{glossary_id}.{pair}.tsv"
+        return self._read(self.folder / f"{glossary_id}.{pair}.tsv", f"{glossary_id}.{pair}")
+
+    def _read(self, path: Path, name: str) -> Glossary:
         mtime = path.stat().st_mtime
         with self._lock:
             cached = self._cache.get(path)
             if cached is not None and cached[0] == mtime:
                 return cached[1]
-        glossary = parse_terms(path.read_text(encoding="utf-8"), self.max_terms, f"{glossary_id}.{pair}")
+        glossary = parse_terms(path.read_text(encoding="utf-8"), self.max_terms, name)
         with self._lock:
             self._cache[path] = (mtime, glossary)
         return glossary
 
-    def resolve(self, value: Any, src: str, tgt: str) -> Glossary | None:
-        """What a request's `glossary` field names: None (none), a stored id, or inline terms."""
-        if value is None or value == "" or value == {} or value == []:
+    def resolve(self, value: Any, source: str, target: str) -> Glossary | None:
+        """What a request's `glossary` field names: None (none), a stored id, or inline terms. `source` and
+        `target` are the request's codes as given ("auto", "EN", "zh-Hans" …)."""
+        if value is None or (isinstance(value, str) and not value.strip()) or value == {} or value == []:
             return None
         if isinstance(value, str) and _ID.match(value.strip()) and "\n" not in value:
-            return self.get(value.strip(), src, tgt)
+            src = "auto" if source.strip().lower() == "auto" else normalize_code(source)
+            return self.get(value.strip(), src, normalize_code(target))
         return parse_terms(value, self.max_terms)

@@ -369,7 +369,7 @@ class TranslationService:
         """Add a TSV or TMX file's entries to the translation memory of `pair` (they win over the shipped ones)."""
         from .tm import read_rows
 
-        parsed = pair if isinstance(pair, Pair) else Pair.parse(pair)
+        parsed = self._pair(pair)
         result = self.tm.add(parsed.key, read_rows(data, filename, parsed.src, parsed.tgt))
         return asdict(result)
 

@@ -16,7 +16,7 @@ import logging
 import re
 import threading
 import xml.etree.ElementTree as ElementTree
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InvalidInput
@@ -31,6 +31,29 @@ def memory_key(masked: str, fold: bool = True) -> str:
     """What two segments must share to be the same entry: runs of whitespace do not count, nor (`fold`) case."""
     key = _SPACE.sub(" ", masked).strip()
     return key.casefold() if fold else key
+
+
+@dataclass
+class _Entries:
+    """One pair's memory: keys as written ("Unknown error") and case-folded ("unknown error") → masked target."""
+
+    exact: dict[str, str] = field(default_factory=dict)
+    folded: dict[str, str] = field(default_factory=dict)
+
+    def put(self, source: str, target: str) -> None:
+        self.exact[memory_key(source, fold=False)] = target
+        self.folded[memory_key(source)] = target
+
+    def get(self, source: str) -> str | None:
+        target = self.exact.get(memory_key(source, fold=False))
+        if target is None:
+            target = self.folded.get(memory_key(source))
+            if target is not None and source.lstrip()[:1].isupper() and target[:1].islower():
+                target = target[0].upper() + target[1:]  # "Unknown error" found as "unknown error": a capital
+        return target
+
+    def __len__(self) -> int:
+        return len(self.exact)
 
 
 @dataclass(frozen=True)
@@ -50,8 +73,7 @@ class TranslationMemory:
         self.shipped_dir = shipped_dir
         self.enabled = enabled
         self._lock = threading.Lock()
-        #: pair → {key: target}: keys with their case ("Unknown error") and case-folded ("unknown error").
-        self._pairs: dict[str, dict[str, str]] = {}
+        self._pairs: dict[str, _Entries] = {}
         self.hits = 0
 
     # ------------------------------------------------------------------ reading
@@ -65,12 +87,12 @@ class TranslationMemory:
                 out += [(folder / f"{pair}.tsv.gz", masked), (folder / f"{pair}.tsv", masked)]
         return [(p, masked) for p, masked in out if p.is_file()]
 
-    def _entries(self, pair: str) -> dict[str, str]:
+    def _entries(self, pair: str) -> _Entries:
         with self._lock:
             loaded = self._pairs.get(pair)
         if loaded is not None:
             return loaded
-        entries: dict[str, str] = {}
+        entries = _Entries()
         for path, stored_masked in self._files(pair):
             opener = gzip.open if path.suffix == ".gz" else open
             with opener(path, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
@@ -81,7 +103,7 @@ class TranslationMemory:
                     # Stored masked: as trained, sentinels already numbered in the source's order.
                     masked = (source, target) if stored_masked else protect_pair(source, target)
                     if masked is not None and masked[0].strip() and masked[1].strip():
-                        _put(entries, masked[0], masked[1])
+                        entries.put(masked[0], masked[1])
         if entries:
             log.info("translation memory: %d entries for %s", len(entries), pair)
         with self._lock:
@@ -91,12 +113,7 @@ class TranslationMemory:
         """The memory's target for `segment` (masked, its sentinels numbered like the segment's), or None."""
         if not self.enabled:
             return None
-        entries = self._entries(f"{src}2{tgt}")
-        target = entries.get("=" + memory_key(segment.text, fold=False))
-        if target is None:
-            target = entries.get(memory_key(segment.text))
-            if target is not None and segment.text.lstrip()[:1].isupper() and target[:1].islower():
-                target = target[0].upper() + target[1:]  # "Unknown error" found as "unknown error": a capital
+        target = self._entries(f"{src}2{tgt}").get(segment.text)
         if target is not None:
             with self._lock:
                 self.hits += 1
@@ -111,8 +128,7 @@ class TranslationMemory:
     def stats(self) -> dict[str, int]:
         """Entries per pair read so far."""
         with self._lock:
-            return {pair: sum(1 for k in entries if k.startswith("=")) for pair, entries in self._pairs.items()
-                    if entries}
+            return {pair: len(entries) for pair, entries in self._pairs.items() if entries}
 
     # ------------------------------------------------------------------ importing
 
@@ -131,25 +147,24 @@ class TranslationMemory:
                 continue
             kept.append((source, target))
             with self._lock:
-                _put(entries, masked[0], masked[1])
+                entries.put(masked[0], masked[1])
         if kept:
             self.user_dir.mkdir(parents=True, exist_ok=True)
             with self._lock, open(self.user_dir / f"{pair}.tsv", "a", encoding="utf-8") as handle:
                 handle.writelines(f"{s}\t{t}\n" for s, t in kept)
-        return ImportResult(pair, len(kept), skipped, sum(1 for k in entries if k.startswith("=")))
-
-
-def _put(entries: dict[str, str], source: str, target: str) -> None:
-    entries["=" + memory_key(source, fold=False)] = target  # "=": the exact-case keys, apart from the folded ones
-    entries[memory_key(source)] = target
+        return ImportResult(pair, len(kept), skipped, len(entries))
 
 
 def read_rows(data: bytes, filename: str, src: str, tgt: str) -> list[tuple[str, str]]:
     """(source, target) rows of an uploaded memory: TSV (`source<TAB>target`) or TMX (the `src` and `tgt`
     variants of each translation unit)."""
-    text = data.decode("utf-8-sig", errors="strict") if data else ""
-    if filename.lower().endswith(".tmx") or text.lstrip().startswith("<"):
-        return _tmx_rows(data, src, tgt)
+    if filename.lower().endswith(".tmx") or data.lstrip()[:1] == b"<":
+        return _tmx_rows(data, src, tgt)  # the XML declares its own encoding
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{filename}: not UTF-8 text; save the memory as UTF-8 (or TMX) and import it again.") \
+            from None
     rows = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.startswith("#"):

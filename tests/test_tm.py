@@ -47,6 +47,8 @@ def test_imports_skip_what_cannot_match_and_persist(tmp_path: Path) -> None:
     again = TranslationMemory(tmp_path / "tm")  # a new process reads the user's file
     assert again.lookup("en", "es", protect("The disk is full.")) == "El disco está lleno."
     assert read_rows(TMX, "m.tmx", "en", "es") == [("Print the page.", "Imprima la página.")]
+    with pytest.raises(InvalidInput, match="a.tsv: not UTF-8 text"):
+        read_rows("Save\tGuardar\n".encode("utf-16"), "a.tsv", "en", "es")
     with pytest.raises(InvalidInput, match="line 1 has no tab"):
         read_rows(b"no tab here\n", "a.tsv", "en", "es")
     with pytest.raises(InvalidInput, match="DOCTYPE"):

@@ -176,14 +176,6 @@ class RestApi:
             self.metrics.observe_translation(result.source, result.target, result.route_kind,
                                              elapsed / max(1, len(results)), front)
 
-    def _glossary(self, fields: dict[str, Any], source: str, target: str) -> Glossary | None:
-        """The request's `glossary`: a stored id or inline terms (an object, [source, target] pairs, or lines)."""
-        value = fields.get("glossary")
-        if value is None or value == "":
-            return None
-        src = source if source == "auto" else normalize_code(source)
-        return self.glossaries.resolve(value, src, normalize_code(target))
-
     def _translate_html(self, text: str, source: str, target: str,
                         glossary: Glossary | None = None) -> tuple[str, Any]:
         """format=html: translate the text nodes only; tags and attributes come back untouched."""
@@ -223,7 +215,7 @@ class RestApi:
             if not 0 <= alternatives <= self.cfg.limits.max_alternatives:
                 raise InvalidInput(f"Invalid request: alternatives must be from 0 to "
                                    f"{self.cfg.limits.max_alternatives}, got {alternatives}")
-            glossary = self._glossary(fields, source, target)
+            glossary = self.glossaries.resolve(fields.get("glossary"), source, target)
             self.policy.check_chars(texts)
             self.policy.spend_chars(caller, sum(len(t) for t in texts))
             started = time.perf_counter()
@@ -309,7 +301,7 @@ class RestApi:
                 raise InvalidInput("Invalid request: missing file parameter")
             source = _source_field(fields)
             target = text_field(fields, "target")
-            glossary = self._glossary(fields, source, target)
+            glossary = self.glossaries.resolve(fields.get("glossary"), source, target)
             data = await upload.read(self.cfg.limits.max_file_bytes + 1)
             if len(data) > self.cfg.limits.max_file_bytes:
                 raise InputTooLarge(f"File too large: more than {self.cfg.limits.max_file_bytes} bytes "

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..config import Config
 from ..errors import TranslationError
-from ..glossary import Glossary, GlossaryStore
+from ..glossary import GlossaryStore
 from ..languages import LANGUAGES
 from .auth import AccessPolicy
 from .doctranslate import translate_upload
@@ -137,14 +137,6 @@ class TranslatorUI:
 
     # ------------------------------------------------------------------ text tab
 
-    def _glossary(self, value: str | None, source: str, target: str) -> Glossary | None:
-        if not value or not value.strip():
-            return None
-        from ..languages import normalize_code
-
-        src = source if source == AUTO else _run(normalize_code, source)
-        return _run(self.glossaries.resolve, value, src, _run(normalize_code, target))
-
     def translate_text(self, text: str, source: str, target: str, glossary: str | None = None,
                        request: gr.Request | None = None) -> tuple[str, str, str | None]:
         """(translation, info line with route, detected language and latency, detected code for the swap)."""
@@ -155,7 +147,7 @@ class TranslatorUI:
             # server.char_limit, lower than limits.max_chars (which the service checks, in the page's words).
             _run(self.policy.check_chars, [text])
         _run(self.policy.spend_chars, caller, len(text))
-        terms = self._glossary(glossary, source or AUTO, target)
+        terms = _run(self.glossaries.resolve, glossary, source or AUTO, target)
         started = time.perf_counter()
         results = _run(self.service.translate_batch, [text], source or AUTO, target, glossary=terms)
         result = results[0]
@@ -210,7 +202,7 @@ class TranslatorUI:
             progress((done, total), desc="Translating", unit="segments")
 
         charge = functools.partial(self.policy.spend_chars, caller)
-        terms = self._glossary(glossary, source, target)
+        terms = _run(self.glossaries.resolve, glossary, source, target)
         rendered, used = _run(translate_upload, self.service, upload.read_bytes(), safe_filename(upload.name),
                               source, target, limits, report, charge, terms)
         self._sweep_outputs()
