@@ -8,6 +8,7 @@ from pathlib import Path
 import polib
 import pytest
 
+from hunyuan_mt.demo import corpus as corpus_mod
 from hunyuan_mt.demo import sources
 from hunyuan_mt.demo.corpus import build_corpus, clean, load_corpus, mask_pair, write_corpus
 
@@ -147,3 +148,139 @@ def test_whole_build_pipeline_on_the_sample(locale_root: Path, tmp_path: Path) -
     assert metadata["pair"] == "en2es" and metadata["test_size"] == 2
     assert metadata["data_sources"][0]["id"] == "gettext" and "licence" in metadata["data_sources"][0]
     assert not (adapters / "en2es" / "README.md").exists()
+
+    # The backbone is stored in fp16 and loads in fp32 by default (its config says so).
+    from safetensors import safe_open
+    with safe_open(str(model_dir / "model.safetensors"), "pt") as weights:
+        assert {weights.get_tensor(k).dtype for k in weights.keys()} == {torch.float16}
+    assert next(backbone.parameters()).dtype == torch.float32
+    assert info["train"]["steps_per_direction"]["copy"] == 0       # step 9 is the first copy step
+
+    # A shipped build continues training from where it stopped: the checkpoint rebuilt from models/demo and
+    # adapters/ gives the served outputs, and a resumed run counts its copy steps.
+    from hunyuan_mt.demo.build import evaluate_build, shipped_checkpoint
+    from hunyuan_mt.demo.checkpoint import load_multi_lora
+    from hunyuan_mt.demo.evaluate import translate
+
+    resumed, _, meta = load_multi_lora(shipped_checkpoint(tmp_path / "out", tmp_path / "shipped"))
+    assert meta["size"]["d_model"] == 32 and meta["build"]["train"]["steps"] == 3
+    served = PeftModel.from_pretrained(AutoModelForSeq2SeqLM.from_pretrained(str(model_dir)), str(adapters / "en2es"),
+                                       adapter_name="en2es").eval()
+    texts = ["Delete file", "Open"]
+    assert translate(resumed.eval(), tokenizer, texts, "en2es") == translate(served, tokenizer, texts, "en2es")
+    info = train(corpus, "cpu", "cpu", minutes=1.0, checkpoint=tmp_path / "ckpt2", max_steps=6,
+                 resume=tmp_path / "shipped", copy_every=3)
+    assert info["train"]["steps_per_direction"]["copy"] == 2 and info["resumed_from"]["train"]["steps"] == 3
+    report = evaluate_build(tmp_path / "out", corpus, tmp_path / "report.json")
+    assert json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["chrf"] == report["chrf"]
+
+
+HELP_EN = """<html><body><h1 id="hd_id3150">Page Style</h1>
+<p id="par_id3151" class="paragraph">Choose <a href="x.html">Format - Page Style</a> to open the dialog.</p>
+<p id="par_id3152">Sets the margins. Then choose a paper size for the document.</p>
+<p id="par_id3153">This paragraph was not translated.</p>
+<p id="par_id3154">One sentence here. Another one there.</p>
+<script>var par_id = 1;</script><p class="no-id">Ignored.</p></body></html>"""
+HELP_ES = """<html><body><h1 id="hd_id3150">Estilo de página</h1>
+<p id="par_id3151" class="paragraph">Elija <a href="x.html">Formato ▸ Estilo de página</a> para abrir el diálogo.</p>
+<p id="par_id3152">Define los márgenes. Luego elija un tamaño de papel para el documento.</p>
+<p id="par_id3153">This paragraph was not translated.</p>
+<p id="par_id3154">Una sola frase, sin punto que la corte en dos</p></body></html>"""
+
+
+def _help_tree(root: Path, pages: dict[str, tuple[str, str]]) -> Path:
+    for relative, (english, spanish) in pages.items():
+        for folder, html in (("en-US", english), ("es", spanish)):
+            page = sources.help_root(root) / folder / "text" / relative
+            page.parent.mkdir(parents=True, exist_ok=True)
+            page.write_text(html, encoding="utf-8")
+    return root
+
+
+def test_help_pages_align_by_paragraph_id(tmp_path: Path) -> None:
+    root = _help_tree(tmp_path, {"shared/01/page.html": (HELP_EN, HELP_ES)})
+    entries = {e.key.split("#")[1]: e for e in sources.libreoffice_help(root, ["es", "de"])}
+    assert entries["hd_id3150"].text == "Estilo de página"
+    # Inline links are flattened into the paragraph's text.
+    assert entries["par_id3151"].en == "Choose Format - Page Style to open the dialog."
+    assert entries["par_id3151"].key == "lohelp:text/shared/01/page.html#par_id3151"
+    assert entries["par_id3151"].origin == "lohelp:text/shared/01"
+    assert set(entries) == {"hd_id3150", "par_id3151", "par_id3152", "par_id3153", "par_id3154"}
+
+
+def test_help_sentences_pair_only_what_splits_alike() -> None:
+    from hunyuan_mt.demo.corpus import help_sentences
+
+    short = "Sets the margins. Then choose a paper size."
+    assert help_sentences(short, "Define los márgenes. Luego elija un tamaño.", "es") == [
+        (short, "Define los márgenes. Luego elija un tamaño.")]
+    long_en = "Sets the page margins for every page of the document in use. " * 3 + "Then choose a paper size."
+    long_es = "Define los márgenes de todas las páginas del documento en uso. " * 3 + "Luego elija un tamaño."
+    pairs = help_sentences(long_en, long_es, "es")
+    assert len(pairs) == 4 and pairs[3] == ("Then choose a paper size.", "Luego elija un tamaño.")
+    # Three English sentences against two Spanish ones: no guess at the alignment.
+    assert help_sentences(long_en, "Define los márgenes de todas las páginas del documento en uso, dos veces. "
+                                   "Luego elija un tamaño de papel para el documento en uso ahora.", "es") == []
+
+
+def test_libreoffice_catalogues_keep_contexts_and_drop_tilde_accelerators(tmp_path: Path) -> None:
+    catalogue = polib.MOFile()
+    catalogue.append(polib.MOEntry(msgctxt="dlg|save", msgid="~Save As", msgstr="Guardar ~como"))
+    catalogue.append(polib.MOEntry(msgctxt="menu|save", msgid="~Save As", msgstr="Guardar c~omo"))
+    messages = tmp_path / "usr/lib/libreoffice/program/resource/es/LC_MESSAGES"
+    messages.mkdir(parents=True)
+    catalogue.save(str(messages / "sw.mo"))
+    entries = list(sources.libreoffice_catalogues(tmp_path))
+    assert [(e.key, e.origin) for e in entries] == [("dlg|save\x04~Save As", "libreoffice:sw"),
+                                                    ("menu|save\x04~Save As", "libreoffice:sw")]
+    assert clean(entries[0].en) == "Save As" and clean(entries[1].text) == "Guardar como"
+    assert clean("~/Documents and ~/Music") == "~/Documents and ~/Music"
+
+
+def test_new_sources_do_not_move_the_held_out_split(locale_root: Path, tmp_path: Path, monkeypatch) -> None:
+    """Builds stay comparable: adding LibreOffice, application catalogues and help leaves the UI test and the
+    frequent phrases as they were, and nothing held out (UI string or help sentence) is trained on by any source."""
+    system = list(sources.gettext_catalogues(locale_root, {k: (v,) for k, v in LANG_FOLDERS.items()}))
+    before = build_corpus(system, test_size=2, frequent_size=2, seed=1)
+    held_en = {en for en, _ in before.test["en2de"]}
+    held_es = dict(before.test["en2es"])
+    monkeypatch.setattr(corpus_mod, "HELP_HELD_OUT_PERCENT", 50)
+    pages = {f"shared/{n:02d}/p{n}.html": (HELP_EN.replace("paper size", f"paper size {n}"),
+                                           HELP_ES.replace("tamaño de papel", f"tamaño de papel {n}"))
+             for n in range(20)}
+    root = _help_tree(tmp_path / "lo", pages)
+    extra = [sources.Entry(key="k", en=en, lang="es", text=held_es[en] + " bis", origin="libreoffice:sw")
+             for en in held_en]
+    extra += [sources.Entry(key="k2", en="Page margins", lang="es", text="Márgenes de página", origin="apps:kate")]
+    after = build_corpus(system + extra + list(sources.libreoffice_help(root)), test_size=2, frequent_size=2, seed=1)
+    assert after.test == before.test and after.frequent == before.frequent
+    assert ("Page margins", "Márgenes de página", "apps") in after.train["en2es"]
+    assert after.help_test["en2es"] and all(len(en.split()) >= 4 for en, _ in after.help_test["en2es"])
+    assert after.help_test["es2en"] == [(t, e) for e, t in after.help_test["en2es"]]
+    trained = {text for rows in after.train.values() for s, t, _ in rows for text in (s, t)}
+    for en, es in after.help_test["en2es"]:
+        assert en not in trained and es not in trained
+    assert not held_en & trained
+    assert after.stats["en2es"]["help_test"] == len(after.help_test["en2es"]) and after.stats["en2es"]["lohelp"] > 0
+    write_corpus(after, tmp_path / "out")
+    assert load_corpus(tmp_path / "out").help_test == after.help_test
+
+
+def test_copy_examples_repeat_each_source_once() -> None:
+    from hunyuan_mt.demo.trainer import copy_examples
+
+    data = {"en2es": [([5, 6, 1], [7, 1]), ([8, 1], [9, 1])], "es2en": [([7, 1], [5, 6, 1])]}
+    assert copy_examples(data, per_direction=10) == [([5, 6, 1], [5, 6, 1]), ([7, 1], [7, 1]), ([8, 1], [8, 1])]
+
+
+def test_unpack_group_reports_a_package_it_cannot_fetch(tmp_path: Path, monkeypatch, capsys) -> None:
+    from hunyuan_mt.demo import packages
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "apt-get").write_text("#!/bin/sh\necho 'E: Unable to locate package' >&2\nexit 100\n")
+    (bin_dir / "apt-get").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    target = packages.unpack_group("apps", tmp_path / "data")
+    assert target == tmp_path / "data" / "apps" and not (target / ".unpacked").exists()
+    assert "apps: packages not available" in capsys.readouterr().out

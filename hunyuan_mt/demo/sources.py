@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import re
+from html.parser import HTMLParser
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,21 @@ SOURCES: dict[str, dict[str, str]] = {
         "name": "FreeDict dictionaries from Debian (dict-freedict-eng-spa, -eng-fra, -eng-deu / Ding)",
         "licence": "GPL-2+/GPL-3+ (FreeDict, Ding)",
     },
+    "libreoffice": {
+        "name": "LibreOffice 7.4 UI catalogues from Debian (libreoffice-l10n-es, -de, -fr, -zh-cn)",
+        "licence": "MPL-2.0 (The Document Foundation)",
+    },
+    "apps": {
+        "name": "UI catalogues of desktop applications from Debian: Inkscape, GIMP, KDE Plasma and apps (plasma-"
+                "workspace-data, plasma-desktop-data, kwin-data, kate5-data, dolphin, konsole, okular, gwenview, "
+                "kio, systemsettings), GNOME (nautilus-data, gnome-control-center-data, evince-common, gedit-common)",
+        "licence": "per package: GPL-2+/GPL-3+ (Inkscape, GIMP, GNOME apps), GPL-2+/LGPL-2+ (KDE)",
+    },
+    "lohelp": {
+        "name": "LibreOffice 7.4 help pages from Debian (libreoffice-help-en-us, -es, -de, -fr, -zh-cn), "
+                "paragraphs aligned by id, then by sentence",
+        "licence": "MPL-2.0 (The Document Foundation)",
+    },
 }
 
 
@@ -54,8 +70,9 @@ class Entry:
 
 # --- gettext ---------------------------------------------------------------------------------------------------
 
-def read_mo(path: Path, lang: str, domain: str | None = None) -> Iterator[Entry]:
-    """Entries of one compiled catalogue; plural entries give their singular form."""
+def read_mo(path: Path, lang: str, domain: str | None = None, kind: str = "gettext") -> Iterator[Entry]:
+    """Entries of one compiled catalogue; plural entries give their singular form. `kind` names the source
+    (gettext for the system's catalogues, libreoffice, apps) and prefixes the origin."""
     import polib  # build-time dependency (requirements-build.txt)
 
     domain = domain or path.stem
@@ -68,11 +85,11 @@ def read_mo(path: Path, lang: str, domain: str | None = None) -> Iterator[Entry]
         if not msgid or not text or entry.obsolete:
             continue
         key = f"{entry.msgctxt}\x04{msgid}" if entry.msgctxt else msgid
-        yield Entry(key=key, en=msgid, lang=lang, text=text, origin=f"gettext:{domain}")
+        yield Entry(key=key, en=msgid, lang=lang, text=text, origin=f"{kind}:{domain}")
 
 
 def gettext_catalogues(locale_root: Path = Path("/usr/share/locale"),
-                       locales: dict[str, tuple[str, ...]] = GETTEXT_LOCALES) -> Iterator[Entry]:
+                       locales: dict[str, tuple[str, ...]] = GETTEXT_LOCALES, kind: str = "gettext") -> Iterator[Entry]:
     """Every .mo file of every demo language under `locale_root`."""
     for lang, folders in locales.items():
         for folder in folders:
@@ -81,9 +98,93 @@ def gettext_catalogues(locale_root: Path = Path("/usr/share/locale"),
                 continue
             for mo in sorted(messages.glob("*.mo")):
                 try:
-                    yield from read_mo(mo, lang)
+                    yield from read_mo(mo, lang, kind=kind)
                 except (OSError, ValueError) as exc:  # a corrupt catalogue costs only itself
                     print(f"skipping {mo}: {exc}")
+
+
+# --- LibreOffice (UI catalogues and help pages) ---------------------------------------------------------------
+
+#: LibreOffice's folder names for the demo languages: gettext style for the UI, BCP 47 style for the help.
+LIBREOFFICE_LOCALES: dict[str, tuple[str, ...]] = {"es": ("es",), "de": ("de",), "fr": ("fr",), "zh": ("zh_CN",)}
+HELP_LOCALES = {"es": "es", "de": "de", "fr": "fr", "zh": "zh-CN"}
+
+
+def libreoffice_catalogues(root: Path) -> Iterator[Entry]:
+    """The UI catalogues of the unpacked libreoffice-l10n-* packages under `root` (each msgid's context is kept
+    apart by polib, so the same English label in two dialogs is one string)."""
+    yield from gettext_catalogues(root / "usr" / "lib" / "libreoffice" / "program" / "resource",
+                                  LIBREOFFICE_LOCALES, kind="libreoffice")
+
+
+def help_root(root: Path) -> Path:
+    return root / "usr" / "share" / "libreoffice" / "help"
+
+
+class _HelpParagraphs(HTMLParser):
+    """Text of every element whose id is a help paragraph or heading id (par_id…, hd_id…), inline markup
+    (links, menu names, key names) flattened into its text."""
+
+    _ID = re.compile(r"^(?:par|hd)_id")
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.paragraphs: dict[str, str] = {}
+        self._open: list[tuple[str, str, list[str]]] = []    # (tag, id, text pieces), innermost last
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("script", "style"):
+            self._skip += 1
+            return
+        ident = dict(attrs).get("id") or ""
+        if self._ID.match(ident):
+            self._open.append((tag, ident, []))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style"):
+            self._skip = max(0, self._skip - 1)
+            return
+        if self._open and self._open[-1][0] == tag:
+            _, ident, pieces = self._open.pop()
+            text = re.sub(r"\s+", " ", "".join(pieces)).strip()
+            if text:
+                self.paragraphs.setdefault(ident, text)
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip and self._open:
+            self._open[-1][2].append(data)
+
+
+def help_paragraphs(page: Path) -> dict[str, str]:
+    parser = _HelpParagraphs()
+    parser.feed(page.read_text(encoding="utf-8", errors="replace"))
+    return parser.paragraphs
+
+
+def libreoffice_help(root: Path, langs: Iterable[str] = ("es", "de", "fr", "zh")) -> Iterator[Entry]:
+    """English help paragraphs aligned with each language's by page and paragraph id. The key is
+    `lohelp:<page>#<id>`, so the corpus can hold out whole pages. Untranslated paragraphs come back identical and
+    are dropped by the corpus."""
+    english_root = help_root(root) / "en-US"
+    if not english_root.is_dir():
+        return
+    pages = sorted(english_root.rglob("*.html"))
+    for lang in langs:
+        other_root = help_root(root) / HELP_LOCALES[lang]
+        if not other_root.is_dir():
+            continue
+        for page in pages:
+            relative = page.relative_to(english_root)
+            other = other_root / relative
+            if not other.exists():
+                continue
+            english, translated = help_paragraphs(page), help_paragraphs(other)
+            for ident, en in english.items():
+                text = translated.get(ident)
+                if text:
+                    yield Entry(key=f"lohelp:{relative.as_posix()}#{ident}", en=en, lang=lang, text=text,
+                                origin=f"lohelp:{relative.parent.as_posix()}")
 
 
 # --- Babel / CLDR ---------------------------------------------------------------------------------------------

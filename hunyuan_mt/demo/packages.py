@@ -1,0 +1,49 @@
+"""Debian packages that carry the demo's bilingual data, fetched and unpacked without installing them.
+
+`apt-get download` needs no root and no dpkg lock, and `dpkg -x` unpacks a package into a folder of our own, so
+the build never changes the machine's installed software. Each group lands in its own folder under the data root.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+#: group → the packages whose files the readers in `sources` look for.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "freedict": ("dict-freedict-eng-spa", "dict-freedict-eng-fra", "dict-freedict-eng-deu"),
+    "libreoffice": (
+        "libreoffice-l10n-es", "libreoffice-l10n-de", "libreoffice-l10n-fr", "libreoffice-l10n-zh-cn",
+        "libreoffice-help-en-us", "libreoffice-help-es", "libreoffice-help-de", "libreoffice-help-fr",
+        "libreoffice-help-zh-cn",
+    ),
+    "apps": (
+        "inkscape", "gimp-data",
+        "plasma-workspace-data", "plasma-desktop-data", "kwin-data", "kate5-data", "dolphin", "konsole", "okular",
+        "gwenview", "kio", "systemsettings",
+        "nautilus-data", "gnome-control-center-data", "evince-common", "gedit-common",
+    ),
+}
+
+
+def unpack_group(group: str, data_root: Path) -> Path:
+    """The folder holding the group's unpacked packages; downloads and unpacks them on the first call. A group
+    that cannot be fetched (no network, a package gone from the mirror) is reported and left empty: the build goes
+    on with the sources it has, and the adapters' metadata lists only those."""
+    target = data_root / group
+    done = target / ".unpacked"
+    if done.exists():
+        return target
+    debs = data_root / "debs" / group
+    debs.mkdir(parents=True, exist_ok=True)
+    try:
+        subprocess.run(["apt-get", "download", *GROUPS[group]], cwd=debs, check=True, capture_output=True)
+        for deb in sorted(debs.glob("*.deb")):
+            subprocess.run(["dpkg", "-x", str(deb), str(target)], check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        print(f"{group}: packages not available ({exc}; {detail.decode(errors='replace').strip()[:200]}); "
+              "building without them")
+        return target
+    done.write_text("\n".join(GROUPS[group]) + "\n", encoding="utf-8")
+    return target
