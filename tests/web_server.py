@@ -30,7 +30,7 @@ ADMIN_KEY = "test-admin-key"
 DEMO_EXPECTED = {
     ("File not found", "en", "de"): "Datei nicht gefunden",
     ("Unknown error", "en", "es"): "Error desconocido",
-    ("Could not open file", "en", "fr"): "Impossible d'ouvrir le fichier",
+    ("Could not open file", "en", "fr"): "Impossible d’ouvrir le fichier",
     ("Error desconocido", "es", "de"): "Unbekannter Fehler",  # es → en → de through the pivot
 }
 
