@@ -150,7 +150,7 @@ def cmd_tm(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise InvalidInput(f"Cannot read {args.file}: {exc.strerror or exc}") from None
     memory = TranslationMemory(cfg.tm.resolved_dir, cfg.tm.resolved_shipped)
-    result = memory.add(pair.key, read_rows(data, path.name, pair.src, pair.tgt))
+    result = memory.add(pair, read_rows(data, path.name, pair.src, pair.tgt))
     print(f"{pair.key}: {result.added} entries added, {result.skipped} skipped (placeholders differ or a side is "
           f"empty); {result.entries} in the memory now ({cfg.tm.resolved_dir / (pair.key + '.tsv')})")
     return 0

@@ -42,6 +42,8 @@ class Glossary:
         ordered = tuple(sorted(self.terms, key=lambda t: (-len(t[0]), t[0].casefold())))
         object.__setattr__(self, "terms", ordered)
         object.__setattr__(self, "_pattern", _pattern([s for s, _ in ordered]) if ordered else None)
+        # A match, case-folded → its term: built once here, not on every text `apply` sees.
+        object.__setattr__(self, "_by_key", {s.casefold(): (s, t) for s, t in ordered})
 
     def __len__(self) -> int:
         return len(self.terms)
@@ -52,7 +54,7 @@ class Glossary:
         pattern: re.Pattern[str] | None = getattr(self, "_pattern")
         if pattern is None:
             return masked
-        by_key = {s.casefold(): (s, t) for s, t in self.terms}
+        by_key: dict[str, tuple[str, str]] = getattr(self, "_by_key")
         spans = list(masked.spans)
         out: list[str] = []
         for part in _SENTINEL_SPLIT.split(masked.text):

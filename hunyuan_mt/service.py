@@ -370,7 +370,7 @@ class TranslationService:
         from .tm import read_rows
 
         parsed = self._pair(pair)
-        result = self.tm.add(parsed.key, read_rows(data, filename, parsed.src, parsed.tgt))
+        result = self.tm.add(parsed, read_rows(data, filename, parsed.src, parsed.tgt))
         return asdict(result)
 
     def rescan(self) -> None:

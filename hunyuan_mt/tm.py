@@ -19,12 +19,12 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .adapters.request import Pair
 from .errors import InvalidInput
 from .masking import Protected, protect_pair
 
 log = logging.getLogger(__name__)
 _SPACE = re.compile(r"\s+")
-_PAIR = re.compile(r"^[a-z]{2,3}(?:-[A-Za-z]{2,4})?2[a-z]{2,3}(?:-[A-Za-z]{2,4})?$")
 
 
 def memory_key(masked: str, fold: bool = True) -> str:
@@ -132,13 +132,13 @@ class TranslationMemory:
 
     # ------------------------------------------------------------------ importing
 
-    def add(self, pair: str, rows: list[tuple[str, str]]) -> ImportResult:
-        """Append `rows` to the user's file for `pair` and to the memory in use."""
-        if not _PAIR.match(pair):
-            raise InvalidInput(f"Invalid pair {pair[:20]!r}: give it as <src>2<tgt>, e.g. en2es.")
+    def add(self, pair: Pair | str, rows: list[tuple[str, str]]) -> ImportResult:
+        """Append `rows` to the user's file for `pair` and to the memory in use. A pair given as text is parsed
+        like every pair name (`Pair.parse`), so what names the file is always a pair key, never a path."""
+        key = (pair if isinstance(pair, Pair) else Pair.parse(pair)).key
         kept: list[tuple[str, str]] = []
         skipped = 0
-        entries = self._entries(pair)
+        entries = self._entries(key)
         for source, target in rows:
             source, target = " ".join(source.split()), " ".join(target.split())  # no tabs or line breaks
             masked = protect_pair(source, target) if source and target else None
@@ -150,9 +150,9 @@ class TranslationMemory:
                 entries.put(masked[0], masked[1])
         if kept:
             self.user_dir.mkdir(parents=True, exist_ok=True)
-            with self._lock, open(self.user_dir / f"{pair}.tsv", "a", encoding="utf-8") as handle:
+            with self._lock, open(self.user_dir / f"{key}.tsv", "a", encoding="utf-8") as handle:
                 handle.writelines(f"{s}\t{t}\n" for s, t in kept)
-        return ImportResult(pair, len(kept), skipped, len(entries))
+        return ImportResult(key, len(kept), skipped, len(entries))
 
 
 def read_rows(data: bytes, filename: str, src: str, tgt: str) -> list[tuple[str, str]]:

@@ -53,7 +53,7 @@ def test_imports_skip_what_cannot_match_and_persist(tmp_path: Path) -> None:
         read_rows(b"no tab here\n", "a.tsv", "en", "es")
     with pytest.raises(InvalidInput, match="DOCTYPE"):
         read_rows(b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "b">]><tmx/>', "m.tmx", "en", "es")
-    with pytest.raises(InvalidInput, match="Invalid pair"):
+    with pytest.raises(InvalidInput, match="Malformed pair name '../x'"):
         memory.add("../x", [("a", "b")])
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..masking import protect, protect_pair
+from ..segment import split_text
 from .sources import Entry, is_offensive
 
 LANGS = ("es", "de", "fr", "zh")
@@ -183,8 +184,6 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
 def help_sentences(en: str, text: str, lang: str) -> list[tuple[str, str]]:
     """Sentence pairs of one aligned help paragraph: the paragraph itself when it is short, else its sentences
     when both sides split into the same number (pysbd); otherwise nothing (no guessing at alignment)."""
-    from ..segment import split_text
-
     if len(en) <= HELP_MAX_CHARS and len(text) <= HELP_MAX_CHARS:
         candidates = [(en, text)]
     else:

@@ -400,6 +400,13 @@ def _nice_ceiling(value: float) -> float:
     return next(m * scale for m in (1, 2, 2.5, 5, 10) if m * scale >= value)
 
 
+def _glossary_field(elem_id: str) -> gr.Textbox:
+    """The folded-away Glossary field of a tab: inline terms, or a stored glossary's id."""
+    with gr.Accordion("Glossary", open=False):
+        return gr.Textbox(lines=3, label="Terms to enforce", elem_id=elem_id,
+                          placeholder="One per line: Save = Guardar. Or the id of a stored glossary.")
+
+
 def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
              policy: AccessPolicy | None = None) -> gr.Blocks:
     """The Blocks page. Mount it with `gr.mount_gradio_app(app, blocks, "/ui", head=UI_HEAD, css=UI_CSS)`."""
@@ -421,9 +428,7 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                                         max_length=limits.max_chars)
                 result_box = gr.Textbox(lines=8, max_lines=30, label="Translation", elem_id="hmt-result",
                                         interactive=False, buttons=["copy"])
-            with gr.Accordion("Glossary", open=False):
-                glossary_box = gr.Textbox(lines=3, label="Terms to enforce", elem_id="hmt-glossary",
-                                          placeholder="One per line: Save = Guardar. Or the id of a stored glossary.")
+            glossary_box = _glossary_field("hmt-glossary")
             translate_btn = gr.Button("Translate", variant="primary", elem_id="hmt-translate")
             info = gr.Markdown("", elem_id="hmt-info")
 
@@ -451,9 +456,7 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                 doc_in = gr.File(label="Document", file_types=DOC_TYPES, type="filepath", elem_id="hmt-doc-in")
                 doc_out = gr.File(label="Translated document", interactive=False, elem_id="hmt-doc-out")
             ui.doc_output = doc_out
-            with gr.Accordion("Glossary", open=False):
-                doc_glossary = gr.Textbox(lines=3, label="Terms to enforce", elem_id="hmt-doc-glossary",
-                                          placeholder="One per line: Save = Guardar. Or the id of a stored glossary.")
+            doc_glossary = _glossary_field("hmt-doc-glossary")
             doc_btn = gr.Button("Translate document", variant="primary", elem_id="hmt-doc-translate")
             doc_note = gr.Markdown("", elem_id="hmt-doc-note")
             doc_src.change(ui.on_source_change, [doc_src, doc_tgt], [doc_tgt, doc_note],
