@@ -25,6 +25,12 @@ install() {
 }
 
 install runtime requirements.txt
+# torch's own OpenMP (libgomp) makes every parallel region of the engine's decode thread expensive; Intel's runtime
+# (the intel-openmp wheel in requirements.txt) does not, and only a preload replaces it (hunyuan_mt/cpu.py).
+IOMP="$PWD/.venv/lib/libiomp5.so"
+if [ -f "$IOMP" ] && [[ ":${LD_PRELOAD:-}:" != *":$IOMP:"* ]]; then
+  export LD_PRELOAD="$IOMP${LD_PRELOAD:+:$LD_PRELOAD}" KMP_BLOCKTIME="${KMP_BLOCKTIME:-1}"
+fi
 # Nothing may be fetched from a model hub at run time: fail fast and clearly instead of hanging on the network.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 GRADIO_ANALYTICS_ENABLED=False
 

@@ -16,7 +16,6 @@ row run alone.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 import time
@@ -26,7 +25,8 @@ from typing import Any
 
 import torch
 
-from .adapters.registry import BackboneSpec
+from .peft_format import BackboneSpec
+from . import cpu
 from .config import GenerationConfig, ModelConfig
 from .decode import CausalBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
 from .decode.static import StaticCausalBatch
@@ -127,14 +127,6 @@ def choose_attn_implementation(requested: str, device: str, dtype: torch.dtype, 
     return "sdpa"
 
 
-def _usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity, which containers narrow; cpu_count is the host's)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def _flash_attn_available() -> bool:
     from transformers.utils import is_flash_attn_2_available
 
@@ -195,7 +187,20 @@ def loaded_backbones() -> list[Backbone]:
 
 
 def _quantization_config(cfg: ModelConfig, device: str, dtype: torch.dtype) -> Any:
+    """bitsandbytes' config for 8bit/4bit (CUDA), None otherwise; int8 is checked here and applied after loading."""
     if cfg.quantization == "none":
+        return None
+    if cfg.quantization == "int8":
+        from . import int8
+
+        if device != "cpu":
+            raise ConfigError(f"model.quantization: int8 runs on the CPU (torch's packed int8 GEMM); this profile runs "
+                              f"on {device}. Use 8bit (bitsandbytes) on CUDA, or none.")
+        if dtype != torch.float32:
+            raise ConfigError("model.quantization: int8 takes a float32 model (model.dtype: float32 or auto).")
+        if not int8.available():
+            raise ConfigError("model.quantization: int8 needs torch's quantized engines (fbgemm/onednn/qnnpack), "
+                              "which this torch build lacks; set model.quantization: none.")
         return None
     if not device.startswith("cuda"):
         raise ConfigError(
@@ -279,9 +284,10 @@ class Backbone:
         device = resolve_device(cfg)
         dtype = resolve_dtype(cfg, device)
         if device == "cpu":
-            threads = cfg.cpu_threads or max(1, _usable_cores() - 1)
+            threads = cfg.cpu_threads or cpu.default_threads()
             if torch.get_num_threads() != threads:
-                log.info("torch intra-op threads: %d (model.cpu_threads)", threads)
+                log.info("torch intra-op threads: %d (model.cpu_threads%s)", threads,
+                         "; Intel OpenMP" if cpu.intel_openmp_loaded() else "")
                 torch.set_num_threads(threads)
         quant = _quantization_config(cfg, device, dtype)
         source = _model_source(cfg)
@@ -324,6 +330,10 @@ class Backbone:
             model.to(device)
         model.eval()
         model.requires_grad_(False)
+        if cfg.quantization == "int8":
+            from .int8 import quantize_linears
+
+            quantize_linears(model)
         tokenizer.padding_side = "left" if arch == DECODER_ONLY else "right"
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token

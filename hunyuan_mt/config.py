@@ -50,7 +50,8 @@ class ModelConfig:
     dtype: str = "auto"
     #: "auto" → cuda:0 when available, else cpu.
     device: str = "auto"
-    #: "none", "8bit" or "4bit" (bitsandbytes; CUDA only).
+    #: "none"; "int8": int8 weights with per-row scales on the CPU (torch's packed int8 GEMM, hunyuan_mt/int8.py;
+    #: LoRA stays float32 on top); "8bit" or "4bit": bitsandbytes on CUDA.
     quantization: str = "none"
     #: "auto": flash_attention_2 on CUDA when flash_attn works and the dtype is fp16/bf16, else sdpa; on CPU
     #: transformers picks. Or "sdpa", "flash_attention_2", "eager".
@@ -64,9 +65,9 @@ class ModelConfig:
     require_cuda: bool = False
     #: Run a short generation at start so the first user request is not the slow one.
     warmup: bool = True
-    #: torch's intra-op threads when the model runs on the CPU. 0: one less than the machine's cores (at least 1),
-    #: so the decode loop and the request threads (HTTP, tokenizing, detection) do not fight over the same cores;
-    #: on a 2-core machine that single thread served 1.4x the requests of two (BENCHMARKS.md).
+    #: torch's intra-op threads when the model runs on the CPU. 0: every core when Intel's OpenMP runtime is loaded
+    #: (./start.sh preloads it), else one less than the cores, since torch's own libgomp makes a second thread
+    #: cost more than it gives in the engine's thread (hunyuan_mt/cpu.py, BENCHMARKS.md).
     cpu_threads: int = 0
 
     def __post_init__(self) -> None:
@@ -75,8 +76,8 @@ class ModelConfig:
         _check(self.dtype in ("auto", "float32", "bfloat16", "float16"), "model.dtype",
                "one of auto, float32, bfloat16, float16", self.dtype)
         _check(bool(_DEVICE.match(self.device)), "model.device", "auto, cpu, cuda or cuda:N", self.device)
-        _check(self.quantization in ("none", "8bit", "4bit"), "model.quantization", "one of none, 8bit, 4bit",
-               self.quantization)
+        _check(self.quantization in ("none", "int8", "8bit", "4bit"), "model.quantization",
+               "one of none, int8, 8bit, 4bit", self.quantization)
         _check(self.attn_implementation in ("auto", "sdpa", "flash_attention_2", "eager"),
                "model.attn_implementation", "one of auto, sdpa, flash_attention_2, eager", self.attn_implementation)
         _check(isinstance(self.cpu_threads, int) and self.cpu_threads >= 0, "model.cpu_threads", "an integer >= 0",
@@ -184,7 +185,8 @@ class GenerationConfig:
 
 @dataclass
 class EngineConfig:
-    #: How long the scheduler waits to fill a batch after the first row arrives.
+    #: On an idle engine, how long the first forward may wait for rows that callers are still tokenizing (only
+    #: while a submit is in progress; a lone request starts at once).
     max_wait_ms: float = 5.0
     max_rows: int = 32
     #: Token budget of one batch (rows × padded input length).
@@ -197,6 +199,9 @@ class EngineConfig:
     join_ratio: float = 0.5
     #: ...or once one of them has waited this many decode steps (0: every waiting row joins at the next step).
     max_join_steps: int = 4
+    #: With more rows waiting than the batch has room for (a backlog), they join once this many fit, not one by
+    #: one as rows finish: every join is a prefill forward and a cache copy of its own.
+    join_min_rows: int = 8
     #: KV cache of the decode loop: "dynamic" (grows and shrinks with the rows), "static" (preallocated for
     #: max_rows rows of max_seq_len tokens; decoder-only models with sdpa/eager attention) or "auto" (static on
     #: CUDA for decoder-only models, dynamic otherwise).

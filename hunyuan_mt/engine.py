@@ -188,6 +188,8 @@ class BatchEngine:
         self._cv = threading.Condition()
         self._seq = itertools.count()
         self._closed = False
+        #: Callers between the start and the end of a submit (tokenizing): what an idle loop may wait for.
+        self._submitting = 0
         #: seq → pending row, for the rows in the running batch.
         self._running: dict[int, _Pending] = {}
         self._batch: RunningBatch | None = backbone.new_batch(gen_cfg, self._static_cache_spec())
@@ -237,6 +239,33 @@ class BatchEngine:
         """Queue rows; each future resolves to the translation or raises that row's error. The rows are tokenized
         here, in the caller's thread."""
         now = time.monotonic()
+        with self._cv:
+            # An idle loop holds its first forward while a submit is under way (see _loop).
+            self._submitting += 1
+        try:
+            prepared = self._prepare(rows, now)
+        except BaseException:
+            with self._cv:
+                self._submitting -= 1
+                self._cv.notify_all()
+            raise
+        # One caller's rows enter shortest first (their answers keep the caller's order): rows of similar length
+        # prefill together with less padding and finish near the same step, so they leave and are replaced in
+        # groups. Rows of different callers keep their arrival order.
+        entering = sorted((p for _, p in prepared if p is not None), key=lambda p: p.tokens)
+        with self._cv:
+            self._submitting -= 1
+            if self._closed:
+                raise RuntimeError("engine is closed")
+            for pending in entering:
+                pending.seq = next(self._seq)
+                pending.steps_at_submit = self.stats.decode_steps
+                self._queue.append(pending)
+            self._cv.notify_all()
+        return [fut for fut, _ in prepared]
+
+    def _prepare(self, rows: Sequence[Row], now: float) -> list[tuple[Future, "_Pending | None"]]:
+        """Tokenize and check each row; a row that cannot run gets its future failed (or answered) here."""
         prepared: list[tuple[Future, _Pending | None]] = []
         for row in rows:
             fut: Future = Future()
@@ -276,16 +305,7 @@ class BatchEngine:
                 max_new = min(max_new, width - encoded.tokens)
             guarded = self.guard.enabled and not self.guard.has_loop(list(encoded.input_ids))
             prepared.append((fut, _Pending(row, fut, 0, encoded, max_new, now, guarded=guarded, capped=capped)))
-        with self._cv:
-            if self._closed:
-                raise RuntimeError("engine is closed")
-            for _, pending in prepared:
-                if pending is not None:
-                    pending.seq = next(self._seq)
-                    pending.steps_at_submit = self.stats.decode_steps
-                    self._queue.append(pending)
-            self._cv.notify_all()
-        return [fut for fut, _ in prepared]
+        return prepared
 
     def run(self, rows: Sequence[Row], timeout: float | None = None) -> list[str]:
         """Translate `rows` (shared batches with concurrent callers). Raises the first failing row's error.
@@ -384,9 +404,10 @@ class BatchEngine:
                 if self._closed:
                     return
                 if not self._running and self._queue:
-                    # Idle: hold the first forward for max_wait_ms so rows sent together share their prefill.
+                    # Idle: rows another caller is still tokenizing may share the first prefill, so wait for them,
+                    # at most max_wait_ms. With no submit under way nothing is coming: start at once.
                     deadline = self._queue[0].enqueued + self.cfg.max_wait_ms / 1000
-                    while len(self._queue) < self.max_rows and not self._closed:
+                    while self._submitting and len(self._queue) < self.max_rows and not self._closed:
                         left = deadline - time.monotonic()
                         if left <= 0:
                             break
@@ -453,6 +474,8 @@ class BatchEngine:
                 return []
             if live and not self._time_to_join(live):
                 return []
+            if live and len(self._queue) > room and room < min(self.cfg.join_min_rows, self.max_rows):
+                return []  # a backlog: let a group of rows finish, then refill them in one prefill
             pinned = set(self.cache.pinned())
             resident = set(self.cache.lru_order())
 

@@ -34,7 +34,7 @@ def test_list_from_env_is_comma_separated() -> None:
         ({"cache.slots": 0}, "cache.slots: expected an integer >= 1, got 0"),
         ({"cache.slots": "three"}, "cache.slots: expected an integer, got 'three'"),
         ({"model.device": "gpu"}, "model.device: expected auto, cpu, cuda or cuda:N, got 'gpu'"),
-        ({"model.quantization": "3bit"}, "model.quantization: expected one of none, 8bit, 4bit, got '3bit'"),
+        ({"model.quantization": "3bit"}, "model.quantization: expected one of none, int8, 8bit, 4bit, got '3bit'"),
         ({"cache.colour": 1}, "cache.colour: unknown key"),
         ({"server.share": "maybe"}, "server.share: expected true or false, got 'maybe'"),
     ],

@@ -40,7 +40,8 @@ import cachetools
 from ..config import CacheConfig
 from ..errors import AdapterUnusable, Busy, ModelUnavailable, TranslationError
 from ..lora import BASE_SLOT, PreparedAdapter, SlotLoRA, prepare
-from .registry import AdapterRegistry, AdapterWeights, fingerprint_of, read_adapter
+from ..peft_format import AdapterWeights
+from .registry import AdapterRegistry, fingerprint_of, read_adapter
 from .request import Pair
 
 if TYPE_CHECKING:

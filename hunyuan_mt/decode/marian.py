@@ -1,56 +1,208 @@
-"""Marian (encoder-decoder): the encoder once per row, then decoder steps over a left-padded self-attention cache.
+"""Marian (encoder-decoder): the encoder once per row, then a lean decoder step over a preallocated cache.
 
-Marian's `decoder.forward` derives positions from the cache length, one number for the whole batch, so rows that
-joined at different steps could not share it. This module calls the decoder's parts itself: token embeddings
-(scaled), sinusoidal positions per row, the layers with transformers' own causal+padding and encoder masks, then
-the head and `final_logits_bias`. Cross-attention keys/values are computed once per row at prefill (right-padded
-to the longest source, padding masked) and reused by every step.
+The decode step is written out here instead of calling transformers' decoder modules: for each layer one fused
+Q/K/V projection, the new keys and values written in place into the cache, attention over the rows' columns,
+the output projection, the cross-attention over keys/values computed once per row at prefill, and the
+feed-forward block, each projection with its LoRA term (`dense.Projection`). transformers' layers cost a step
+about 8 module calls, mask building and a cache concatenation per layer; a step here is a fixed sequence of about
+50 tensor operations per layer (profile in BENCHMARKS.md). Its output equals transformers' decoder forward on the
+same rows (tests/test_decode.py compares logits per step, float32).
 
-When every entering row's decoder prefix is the start token alone (Marian's own vocabularies), prefill is only the
-encoder and the cross-attention projections: the rows join with an empty self-attention history and get their
-first token in the next decode step, beside the running rows, instead of in a decoder forward of their own.
+The cache is preallocated: keys/values `[rows, heads, columns, head_dim]` per layer with room for more rows and
+columns than are in use, grown by doubling. Rows are aligned on the right: a row that joins with a shorter history
+has its leading columns masked (an additive bias per row and column), and every row carries its own positions, so
+it computes what it computes alone. A decode step writes one column for every row; a row leaving is cut out with
+the next compaction (a copy of the rows kept, which also drops leading columns no row uses).
+
+The encoder still runs through transformers' module (once per row, at prefill; the slot layers give each row its
+adapter there too). When every entering row's decoder prefix is the start token alone (Marian's own vocabularies),
+prefill is only the encoder and the cross-attention keys/values: the rows join with an empty self-attention
+history and get their first token in the next decode step, beside the running rows.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import DynamicCache, EncoderDecoderCache
-from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+import torch.nn.functional as F
 
-from .batch import (RunningBatch, Sequence, leading_padding, left_padded, pad_left, pad_right, positions)
+from .batch import RunningBatch, Sequence, left_padded, positions
+from .dense import Projection
+
+#: Columns and rows the cache starts with; both double when full.
+_START_COLUMNS = 32
+_START_ROWS = 8
+
+
+@dataclass
+class _Layer:
+    """One decoder layer's projections and norms, in the order the step uses them."""
+
+    qkv: Projection
+    out: Projection
+    cross_q: Projection
+    cross_kv: Projection
+    cross_out: Projection
+    fc1: Projection
+    fc2: Projection
+    norms: tuple[tuple[torch.Tensor, torch.Tensor, float], ...]   # self-attn, cross-attn, final (weight, bias, eps)
+    activation: Any
+
+
+@dataclass
+class _EncoderLayer:
+    qkv: Projection
+    out: Projection
+    fc1: Projection
+    fc2: Projection
+    norms: tuple[tuple[torch.Tensor, torch.Tensor, float], ...]   # self-attn, final
+    activation: Any
+
+
+@dataclass
+class _Cache:
+    """Keys/values of some rows: self-attention (`k`, `v` per layer, `length` columns used, `bias` per column) and
+    cross-attention (`ck`, `cv` per layer over the source, `cbias`). Tensors may hold more rows and columns than
+    are in use; `rows` are in use."""
+
+    rows: int
+    length: int
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+    bias: torch.Tensor          # [row capacity, column capacity]: 0 for a row's real columns, a large negative else
+    ck: list[torch.Tensor]
+    cv: list[torch.Tensor]
+    cbias: torch.Tensor         # [row capacity, source capacity]
+    source: int                 # source columns in use
+
+    @property
+    def columns(self) -> int:
+        return self.bias.shape[1]
+
+    @property
+    def capacity(self) -> int:
+        return self.bias.shape[0]
 
 
 class MarianBatch(RunningBatch):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.decoder = self.model.get_decoder()
-        self.cache: EncoderDecoderCache | None = None
-        self.mask: torch.Tensor | None = None  # decoder self-attention: [B, L]
-        self.source_mask: torch.Tensor | None = None  # encoder positions: [B, S]
+        cfg = self.decoder.config
+        self.heads = cfg.decoder_attention_heads
+        self.dim = cfg.d_model
+        self.head_dim = self.dim // self.heads
+        self.scaling = self.head_dim ** -0.5
+        self.cache: _Cache | None = None
+        self._layers: list[_Layer] = []
+        self._head: Projection | None = None
+        self._encoder: list[_EncoderLayer] = []
+        self._layout: tuple[int, int] | None = None
 
     @property
     def cache_length(self) -> int:
-        return 0 if self.mask is None else self.mask.shape[1]
+        return 0 if self.cache is None else self.cache.length
 
-    def _step(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: EncoderDecoderCache,
-              source_mask: torch.Tensor, encoder_states: torch.Tensor | None) -> torch.Tensor:
+    # ------------------------------------------------------------------ the model's weights, fused
+
+    def _build(self) -> list[_Layer]:
+        """The step's view of the model, rebuilt when the slot layers change (modules wrapped, slots grown)."""
+        mapping = self.mapping
+        layout = (id(self.decoder), -1 if mapping is None else mapping.structure)
+        if layout == self._layout:
+            return self._layers
+        layers = []
+        for layer in self.decoder.layers:
+            sa, ca = layer.self_attn, layer.encoder_attn
+            layers.append(_Layer(
+                qkv=Projection([sa.q_proj, sa.k_proj, sa.v_proj], mapping),
+                out=Projection([sa.out_proj], mapping),
+                cross_q=Projection([ca.q_proj], mapping),
+                cross_kv=Projection([ca.k_proj, ca.v_proj], mapping),
+                cross_out=Projection([ca.out_proj], mapping),
+                fc1=Projection([layer.fc1], mapping),
+                fc2=Projection([layer.fc2], mapping),
+                norms=tuple((n.weight, n.bias, n.eps) for n in (layer.self_attn_layer_norm,
+                                                                   layer.encoder_attn_layer_norm,
+                                                                   layer.final_layer_norm)),
+                activation=_activation(layer.activation_fn),
+            ))
+        self._encoder = [_EncoderLayer(
+            qkv=Projection([e.self_attn.q_proj, e.self_attn.k_proj, e.self_attn.v_proj], mapping),
+            out=Projection([e.self_attn.out_proj], mapping),
+            fc1=Projection([e.fc1], mapping),
+            fc2=Projection([e.fc2], mapping),
+            norms=tuple((n.weight, n.bias, n.eps) for n in (e.self_attn_layer_norm, e.final_layer_norm)),
+            activation=_activation(e.activation_fn),
+        ) for e in self.model.get_encoder().layers]
+        self._head = Projection([self.model.lm_head], None)
+        self._layers, self._layout = layers, layout
+        return layers
+
+    def _encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """The encoder over right-padded sources [n, S] (mask 1 for real tokens): hidden states [n, S, d], as
+        transformers' MarianEncoder computes them (post-norm layers, sinusoidal positions from 0)."""
+        self._build()
+        enc = self.model.get_encoder()
+        n, source = src.shape
+        d, h, hd = self.dim, self.heads, self.head_dim
+        pos = torch.arange(source, device=src.device)
+        x = enc.embed_tokens(src) * enc.embed_scale + F.embedding(pos, enc.embed_positions.weight)
+        x = x.reshape(n * source, d)
+        mask = torch.zeros(n, 1, 1, source, dtype=x.dtype, device=src.device).masked_fill(
+            src_mask[:, None, None, :] == 0, _NEG[x.dtype])
+        fp16 = x.dtype == torch.float16
+        for layer in self._encoder:
+            qkv = layer.qkv(x, source).view(n, source, 3, h, hd).permute(2, 0, 3, 1, 4)
+            attn = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask, scale=self.scaling)
+            x = _norm(x + layer.out(attn.transpose(1, 2).reshape(n * source, d), source), layer.norms[0])
+            x = _norm(x + layer.fc2(layer.activation(layer.fc1(x, source)), source), layer.norms[1])
+            if fp16 and not torch.isfinite(x).all():
+                # transformers clamps fp16 overflow after each encoder layer; so do we, to compute the same.
+                limit = torch.finfo(x.dtype).max - 1000
+                x = x.clamp(min=-limit, max=limit)
+        return x.view(n, source, d)
+
+    # ------------------------------------------------------------------ the step
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, cache: _Cache) -> torch.Tensor:
+        """Feed `ids` [B, T] at positions `pos` [B, T] to the decoder rows of `cache` (B = cache.rows), writing
+        their keys/values at columns length..length+T-1 (whose bias the caller has set); logits of the last
+        position [B, vocab]."""
+        layers = self._build()
         dec = self.decoder
-        hidden = dec.embed_tokens(ids) * dec.embed_scale
-        hidden = hidden + dec.embed_positions(ids.shape, position_ids=pos)
-        causal = create_causal_mask(config=dec.config, inputs_embeds=hidden, attention_mask=mask,
-                                    cache=cache.self_attention_cache)
-        # After prefill the layers read the cached cross-attention keys/values; they only need a non-None
-        # encoder input of the right batch size and dtype to take that path.
-        states = encoder_states if encoder_states is not None else hidden.new_empty(hidden.shape[0], 0, 1)
-        cross = create_bidirectional_mask(config=dec.config, inputs_embeds=hidden, attention_mask=source_mask,
-                                          encoder_hidden_states=states)
-        for layer in dec.layers:
-            hidden = layer(hidden, causal, states, encoder_attention_mask=cross, cache=cache, use_cache=True)
-        logits = self.model.lm_head(hidden[:, -1, :])
+        b, t = ids.shape
+        n, d, h, hd = b * t, self.dim, self.heads, self.head_dim
+        x = dec.embed_tokens(ids) * dec.embed_scale + F.embedding(pos, dec.embed_positions.weight)
+        x = x.reshape(n, d)
+        end = cache.length + t
+        mask = cache.bias[:b, None, None, :end]
+        if t > 1:
+            causal = torch.ones(t, end, dtype=torch.bool, device=ids.device).tril(cache.length)
+            mask = mask.masked_fill(~causal, _NEG[mask.dtype])
+        cmask = cache.cbias[:b, None, None, :cache.source]
+        for i, layer in enumerate(layers):
+            qkv = layer.qkv(x, t).view(b, t, 3, h, hd)
+            k_store, v_store = cache.k[i], cache.v[i]
+            k_store[:b, :, cache.length:end] = qkv[:, :, 1].transpose(1, 2)
+            v_store[:b, :, cache.length:end] = qkv[:, :, 2].transpose(1, 2)
+            attn = F.scaled_dot_product_attention(qkv[:, :, 0].transpose(1, 2), k_store[:b, :, :end],
+                                                  v_store[:b, :, :end], attn_mask=mask, scale=self.scaling)
+            x = _norm(x + layer.out(attn.transpose(1, 2).reshape(n, d), t), layer.norms[0])
+            q = layer.cross_q(x, t).view(b, t, h, hd).transpose(1, 2)
+            attn = F.scaled_dot_product_attention(q, cache.ck[i][:b, :, :cache.source],
+                                                  cache.cv[i][:b, :, :cache.source], attn_mask=cmask,
+                                                  scale=self.scaling)
+            x = _norm(x + layer.cross_out(attn.transpose(1, 2).reshape(n, d), t), layer.norms[1])
+            x = _norm(x + layer.fc2(layer.activation(layer.fc1(x, t)), t), layer.norms[2])
+        last = x.view(b, t, d)[:, -1]
+        logits = self._head(last)
         bias = getattr(self.model, "final_logits_bias", None)
         return logits + bias if bias is not None else logits
+
+    # ------------------------------------------------------------------ RunningBatch's moves
 
     def _prefill(self, sequences: list[Sequence]) -> tuple[torch.Tensor | None, Any]:
         width = max(len(s.input_ids) for s in sequences)
@@ -60,73 +212,162 @@ class MarianBatch(RunningBatch):
                            dtype=torch.long, device=self.device)
         src_mask = torch.tensor([[1] * len(s.input_ids) + [0] * (width - len(s.input_ids)) for s in sequences],
                                 dtype=torch.long, device=self.device)
-        states = self.model.get_encoder()(input_ids=src, attention_mask=src_mask).last_hidden_state
+        states = self._encode(src, src_mask)
+        cache = self._new_cache(len(sequences), states, src_mask)
         if all(len(s.decoder_prefix) == 1 for s in sequences):
-            return None, (self._empty_history(states), states.new_zeros(len(sequences), 0, dtype=torch.long),
-                          src_mask)
+            return None, cache
         ids, mask = left_padded([s.decoder_prefix for s in sequences], self.pad_id, self.device)
-        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        logits = self._step(ids, positions(mask), mask, cache, src_mask, states)
-        return logits, (cache, mask, src_mask)
+        self._open_columns(cache, mask)
+        logits = self._forward(ids, positions(mask), cache)
+        cache.length += ids.shape[1]
+        return logits, cache
 
-    def _empty_history(self, states: torch.Tensor) -> EncoderDecoderCache:
-        """A cache for rows that have fed no decoder token yet: empty self-attention, and the cross-attention
-        keys/values of every layer computed from the encoder output (what the layers would cache at their first
-        step)."""
-        rows = states.shape[0]
-        data = []
-        for layer in self.decoder.layers:
-            attn = layer.encoder_attn
-            shape = (rows, -1, attn.num_heads, attn.head_dim)
-            keys = attn.k_proj(states).view(shape).transpose(1, 2)
-            values = attn.v_proj(states).view(shape).transpose(1, 2)
-            empty = keys.new_zeros(rows, keys.shape[1], 0, keys.shape[3])
-            data.append((empty, empty, keys, values))
-        return EncoderDecoderCache(data)
+    def _new_cache(self, rows: int, states: torch.Tensor, src_mask: torch.Tensor) -> _Cache:
+        """An empty self-attention cache for `rows`, and their cross-attention keys/values from the encoder."""
+        layers = self._build()
+        source, dtype = states.shape[1], states.dtype
+        flat = states.reshape(rows * source, self.dim)
+        ck, cv = [], []
+        for layer in layers:
+            kv = layer.cross_kv(flat, source).view(rows, source, 2, self.heads, self.head_dim)
+            ck.append(kv[:, :, 0].transpose(1, 2).contiguous())
+            cv.append(kv[:, :, 1].transpose(1, 2).contiguous())
+        cbias = torch.zeros(rows, source, dtype=dtype, device=self.device).masked_fill(src_mask == 0, _NEG[dtype])
+        columns = _START_COLUMNS
+        k = [states.new_zeros(rows, self.heads, columns, self.head_dim) for _ in layers]
+        v = [states.new_zeros(rows, self.heads, columns, self.head_dim) for _ in layers]
+        bias = torch.full((rows, columns), _NEG[dtype], dtype=dtype, device=self.device)
+        return _Cache(rows, 0, k, v, bias, ck, cv, cbias, source)
+
+    def _open_columns(self, cache: _Cache, mask: torch.Tensor) -> None:
+        """Make room for mask.shape[1] more columns and unmask them where `mask` is 1."""
+        t = mask.shape[1]
+        _reserve(cache, cache.rows, cache.length + t)
+        cache.bias[:cache.rows, cache.length:cache.length + t] = torch.where(
+            mask.bool(), 0.0, _NEG[cache.bias.dtype]).to(cache.bias.dtype)
 
     def _merge(self, state: Any) -> None:
-        cache, mask, src_mask = state
-        if self.cache is None or not self.rows:
-            self.cache, self.mask, self.source_mask = cache, mask, src_mask
+        new: _Cache = state
+        mine = self.cache
+        if mine is None or not self.rows:
+            self.cache = new
             return
-        old, new = self.mask.shape[1], mask.shape[1]
-        width = max(old, new)
-        s_old, s_new = self.source_mask.shape[1], src_mask.shape[1]
-        s_width = max(s_old, s_new)
-        for mine, theirs in zip(self.cache.self_attention_cache.layers, cache.self_attention_cache.layers):
-            mine.keys = torch.cat([pad_left(mine.keys, width - old, -2), pad_left(theirs.keys, width - new, -2)])
-            mine.values = torch.cat([pad_left(mine.values, width - old, -2),
-                                     pad_left(theirs.values, width - new, -2)])
-        for mine, theirs in zip(self.cache.cross_attention_cache.layers, cache.cross_attention_cache.layers):
-            mine.keys = torch.cat([pad_right(mine.keys, s_width - s_old, -2),
-                                   pad_right(theirs.keys, s_width - s_new, -2)])
-            mine.values = torch.cat([pad_right(mine.values, s_width - s_old, -2),
-                                     pad_right(theirs.values, s_width - s_new, -2)])
-        self.mask = torch.cat([pad_left(self.mask, width - old, 1), pad_left(mask, width - new, 1)])
-        self.source_mask = torch.cat([pad_right(self.source_mask, s_width - s_old, 1),
-                                      pad_right(src_mask, s_width - s_new, 1)])
+        width = max(mine.length, new.length)
+        rows = mine.rows + new.rows
+        _reserve(mine, rows, width + 1, source=max(mine.source, new.source))
+        if width > mine.length:
+            _shift_right(mine, width - mine.length)
+        at, shift = mine.rows, width - new.length
+        for store, theirs in ((mine.k, new.k), (mine.v, new.v)):
+            for s, o in zip(store, theirs):
+                s[at:rows, :, :width].zero_()
+                s[at:rows, :, shift:width] = o[:new.rows, :, :new.length]
+        mine.bias[at:rows, :] = _NEG[mine.bias.dtype]
+        mine.bias[at:rows, shift:width] = new.bias[:new.rows, :new.length]
+        for store, theirs in ((mine.ck, new.ck), (mine.cv, new.cv)):
+            for s, o in zip(store, theirs):
+                s[at:rows, :, :new.source] = o[:new.rows, :, :new.source]
+        mine.cbias[at:rows, :] = _NEG[mine.cbias.dtype]
+        mine.cbias[at:rows, :new.source] = new.cbias[:new.rows, :new.source]
+        mine.rows, mine.length, mine.source = rows, width, max(mine.source, new.source)
 
     def _decode(self, last: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        assert self.cache is not None and self.mask is not None and self.source_mask is not None
-        self.mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], 1)], dim=1)
-        return self._step(last, pos, self.mask, self.cache, self.source_mask, None)
+        cache = self.cache
+        assert cache is not None
+        _reserve(cache, cache.rows, cache.length + 1)
+        cache.bias[:cache.rows, cache.length] = 0.0
+        logits = self._forward(last, pos, cache)
+        cache.length += 1
+        return logits
 
+    @torch.inference_mode()  # the engine compacts after answering rows, outside its forwards
     def _select(self, keep: list[int]) -> None:
+        cache = self.cache
         if not keep:
-            self.cache = self.mask = self.source_mask = None
+            self.cache = None
             return
-        assert self.cache is not None and self.mask is not None and self.source_mask is not None
+        assert cache is not None
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
-        mask = self.mask.index_select(0, index)
-        cut = leading_padding(mask)
-        self.mask = mask[:, cut:]
-        src_mask = self.source_mask.index_select(0, index)
-        used = src_mask.any(dim=0).nonzero()
-        s_len = int(used[-1]) + 1 if used.numel() else 0
-        self.source_mask = src_mask[:, :s_len]
-        for layer in self.cache.self_attention_cache.layers:
-            layer.keys = layer.keys.index_select(0, index)[..., cut:, :]
-            layer.values = layer.values.index_select(0, index)[..., cut:, :]
-        for layer in self.cache.cross_attention_cache.layers:
-            layer.keys = layer.keys.index_select(0, index)[..., :s_len, :]
-            layer.values = layer.values.index_select(0, index)[..., :s_len, :]
+        n = len(keep)
+        used = (cache.bias.index_select(0, index)[:, :cache.length] == 0).any(dim=0).nonzero()
+        cut = int(used[0]) if used.numel() else cache.length
+        length = cache.length - cut
+        for store in (cache.k, cache.v):
+            for s in store:
+                s[:n, :, :length] = s[:, :, cut:cache.length].index_select(0, index)
+        kept_bias = cache.bias.index_select(0, index)[:, cut:cache.length]
+        cache.bias[:n] = _NEG[cache.bias.dtype]
+        cache.bias[:n, :length] = kept_bias
+        src_used = (cache.cbias.index_select(0, index)[:, :cache.source] == 0).any(dim=0).nonzero()
+        source = int(src_used[-1]) + 1 if src_used.numel() else 0
+        for store in (cache.ck, cache.cv):
+            for s in store:
+                s[:n, :, :source] = s[:, :, :source].index_select(0, index)
+        kept_cbias = cache.cbias.index_select(0, index)[:, :source]
+        cache.cbias[:n] = _NEG[cache.cbias.dtype]
+        cache.cbias[:n, :source] = kept_cbias
+        cache.rows, cache.length, cache.source = n, length, source
+
+
+#: The additive mask value for a column a row must not see: large and finite, so a query that sees no column at
+#: all (a padding position in a prefill) averages harmlessly instead of producing NaN.
+_NEG = {dtype: torch.finfo(dtype).min / 2 for dtype in (torch.float32, torch.float16, torch.bfloat16)}
+
+
+def _norm(x: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor, float]) -> torch.Tensor:
+    weight, bias, eps = norm
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def _activation(fn: Any) -> Any:
+    """The layer's activation as a plain function where it is one (GELUActivation calls F.gelu)."""
+    name = type(fn).__name__
+    if name == "GELUActivation" and getattr(fn, "act", None) is F.gelu:
+        return F.gelu
+    return fn
+
+
+def _reserve(cache: _Cache, rows: int, columns: int, source: int | None = None) -> None:
+    """Grow the cache's tensors (doubling) so they hold `rows` rows, `columns` columns and `source` source columns;
+    what is in use is kept."""
+    source = cache.source if source is None else source
+    new_rows = _grown(cache.capacity, rows, _START_ROWS)
+    new_cols = _grown(cache.columns, columns, _START_COLUMNS)
+    new_src = max(cache.cbias.shape[1], source)
+    if (new_rows, new_cols) != (cache.capacity, cache.columns):
+        for store in (cache.k, cache.v):
+            for i, s in enumerate(store):
+                grown = s.new_zeros(new_rows, s.shape[1], new_cols, s.shape[3])
+                grown[:cache.rows, :, :cache.length] = s[:cache.rows, :, :cache.length]
+                store[i] = grown
+        bias = cache.bias.new_full((new_rows, new_cols), _NEG[cache.bias.dtype])
+        bias[:cache.rows, :cache.length] = cache.bias[:cache.rows, :cache.length]
+        cache.bias = bias
+    if (new_rows, new_src) != (cache.ck[0].shape[0] if cache.ck else new_rows, cache.cbias.shape[1]):
+        for store in (cache.ck, cache.cv):
+            for i, s in enumerate(store):
+                grown = s.new_zeros(new_rows, s.shape[1], new_src, s.shape[3])
+                grown[:cache.rows, :, :cache.source] = s[:cache.rows, :, :cache.source]
+                store[i] = grown
+        cbias = cache.cbias.new_full((new_rows, new_src), _NEG[cache.cbias.dtype])
+        cbias[:cache.rows, :cache.source] = cache.cbias[:cache.rows, :cache.source]
+        cache.cbias = cbias
+
+
+def _grown(have: int, need: int, start: int) -> int:
+    size = max(have, start)
+    while size < need:
+        size *= 2
+    return size
+
+
+def _shift_right(cache: _Cache, by: int) -> None:
+    """Move every row's columns `by` to the right (rows joining with a longer history)."""
+    n, length = cache.rows, cache.length
+    for store in (cache.k, cache.v):
+        for s in store:
+            s[:n, :, by:by + length] = s[:n, :, :length].clone()
+            s[:n, :, :by].zero_()
+    cache.bias[:n, by:by + length] = cache.bias[:n, :length].clone()
+    cache.bias[:n, :by] = _NEG[cache.bias.dtype]
+    cache.length = length + by

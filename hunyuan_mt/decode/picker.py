@@ -74,8 +74,10 @@ class TokenPicker:
                 sequences.append((tuple(words[:-1]), words[-1]))
         banned += _ids(get("suppress_tokens"))
         min_new = int(get("min_new_tokens") or 0)
-        vocab = int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() is not None \
-            else int(model.config.vocab_size)
+        head = model.get_output_embeddings()
+        # out_features covers int8 heads (int8.Int8Linear keeps no float weight); else the weight's rows.
+        vocab = int(model.config.vocab_size) if head is None else int(
+            getattr(head, "out_features", None) or head.weight.shape[0])
         return cls(gen=gen, vocab_size=vocab, eos=frozenset(eos), banned=sorted(set(banned)),
                    banned_sequences=sequences,
                    forced_bos=get("forced_bos_token_id") if encoder_decoder else None,

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
-from ..adapters.registry import AdapterWeights, lora_modules, lora_scale
+from ..peft_format import AdapterWeights, lora_modules, lora_scale
 from .mapping import BASE_SLOT, SlotMapping
 from .slots import SlotLinear
 

@@ -1,0 +1,416 @@
+"""Ours against the engine LibreTranslate runs (CTranslate2), on the same model, sentences and threads.
+
+    python -m bench.peer                    # 3 runs, 2 threads each → bench/results/peer.{json,md}
+    python -m bench.peer --runs 1 --quick   # smoke: 60 sentences, no quality pass
+
+CTranslate2 is a bench extra (`pip install -r requirements-bench.txt`), never a serving dependency. It gets the demo
+backbone with one pair's adapter merged into the weights (PEFT's merge_and_unload), converted by CTranslate2's own
+converter with a loader for the demo's vocabulary (`<pad>` is id 0 and has a trained embedding, where CTranslate2's
+Marian loader assumes Opus-MT's layout: `<pad>` last, the decoder started from a zero vector).
+
+Every engine runs in a process of its own (no thread pool shared with another engine), with the same number of
+threads, and answers:
+- (a) the 600 sentences on one pair: CTranslate2 fp32 and int8 with batches of 64 (sorted by length, as its
+  translate_batch does), ours through `translate_batch` as shipped (default profile; translation memory off so
+  the model answers);
+- (b) ours with the same 600 sentences spread over the 8 shipped adapters, sent by 8 concurrent callers so the
+  rows mix in the running batch, against CTranslate2 int8 on its one merged model;
+- (c) one short sentence on an idle engine, in-process, and for ours also over HTTP (POST /translate);
+- the cores busy during (a): the process's CPU time over wall time;
+- agreement with CTranslate2 fp32 (exact and chrF) and chrF against the references;
+- chrF of ours in int8 against ours in fp32 on the held-out UI strings of all 8 directions, and the held-out help
+  sentences when `data/libreoffice` holds LibreOffice's help (see `sentences`).
+Medians over `--runs` runs; the ratios are ours ÷ the peer, from medians of the same invocation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from hunyuan_mt.config import PROJECT_ROOT
+from hunyuan_mt.cpu import with_intel_openmp
+
+from .report import write_results
+
+WORK = PROJECT_ROOT / "bench" / "results" / "tmp" / "peer"
+PAIR = "en2es"
+SHORT = "Open the file."
+PAIRS = ("en2es", "en2de", "en2fr", "en2zh", "es2en", "de2en", "fr2en", "zh2en")
+HELP_ROOT = PROJECT_ROOT / "data" / "libreoffice"
+
+
+# ---------------------------------------------------------------------------------------------------- sentences
+
+def sentences(quick: bool = False) -> dict[str, Any]:
+    """The held-out UI strings of every direction (the demo build's split, drawn from the system's gettext
+    catalogues), 200 longer catalogue sentences (8-30 words, not held out) and, when LibreOffice's help is unpacked
+    under data/libreoffice, the held-out help sentences. Cached in the work folder."""
+    cache = WORK / "sentences.json"
+    if cache.is_file():
+        data = json.loads(cache.read_text(encoding="utf-8"))
+    else:
+        import itertools
+        import random
+
+        from hunyuan_mt.demo import sources
+        from hunyuan_mt.demo.corpus import build_corpus, clean
+        from hunyuan_mt.masking import protect
+
+        system = list(sources.gettext_catalogues())
+        corpus = build_corpus(itertools.chain(system, sources.libreoffice_help(HELP_ROOT)))
+        held = {en for en, _ in corpus.test["en2es"]}
+        longer: dict[str, str] = {}
+        for e in system:
+            if e.lang != "es":
+                continue
+            en, es = clean(e.en), clean(e.text)
+            if (en and es and en not in held and 8 <= len(en.split()) <= 30 and en[0].isalpha()
+                    and en.endswith(".") and "\n" not in en and not protect(en).spans):
+                longer.setdefault(en, es)
+        keys = sorted(longer)
+        random.Random(7).shuffle(keys)
+        data = {"ui": corpus.test, "long": [(k, longer[k]) for k in sorted(keys[:200])],
+                "help": corpus.help_test}
+        WORK.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    if quick:
+        data = {"ui": {k: v[:40] for k, v in data["ui"].items()}, "long": data["long"][:20],
+                "help": {k: v[:20] for k, v in data["help"].items()}}
+    return data
+
+
+def workload(data: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(sources, references) of the one-pair workload: held-out UI strings then the longer sentences, en→es."""
+    rows = list(data["ui"][PAIR]) + list(data["long"])
+    return [s for s, _ in rows], [r for _, r in rows]
+
+
+# ---------------------------------------------------------------------------------------------------- CTranslate2
+
+def convert(pair: str, out: Path) -> Path:
+    """The demo backbone with `pair`'s adapter merged, converted for CTranslate2 (float32; int8 is chosen when it
+    loads)."""
+    import torch
+    from ctranslate2.converters import transformers as ct2t
+    from peft import PeftModel
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    target = out / f"ct2-{pair}"
+    if (target / "model.bin").is_file():
+        return target
+
+    class DemoMarianLoader(ct2t.MarianMTLoader):
+        """All 8,012 rows kept, decoding starts from `<pad>`'s own embedding (the demo was trained that way)."""
+
+        def get_model_spec(self, model: Any) -> Any:
+            model.config.normalize_before = False
+            model.config.normalize_embedding = False
+            return ct2t.BartLoader.get_model_spec(self, model)
+
+        def set_config(self, config: Any, model: Any, tokenizer: Any) -> None:
+            config.eos_token = tokenizer.eos_token
+            config.unk_token = tokenizer.unk_token
+            config.decoder_start_token = tokenizer.pad_token
+
+        def set_decoder(self, spec: Any, decoder: Any) -> None:
+            ct2t.BartLoader.set_decoder(self, spec, decoder)
+
+        def get_vocabulary(self, model: Any, tokenizer: Any) -> list[str]:
+            return ct2t.BartLoader.get_vocabulary(self, model, tokenizer)
+
+    merged = out / f"merged-{pair}"
+    model = AutoModelForSeq2SeqLM.from_pretrained(PROJECT_ROOT / "models" / "demo", dtype=torch.float32)
+    model = PeftModel.from_pretrained(model, PROJECT_ROOT / "adapters" / pair).merge_and_unload()
+    model.save_pretrained(merged)
+    AutoTokenizer.from_pretrained(PROJECT_ROOT / "models" / "demo").save_pretrained(merged)
+    ct2t._MODEL_LOADERS["MarianConfig"] = DemoMarianLoader()
+    ct2t.TransformersConverter(str(merged)).convert(str(target), force=True)
+    return target
+
+
+def run_ct2(args: argparse.Namespace) -> dict[str, Any]:
+    import ctranslate2
+    from transformers import AutoTokenizer
+
+    data = sentences(args.quick)
+    texts, _ = workload(data)
+    tok = AutoTokenizer.from_pretrained(PROJECT_ROOT / "models" / "demo")
+    translator = ctranslate2.Translator(str(convert(PAIR, WORK)), device="cpu", compute_type=args.compute,
+                                        intra_threads=args.threads, inter_threads=1)
+
+    def translate(batch: list[str]) -> list[str]:
+        # Tokenizing and detokenizing count, as they do on our side.
+        tokens = [tok.convert_ids_to_tokens(tok(t)["input_ids"]) for t in batch]
+        results = translator.translate_batch(tokens, max_batch_size=64, beam_size=1, max_decoding_length=128,
+                                             suppress_sequences=[["<pad>"]])
+        return [tok.decode(tok.convert_tokens_to_ids(r.hypotheses[0]), skip_special_tokens=True).strip()
+                for r in results]
+
+    translate(texts[:16])
+    outputs, seconds, busy = [], [], []
+    for _ in range(args.repeat):
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        outputs = translate(texts)
+        seconds.append(time.perf_counter() - t0)
+        busy.append((time.process_time() - cpu0) / seconds[-1])
+    return {"engine": f"ct2-{args.compute}", "seconds": seconds, "busy": busy, "outputs": outputs,
+            "short_ms": _short(lambda: translate([SHORT]))}
+
+
+# ---------------------------------------------------------------------------------------------------- ours
+
+def _service(quantization: str | None) -> Any:
+    from hunyuan_mt.config import load_config
+    from hunyuan_mt.service import TranslationService
+
+    overrides: dict[str, Any] = {"tm.enabled": False, "memory.enabled": False, "limits.max_batch_items": 1000,
+                                 "model.warmup": True}
+    if quantization is not None:
+        overrides["model.quantization"] = quantization
+    return TranslationService(load_config(None, overrides, env={}))
+
+
+def run_ours(args: argparse.Namespace) -> dict[str, Any]:
+    data = sentences(args.quick)
+    texts, _ = workload(data)
+    service = _service(args.quantization)
+    try:
+        info = service.status()["backbone"]
+        import torch
+
+        service.translate_batch(texts[:32], "en", "es")
+        outputs, seconds, busy, mixed = [], [], [], []
+        for _ in range(args.repeat):
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            outputs = [r.text for r in service.translate_batch(texts, "en", "es")]
+            seconds.append(time.perf_counter() - t0)
+            busy.append((time.process_time() - cpu0) / seconds[-1])
+            mixed.append(_mixed(service, texts))
+        result = {"engine": f"ours-{info['quantization']}", "threads": torch.get_num_threads(),
+                  "seconds": seconds, "busy": busy, "mixed_seconds": mixed, "outputs": outputs,
+                  "short_ms": _short(lambda: service.translate(SHORT, "en", "es"))}
+        result["http_short_ms"] = _http_short(service)
+        if args.quality:
+            result["quality"] = _quality_outputs(service, data)
+        return result
+    finally:
+        service.close()
+
+
+def _mixed(service: Any, texts: list[str]) -> float:
+    """The sentences spread over the 8 shipped adapters, one concurrent caller per pair (the rows mix in the running
+    batch). Returns the wall time."""
+    groups = {pair: texts[i::len(PAIRS)] for i, pair in enumerate(PAIRS)}
+    errors: list[BaseException] = []
+
+    def call(pair: str) -> None:
+        src, tgt = pair.split("2")
+        try:
+            service.translate_batch(groups[pair], src, tgt)
+        except BaseException as exc:  # noqa: BLE001 - reported after the run
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call, args=(p,)) for p in PAIRS]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - t0
+
+
+def _short(fn: Any, n: int = 30) -> float:
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(n):
+        time.sleep(0.02)  # idle between requests
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+def _http_short(service: Any) -> float:
+    """POST /translate of the short sentence to the app served on 127.0.0.1 (the REST path as shipped)."""
+    import socket
+    import urllib.request
+
+    from hunyuan_mt.config import load_config
+    from hunyuan_mt.web.server import ServerThread, build_app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ServerThread(build_app(service, load_config(None, {}, env={})), "127.0.0.1", port).start()
+    body = json.dumps({"q": SHORT, "source": "en", "target": "es"}).encode()
+
+    def post() -> None:
+        req = urllib.request.Request(f"{server.url}/translate", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            json.loads(resp.read())
+
+    try:
+        return _short(post)
+    finally:
+        server.stop()
+
+
+def _quality_outputs(service: Any, data: dict[str, Any]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for part in ("ui", "help"):
+        for direction, rows in sorted(data[part].items()):
+            if direction not in PAIRS or not rows:
+                continue
+            src, tgt = direction.split("2")
+            out[f"{part}:{direction}"] = [r.text for r in service.translate_batch([s for s, _ in rows], src, tgt)]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- driver
+
+def _worker(args: argparse.Namespace) -> int:
+    result = run_ct2(args) if args.worker == "ct2" else run_ours(args)
+    Path(args.out).write_text(json.dumps(result, ensure_ascii=False))
+    return 0
+
+
+def _spawn(kind: str, extra: list[str], args: argparse.Namespace, tag: str) -> dict[str, Any]:
+    out = WORK / f"{tag}.json"
+    cmd = [sys.executable, "-m", "bench.peer", "--worker", kind, "--out", str(out), "--threads", str(args.threads),
+           "--repeat", "1"] + extra + (["--quick"] if args.quick else [])
+    # Ours as ./start.sh runs it (Intel's OpenMP preloaded where installed, hunyuan_mt/cpu.py); CTranslate2
+    # links its own OpenMP, so the preload is only ours.
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(PROJECT_ROOT))
+    env = with_intel_openmp(env) if kind == "ours" else {k: v for k, v in env.items() if k != "LD_PRELOAD"}
+    subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, check=True)
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _med(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.peer", description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2, help="CTranslate2's intra_threads; ours: model.cpu_threads")
+    p.add_argument("--quick", action="store_true", help="60 sentences and no quality pass (smoke test)")
+    p.add_argument("--worker", choices=["ct2", "ours"], help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    p.add_argument("--compute", default="int8", help=argparse.SUPPRESS)
+    p.add_argument("--quantization", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--repeat", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--quality", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        return _worker(args)
+
+    import sacrebleu
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    data = sentences(args.quick)
+    texts, refs = workload(data)
+    convert(PAIR, WORK)
+    runs: dict[str, list[dict[str, Any]]] = {"ct2-float32": [], "ct2-int8": [], "ours-int8": [], "ours-none": []}
+    for r in range(args.runs):
+        # Interleaved, so drift in the machine's load hits every engine alike.
+        runs["ct2-float32"].append(_spawn("ct2", ["--compute", "float32"], args, f"ct2-float32-{r}"))
+        runs["ct2-int8"].append(_spawn("ct2", ["--compute", "int8"], args, f"ct2-int8-{r}"))
+        quality = ["--quality"] if r == 0 and not args.quick else []
+        runs["ours-int8"].append(_spawn("ours", ["--quantization", "int8"] + quality, args, f"ours-int8-{r}"))
+        runs["ours-none"].append(_spawn("ours", ["--quantization", "none"] + quality, args, f"ours-none-{r}"))
+    med = {name: {
+        "seconds": _med([x["seconds"][0] for x in rs]), "seconds_runs": [round(x["seconds"][0], 3) for x in rs],
+        "short_ms": _med([x["short_ms"] for x in rs]), "busy": _med([x["busy"][0] for x in rs]),
+        **({"mixed_seconds": _med([x["mixed_seconds"][0] for x in rs]),
+            "mixed_runs": [round(x["mixed_seconds"][0], 3) for x in rs],
+            "http_short_ms": _med([x["http_short_ms"] for x in rs])} if name.startswith("ours") else {}),
+    } for name, rs in runs.items()}
+    ct2_fp32 = runs["ct2-float32"][-1]["outputs"]
+    agreement = {}
+    for name, rs in runs.items():
+        outs = rs[-1]["outputs"]
+        agreement[name] = {
+            "exact_vs_ct2_fp32": sum(a == b for a, b in zip(outs, ct2_fp32)),
+            "chrf_vs_ct2_fp32": round(sacrebleu.corpus_chrf(outs, [ct2_fp32]).score, 1),
+            "chrf_vs_reference": round(sacrebleu.corpus_chrf(outs, [refs]).score, 1),
+        }
+    quality = _quality_table(runs, data) if not args.quick else {}
+    results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": args.threads,
+               "runs": args.runs, "sentences": len(texts), "median": med, "agreement": agreement,
+               "quality": quality, "ours_threads": runs["ours-int8"][0]["threads"]}
+    write_results("peer" if not args.quick else "peer-quick", results, _report(results))
+    return 0
+
+
+def _quality_table(runs: dict[str, list[dict[str, Any]]], data: dict[str, Any]) -> dict[str, Any]:
+    import sacrebleu
+
+    q8, q32 = runs["ours-int8"][0]["quality"], runs["ours-none"][0]["quality"]
+    table = {}
+    for key in sorted(q32):
+        part, direction = key.split(":")
+        refs = [t for _, t in data[part][direction]]
+        a = sacrebleu.corpus_chrf(q8[key], [refs]).score
+        b = sacrebleu.corpus_chrf(q32[key], [refs]).score
+        table[key] = {"int8": round(a, 2), "fp32": round(b, 2), "delta": round(a - b, 2), "n": len(refs)}
+    return table
+
+
+def _report(r: dict[str, Any]) -> list[str]:
+    m, a = r["median"], r["agreement"]
+    ct8, ct32, o8, o32 = m["ct2-int8"], m["ct2-float32"], m["ours-int8"], m["ours-none"]
+    lines = [f"# Ours against CTranslate2 ({r['date']}, `python -m bench.peer --runs {r['runs']} --threads "
+             f"{r['threads']}`)", "",
+             f"{r['sentences']} sentences en→es (held-out UI strings + longer catalogue sentences), greedy, "
+             f"{r['threads']} threads each (ours: model.cpu_threads={r['ours_threads']}), translation memory off, "
+             "tokenizing included. Medians of the runs.", "",
+             "| engine | seconds (runs) | generated in one pair | cores busy | short sentence, idle (ms) |",
+             "|---|---|---|---|---|"]
+    for name, label in (("ct2-int8", "CTranslate2 int8, batch 64"), ("ct2-float32", "CTranslate2 fp32, batch 64"),
+                        ("ours-int8", "ours, int8 (the CPU default)"), ("ours-none", "ours, fp32")):
+        x = m[name]
+        lines.append(f"| {label} | {x['seconds']:.2f} ({', '.join(str(v) for v in x['seconds_runs'])}) | – | "
+                     f"{x['busy']:.2f} | {x['short_ms']:.1f} |")
+    lines += ["", "| measure | ours | peer | ours ÷ peer |", "|---|---|---|---|",
+              f"| 600 sentences, one pair: int8 vs CTranslate2 int8 | {o8['seconds']:.2f} s | {ct8['seconds']:.2f} s | "
+              f"**{o8['seconds'] / ct8['seconds']:.2f}** |",
+              f"| the same over 8 pairs mixed vs CTranslate2 int8 on one merged model | {o8['mixed_seconds']:.2f} s "
+              f"({', '.join(str(v) for v in o8['mixed_runs'])}) | {ct8['seconds']:.2f} s | "
+              f"**{o8['mixed_seconds'] / ct8['seconds']:.2f}** |",
+              f"| fp32: ours vs CTranslate2 fp32 | {o32['seconds']:.2f} s | {ct32['seconds']:.2f} s | "
+              f"**{o32['seconds'] / ct32['seconds']:.2f}** |",
+              f"| one short sentence, idle, in-process, vs CTranslate2 int8 | {o8['short_ms']:.1f} ms | "
+              f"{ct8['short_ms']:.1f} ms | **{o8['short_ms'] / ct8['short_ms']:.2f}** |",
+              f"| one short sentence, idle, over HTTP, vs CTranslate2 int8 in-process | {o8['http_short_ms']:.1f} ms | "
+              f"{ct8['short_ms']:.1f} ms | **{o8['http_short_ms'] / ct8['short_ms']:.2f}** |",
+              f"| cores busy during the 600 (int8) | {o8['busy']:.2f} | {ct8['busy']:.2f} | – |",
+              "", "Agreement (last run's outputs):", "",
+              "| engine | identical to CTranslate2 fp32 | chrF vs CTranslate2 fp32 | chrF vs references |",
+              "|---|---|---|---|"]
+    for name, x in a.items():
+        lines.append(f"| {name} | {x['exact_vs_ct2_fp32']}/{r['sentences']} | {x['chrf_vs_ct2_fp32']} | "
+                     f"{x['chrf_vs_reference']} |")
+    if r["quality"]:
+        lines += ["", "Ours int8 against ours fp32, chrF against the references (held-out sets):", "",
+                  "| set | n | fp32 | int8 | int8 − fp32 |", "|---|---|---|---|---|"]
+        for key, x in r["quality"].items():
+            lines.append(f"| {key} | {x['n']} | {x['fp32']} | {x['int8']} | {x['delta']:+.2f} |")
+    return lines
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
