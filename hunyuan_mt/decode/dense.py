@@ -49,7 +49,7 @@ class Projection:
 
     def __call__(self, x: torch.Tensor, tokens_per_row: int = 1) -> torch.Tensor:
         if self.int8 is not None:
-            y = self.int8(x)
+            y = self.int8.matmul(x)
         else:
             y = F.linear(x, self.weight, self.bias)
         if self.lora is not None:

@@ -1,0 +1,313 @@
+"""The lean decode step against transformers, the grouped LoRA against the slot layers, int8 weights, and the
+engine's scheduling rules that came with them (threads per forward, no idle wait, a backlog joining in groups).
+
+The lean Marian step computes what transformers' MarianMTModel computes for each row alone: logits per step are
+compared in float32 with the model's own forward over the row's whole history, the row's adapter set in the slot
+mapping, for rows on different adapters and rows that join while others decode.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from hunyuan_mt.adapters.request import Pair
+from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.config import EngineConfig, GenerationConfig, LimitsConfig
+from hunyuan_mt.decode import Sequence
+from hunyuan_mt.lora import BASE_SLOT
+from tiny_models import UNGUARDED
+
+#: What the demo's adapters target: every linear of attention and feed-forward (the tiny defaults are q and v).
+ALL_TARGETS = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2")
+
+
+@pytest.fixture(scope="module", params=["q_v", "all"])
+def adapters(request, tmp_path_factory, marian_dir: Path) -> Path:
+    """The tiny Marian's adapters: tiny_models' defaults (q and v), or every linear as the demo's adapters."""
+    import tiny_models
+
+    if request.param == "q_v":
+        return request.getfixturevalue("marian_adapters")
+    root = tmp_path_factory.mktemp("all_targets")
+    tiny_models.make_adapters(marian_dir, root, target_modules=ALL_TARGETS)
+    return root
+
+
+TEXTS = ["Hello world, how are you today?", "Open the file, save the document and close the window.",
+         "Hola mundo", "The quick brown fox.", "Datei öffnen", "Bonjour le monde."]
+
+
+def _slots(cache, keys: list[str | None]) -> tuple[object, list[int]]:
+    lease = cache.lease([None if k is None else Pair.parse(k) for k in keys])
+    held = lease.__enter__()
+    return lease, list(held.slots)
+
+
+def test_lean_marian_logits_equal_transformers_per_step(marian_dir: Path, adapters: Path, fresh_backbone,
+                                                        make_cache) -> None:
+    bb = fresh_backbone(marian_dir)
+    cache = make_cache(bb, adapters, slots=3)
+    lease, slots = _slots(cache, [None, "en2es", "en2fr", "en2de"])
+    batch = bb.new_batch(GenerationConfig())
+    batch.picker.finished = lambda token, row: False  # the random model would stop rows at different steps
+    seen: list[tuple[torch.Tensor, list[tuple[int, list[int]]]]] = []
+    choose = batch._choose
+
+    def record(logits, live):
+        seen.append((logits.clone(), [(r.seq.tag, list(r.tokens.seen)) for r in live]))
+        choose(logits, live)
+
+    batch._choose = record
+    encoded = {i: bb.encode(PromptRow(TEXTS[i], "en", "es")) for i in range(5)}
+    row_slot = {0: slots[0], 1: slots[1], 2: slots[2], 3: slots[1], 4: slots[3]}
+    with torch.inference_mode():
+        batch.add([Sequence(i, encoded[i].input_ids, row_slot[i], 40, encoded[i].decoder_prefix) for i in (0, 1)])
+        for _ in range(3):
+            batch.step()
+        # Two rows join three steps in, with sources longer and shorter than the running rows'.
+        batch.add([Sequence(i, encoded[i].input_ids, row_slot[i], 40, encoded[i].decoder_prefix) for i in (2, 3)])
+        for _ in range(2):
+            batch.step()
+        batch.drop({0})  # a row leaving mid-decode compacts the cache
+        batch.add([Sequence(4, encoded[4].input_ids, row_slot[4], 40, encoded[4].decoder_prefix)])
+        for _ in range(3):
+            batch.step()
+        checked = 0
+        for logits, rows in seen:
+            for j, (tag, history) in enumerate(rows):
+                src = torch.tensor([encoded[tag].input_ids])
+                with bb.lora.mapping.use([row_slot[tag]]):
+                    ref = bb.model(input_ids=src, decoder_input_ids=torch.tensor([history])).logits[0, -1]
+                torch.testing.assert_close(logits[j], ref, atol=1e-4, rtol=1e-3)  # float32, ops fused and reordered
+                checked += 1
+    lease.__exit__(None, None, None)
+    assert checked >= 25  # every row at every step, adapters mixed
+
+
+def test_lean_encoder_equals_transformers_encoder(marian_dir: Path, adapters: Path, fresh_backbone,
+                                                  make_cache) -> None:
+    bb = fresh_backbone(marian_dir)
+    cache = make_cache(bb, adapters, slots=3)
+    lease, slots = _slots(cache, ["en2es", None, "en2fr"])
+    batch = bb.new_batch(GenerationConfig())
+    ids = [bb.encode(PromptRow(t, "en", "es")).input_ids for t in TEXTS[:3]]
+    width = max(len(i) for i in ids)
+    src = torch.tensor([i + (0,) * (width - len(i)) for i in ids])
+    mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i in ids])
+    with torch.inference_mode(), bb.lora.mapping.use(slots):
+        ours = batch._encode(src, mask)
+        ref = bb.model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state
+    lease.__exit__(None, None, None)
+    for row, n in enumerate(len(i) for i in ids):
+        torch.testing.assert_close(ours[row, :n], ref[row, :n], atol=1e-4, rtol=1e-3)  # float32, ops fused and reordered
+
+
+def test_grouped_lora_adds_what_each_slot_layer_adds(marian_dir: Path, adapters: Path, fresh_backbone,
+                                                     make_cache) -> None:
+    """Q, K and V of one layer through GroupedLoRA equal the three SlotLinear LoRA terms, per row: mixed slots with
+    bare rows among them, one slot for all, and all bare."""
+    from hunyuan_mt.lora.grouped import GroupedLoRA
+
+    bb = fresh_backbone(marian_dir)
+    cache = make_cache(bb, adapters, slots=3)
+    lease, (es, fr) = _slots(cache, ["en2es", "en2fr"])
+    from hunyuan_mt.lora import SlotLinear
+
+    attn = bb.model.get_decoder().layers[0].self_attn
+    modules = [attn.q_proj, attn.k_proj, attn.v_proj]
+    layers = [m if isinstance(m, SlotLinear) else None for m in modules]
+    # q and v only: a group with a gap (added per projection); all: the fused path over Q, K and V
+    assert layers[0] is not None and (None in layers) == (adapters.name != "all_targets0")
+    widths = [m.out_features for m in modules]
+    grouped = GroupedLoRA(layers, widths, bb.lora.mapping)
+    x = torch.randn(5, modules[0].in_features)
+    for slots in ([es, BASE_SLOT, fr, fr, es], [fr] * 5, [BASE_SLOT] * 5):
+        with torch.inference_mode(), bb.lora.mapping.use(slots):
+            ours = grouped.add_to(x, torch.zeros(5, sum(widths)))
+            ref = torch.cat([m(x) - m.base(x) if isinstance(m, SlotLinear) else torch.zeros(5, m.out_features)
+                             for m in modules], dim=1)
+        torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-4)
+        assert bool((ours[[i for i, s in enumerate(slots) if s == BASE_SLOT]] == 0).all())
+    lease.__exit__(None, None, None)
+
+
+# ---------------------------------------------------------------------------------------------------- int8
+
+def test_int8_linear_is_close_to_float32_and_reports_its_shape() -> None:
+    from hunyuan_mt.int8 import Int8Linear
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48)
+    q = Int8Linear.from_linear(linear)
+    x = torch.randn(7, 64)
+    err = (q(x) - linear(x)).norm() / linear(x).norm()
+    assert err < 0.02
+    assert (q.in_features, q.out_features) == (64, 48)
+    w, b = q.dequantized()
+    assert w.shape == (48, 64) and torch.equal(b, linear.bias.detach())
+
+
+def test_int8_backbone_keeps_its_spec_and_serves_adapters(marian_dir: Path, marian_adapters: Path, fresh_backbone,
+                                                          make_cache) -> None:
+    """Every Linear becomes int8, the adapters validate against the same shapes, and a batch of rows on three
+    adapters (LoRA in float32 on top) translates."""
+    from hunyuan_mt.int8 import Int8Linear
+
+    fp32 = fresh_backbone(marian_dir)
+    bb = fresh_backbone(marian_dir, quantization="int8")
+    assert bb.spec == fp32.spec
+    assert not any(isinstance(m, torch.nn.Linear) for m in bb.model.modules())
+    assert sum(isinstance(m, Int8Linear) for m in bb.model.modules()) == len(fp32.spec.shapes)
+    cache = make_cache(bb, marian_adapters, slots=3)
+    assert cache.registry.usable_pairs() >= {Pair.parse(k) for k in ("en2es", "en2fr")}
+    lease, slots = _slots(cache, [None, "en2es", "en2fr"])
+    rows = [PromptRow(t, "en", "es") for t in TEXTS[:3]]
+    out = bb.generate(rows, slots, GenerationConfig(), 8)
+    lease.__exit__(None, None, None)
+    assert len(out) == 3 and all(isinstance(t, str) for t in out)
+
+
+def test_int8_is_refused_off_the_cpu_with_the_reason() -> None:
+    from hunyuan_mt.backbone import _quantization_config
+    from hunyuan_mt.config import ModelConfig
+    from hunyuan_mt.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        _quantization_config(ModelConfig(quantization="int8"), "cuda:0", torch.bfloat16)
+    assert "int8 runs on the CPU" in info.value.message and "8bit" in info.value.message
+
+
+# ---------------------------------------------------------------------------------------------------- threads
+
+def test_default_threads_follow_the_openmp_runtime(monkeypatch) -> None:
+    from hunyuan_mt import cpu
+
+    monkeypatch.setattr(cpu, "usable_cores", lambda: 4)
+    monkeypatch.setattr(cpu, "intel_openmp_loaded", lambda: True)
+    assert cpu.default_threads() == 4
+    monkeypatch.setattr(cpu, "intel_openmp_loaded", lambda: False)
+    assert cpu.default_threads() == 3
+    monkeypatch.setattr(cpu, "usable_cores", lambda: 1)
+    assert cpu.default_threads() == 1
+
+
+def test_a_forward_gets_threads_by_its_size(marian_dir: Path, fresh_backbone) -> None:
+    """One row decodes on one thread; 16 rows on the configured threads; the setting is restored after."""
+    from hunyuan_mt.decode.batch import DECODE_ROWS_PER_THREAD
+
+    bb = fresh_backbone(marian_dir)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        batch = bb.new_batch(GenerationConfig())
+        batch.picker.finished = lambda token, row: False
+        used: list[int] = []
+        decode = batch._decode
+
+        def spy(last, pos):
+            used.append(torch.get_num_threads())
+            return decode(last, pos)
+
+        batch._decode = spy
+        e = bb.encode(PromptRow(TEXTS[0], "en", "es"))
+        with torch.inference_mode():
+            batch.add([Sequence(0, e.input_ids, BASE_SLOT, 20, e.decoder_prefix)])
+            batch.step()
+            batch.add([Sequence(i, e.input_ids, BASE_SLOT, 20, e.decoder_prefix)
+                       for i in range(1, 2 * DECODE_ROWS_PER_THREAD)])
+            batch.step()
+        assert used == [1, 2]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+# ---------------------------------------------------------------------------------------------------- scheduling
+
+def _engine(marian_dir: Path, marian_adapters: Path, fresh_backbone, make_cache, **engine):
+    from hunyuan_mt.engine import BatchEngine
+
+    bb = fresh_backbone(marian_dir)
+    cache = make_cache(bb, marian_adapters, slots=3)
+    return BatchEngine(bb, cache, EngineConfig(**engine), GenerationConfig(),
+                       LimitsConfig(max_new_tokens=12, **UNGUARDED))
+
+
+def test_a_lone_request_on_an_idle_engine_starts_at_once(marian_dir: Path, marian_adapters: Path, fresh_backbone,
+                                                         make_cache) -> None:
+    from hunyuan_mt.engine import Row
+
+    engine = _engine(marian_dir, marian_adapters, fresh_backbone, make_cache, max_wait_ms=3000)
+    try:
+        engine.run([Row(TEXTS[2], "en", "es", Pair.parse("en2es"))])  # first forwards: lazy initialisation
+        started = time.monotonic()
+        engine.run([Row(TEXTS[3], "en", "es", Pair.parse("en2es"))], timeout=30)
+        assert time.monotonic() - started < 1.5  # not the 3 s batching wait
+    finally:
+        engine.close()
+
+
+def test_an_idle_engine_waits_for_a_submit_under_way(marian_dir: Path, marian_adapters: Path, fresh_backbone,
+                                                     make_cache) -> None:
+    """A row queued while another caller is still tokenizing waits for it (max_wait_ms), so both share the first
+    prefill."""
+    from hunyuan_mt.engine import Row
+
+    engine = _engine(marian_dir, marian_adapters, fresh_backbone, make_cache, max_wait_ms=3000)
+    try:
+        engine.run([Row(TEXTS[2], "en", "es", Pair.parse("en2es"))])
+        start = len(engine.history)
+        tokenizing, release = threading.Event(), threading.Event()
+        encode = engine.backbone.encode
+
+        def slow_encode(row):
+            if row.text == TEXTS[1]:
+                tokenizing.set()
+                release.wait(10)
+            return encode(row)
+
+        engine.backbone.encode = slow_encode
+        slow = threading.Thread(target=lambda: engine.run([Row(TEXTS[1], "en", "es", Pair.parse("en2es"))]))
+        slow.start()
+        assert tokenizing.wait(10)
+        fast = engine.submit([Row(TEXTS[3], "en", "es", Pair.parse("en2es"))])[0]
+        time.sleep(0.3)
+        assert [h.kind for h in list(engine.history)[start:]] == []  # held while the other submit runs
+        release.set()
+        fast.result(timeout=30)
+        slow.join(30)
+        first = list(engine.history)[start]
+        assert (first.kind, first.rows) == ("prefill", 2)
+    finally:
+        engine.backbone.encode = encode
+        engine.close()
+
+
+@pytest.mark.parametrize("join_min", [1, 3])
+def test_a_backlog_joins_in_groups(marian_dir: Path, marian_adapters: Path, fresh_backbone, make_cache,
+                                   join_min: int) -> None:
+    """More rows waiting than the batch holds: they enter once join_min_rows fit (with 1, one by one as rows
+    finish), and every row still gets its own output."""
+    from hunyuan_mt.engine import Row
+
+    engine = _engine(marian_dir, marian_adapters, fresh_backbone, make_cache, max_rows=4, join_min_rows=join_min,
+                     max_wait_ms=0)
+    try:
+        pair = Pair.parse("en2es")
+        rows = [Row(f"{TEXTS[i % 6]} {i}", "en", "es", pair, max_new_tokens=2 + (3 * i) % 7) for i in range(14)]
+        alone = [engine.run([r])[0] for r in rows]
+        start = len(engine.history)
+        assert engine.run(rows, timeout=60) == alone
+        prefills = [h.rows for h in list(engine.history)[start:] if h.kind == "prefill"]
+        assert sum(prefills) == len(rows)
+        if join_min == 1:
+            assert min(prefills) == 1
+        else:
+            assert all(n >= 3 for n in prefills[1:-1]) and len(prefills) < len(rows) - 4
+    finally:
+        engine.close()
