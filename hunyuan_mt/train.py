@@ -329,7 +329,9 @@ def run(args: argparse.Namespace) -> int:
         model_cfg = replace(model_cfg, path=args.base)
     if args.device:
         model_cfg = replace(model_cfg, device=args.device)
-    model_cfg = replace(model_cfg, warmup=False)
+    # PEFT trains float layers: the adapter is trained on the float32 backbone whatever the profile serves with
+    # (an int8 profile then serves it with LoRA in float32 on top of its int8 weights).
+    model_cfg = replace(model_cfg, warmup=False, quantization="none")
     out = args.out or cfg.cache.resolved_dir / pair.key
     if out.exists() and any(out.iterdir()) and not args.force:
         raise InvalidInput(f"{out} already exists; pass --force to overwrite it")

@@ -545,7 +545,7 @@ def test_pivot_second_hop_joins_the_running_batch(marian_dir: Path, marian_adapt
     cfg = load_config(overrides={
         "model.path": str(marian_dir), "model.warmup": False, "cache.adapters_dir": str(marian_adapters),
         "cache.pinned": [], "routing.pivot": "en", "memory.enabled": False, "limits.max_new_tokens": 4,
-        "engine.max_wait_ms": 0, "engine.split_sentences": False,
+        "engine.max_wait_ms": 0, "engine.split_sentences": False, "model.quantization": "none",
         # The long row must run its 60 tokens (the random model loops, which the guard would cut after a few
         # steps, and then how far it got before the second hop came would depend on the step's speed).
         **{f"limits.{k}": v for k, v in UNGUARDED.items()}}, env={})

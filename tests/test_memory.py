@@ -72,7 +72,8 @@ def _rows() -> list[Row]:
 def test_light_mode_enter_and_exit(hunyuan_dir: Path, hunyuan_adapters: Path, engine_for,
                                    caplog: pytest.LogCaptureFixture) -> None:
     engine = engine_for(hunyuan_dir, hunyuan_adapters)
-    engine.run(_rows())
+    for row in _rows():  # one by one: the order they are used in is the LRU order
+        engine.run([row])
     cache = engine.cache
     assert cache.lru_order() == ["es2en", "en2de"]
     policy = MemoryPolicy(MemoryConfig(), MemoryMonitor(reader=Readings(0.95, 0.80, 0.70, host=0.5)),

@@ -21,7 +21,10 @@ def make_service(model_dir: Path, adapters: Path, **overrides) -> TranslationSer
         "model.path": str(model_dir), "model.warmup": False, "cache.adapters_dir": str(adapters),
         "cache.pinned": ["en2es"], "routing.pivot": "en", "memory.enabled": False,
         "limits.max_new_tokens": 8, "limits.max_chars": 300, "limits.max_batch_items": 4,
-        "engine.max_wait_ms": 1, **overrides,
+        "engine.max_wait_ms": 1,
+        # float32: these tests compare outputs with references computed apart (PEFT, a row alone); the int8 profile
+        # is served end to end by the web tests and checked in tests/test_lean_step.py.
+        "model.quantization": "none", **overrides,
     }, env={})
     return TranslationService(cfg, backbone=Backbone.load_uncached(cfg.model))
 
