@@ -348,6 +348,12 @@ def main(argv: list[str] | None = None) -> int:
             "chrf_vs_ct2_fp32": round(sacrebleu.corpus_chrf(outs, [ct2_fp32]).score, 1),
             "chrf_vs_reference": round(sacrebleu.corpus_chrf(outs, [refs]).score, 1),
         }
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(PROJECT_ROOT / "models" / "demo")
+    for name, rs in runs.items():
+        generated = sum(len(tok(o, add_special_tokens=False)["input_ids"]) + 1 for o in rs[-1]["outputs"])
+        med[name]["tokens_per_s"] = round(generated / med[name]["seconds"])
     quality = _quality_table(runs, data) if not args.quick else {}
     results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": args.threads,
                "runs": args.runs, "sentences": len(texts), "median": med, "agreement": agreement,
@@ -378,12 +384,13 @@ def _report(r: dict[str, Any]) -> list[str]:
              f"{r['sentences']} sentences en→es (held-out UI strings + longer catalogue sentences), greedy, "
              f"{r['threads']} threads each (ours: model.cpu_threads={r['ours_threads']}), translation memory off, "
              "tokenizing included. Medians of the runs.", "",
-             "| engine | seconds (runs) | generated in one pair | cores busy | short sentence, idle (ms) |",
+             "| engine | seconds (runs) | generated tok/s | cores busy | short sentence, idle (ms) |",
              "|---|---|---|---|---|"]
     for name, label in (("ct2-int8", "CTranslate2 int8, batch 64"), ("ct2-float32", "CTranslate2 fp32, batch 64"),
                         ("ours-int8", "ours, int8 (the CPU default)"), ("ours-none", "ours, fp32")):
         x = m[name]
-        lines.append(f"| {label} | {x['seconds']:.2f} ({', '.join(str(v) for v in x['seconds_runs'])}) | – | "
+        lines.append(f"| {label} | {x['seconds']:.2f} ({', '.join(str(v) for v in x['seconds_runs'])}) | "
+                     f"{x['tokens_per_s']:,} | "
                      f"{x['busy']:.2f} | {x['short_ms']:.1f} |")
     lines += ["", "| measure | ours | peer | ours ÷ peer |", "|---|---|---|---|",
               f"| 600 sentences, one pair: int8 vs CTranslate2 int8 | {o8['seconds']:.2f} s | {ct8['seconds']:.2f} s | "
