@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 from hunyuan_mt.config import PROJECT_ROOT
-from hunyuan_mt.cpu import with_intel_openmp
 
 from .report import write_results
 
@@ -184,6 +183,11 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     texts, _ = workload(data)
     service = _service(args.quantization)
     try:
+        # As a user meets it once /health says ok: the detector's helper process has finished loading (it takes a
+        # core for about two seconds after start).
+        deadline = time.monotonic() + 120
+        while not service.ready and time.monotonic() < deadline:
+            time.sleep(0.1)
         info = service.status()["backbone"]
         import torch
 
@@ -291,6 +295,8 @@ def _spawn(kind: str, extra: list[str], args: argparse.Namespace, tag: str) -> d
     out = WORK / f"{tag}.json"
     cmd = [sys.executable, "-m", "bench.peer", "--worker", kind, "--out", str(out), "--threads", str(args.threads),
            "--repeat", "1"] + extra + (["--quick"] if args.quick else [])
+    from hunyuan_mt.cpu import with_intel_openmp
+
     # Ours as ./start.sh runs it (Intel's OpenMP preloaded where installed, hunyuan_mt/cpu.py); CTranslate2
     # links its own OpenMP, so the preload is only ours.
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(PROJECT_ROOT))

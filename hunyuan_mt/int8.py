@@ -100,7 +100,8 @@ class Int8Linear(nn.Module):
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """`forward` for a 2-D float32 input [N, in] (the lean decode step calls this directly)."""
-        scale = torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True).clamp_(min=1e-30)
+        # abs().amax, not linalg.vector_norm(inf): 5 vs 38 µs for 32 tokens of 384 (the norm takes a slow path).
+        scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)
         y = _LINEAR(torch.cat([x / scale, self._anchor]), self._packed, True)[:-1]
         return y.mul_(scale) if self.bias is None else torch.addcmul(self.bias, y, scale)
 
