@@ -334,24 +334,24 @@ def _reserve(cache: _Cache, rows: int, columns: int, source: int | None = None) 
     new_rows = _grown(cache.capacity, rows, _START_ROWS)
     new_cols = _grown(cache.columns, columns, _START_COLUMNS)
     new_src = max(cache.cbias.shape[1], source)
-    if (new_rows, new_cols) != (cache.capacity, cache.columns):
-        for store in (cache.k, cache.v):
-            for i, s in enumerate(store):
-                grown = s.new_zeros(new_rows, s.shape[1], new_cols, s.shape[3])
-                grown[:cache.rows, :, :cache.length] = s[:cache.rows, :, :cache.length]
-                store[i] = grown
-        bias = cache.bias.new_full((new_rows, new_cols), _NEG[cache.bias.dtype])
-        bias[:cache.rows, :cache.length] = cache.bias[:cache.rows, :cache.length]
-        cache.bias = bias
-    if (new_rows, new_src) != (cache.ck[0].shape[0] if cache.ck else new_rows, cache.cbias.shape[1]):
-        for store in (cache.ck, cache.cv):
-            for i, s in enumerate(store):
-                grown = s.new_zeros(new_rows, s.shape[1], new_src, s.shape[3])
-                grown[:cache.rows, :, :cache.source] = s[:cache.rows, :, :cache.source]
-                store[i] = grown
-        cbias = cache.cbias.new_full((new_rows, new_src), _NEG[cache.cbias.dtype])
-        cbias[:cache.rows, :cache.source] = cache.cbias[:cache.rows, :cache.source]
-        cache.cbias = cbias
+    if (new_rows, new_cols) != tuple(cache.bias.shape):
+        cache.bias = _regrow((cache.k, cache.v), cache.bias, cache.rows, cache.length, new_rows, new_cols)
+    if (new_rows, new_src) != tuple(cache.cbias.shape):
+        cache.cbias = _regrow((cache.ck, cache.cv), cache.cbias, cache.rows, cache.source, new_rows, new_src)
+
+
+def _regrow(stores: tuple[list[torch.Tensor], ...], bias: torch.Tensor, rows: int, used: int, new_rows: int,
+            new_cols: int) -> torch.Tensor:
+    """Reallocate keys/values (`stores`: lists of [rows, heads, columns, head_dim]) and their bias [rows, columns]
+    to new_rows × new_cols, keeping the first `rows` rows and `used` columns. Returns the new bias."""
+    for store in stores:
+        for i, s in enumerate(store):
+            grown = s.new_zeros(new_rows, s.shape[1], new_cols, s.shape[3])
+            grown[:rows, :, :used] = s[:rows, :, :used]
+            store[i] = grown
+    grown_bias = bias.new_full((new_rows, new_cols), _NEG[bias.dtype])
+    grown_bias[:rows, :used] = bias[:rows, :used]
+    return grown_bias
 
 
 def _grown(have: int, need: int, start: int) -> int:
