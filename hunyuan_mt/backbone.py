@@ -285,9 +285,9 @@ class Backbone:
         dtype = resolve_dtype(cfg, device)
         if device == "cpu":
             threads = cfg.cpu_threads or cpu.default_threads()
+            log.info("torch intra-op threads: %d (model.cpu_threads; OpenMP runtime: %s)", threads,
+                     "Intel's (preloaded)" if cpu.intel_openmp_loaded() else "torch's libgomp")
             if torch.get_num_threads() != threads:
-                log.info("torch intra-op threads: %d (model.cpu_threads%s)", threads,
-                         "; Intel OpenMP" if cpu.intel_openmp_loaded() else "")
                 torch.set_num_threads(threads)
         quant = _quantization_config(cfg, device, dtype)
         source = _model_source(cfg)
