@@ -136,6 +136,16 @@ def convert(pair: str, out: Path) -> Path:
     return target
 
 
+def ct2_translate(translator: Any, tok: Any, texts: list[str]) -> list[str]:
+    """Greedy, batches of 64 (CTranslate2 sorts them by length); tokenizing and detokenizing count, as they do on
+    our side. `<pad>` is suppressed as the demo's generation config bans it."""
+    tokens = [tok.convert_ids_to_tokens(tok(t)["input_ids"]) for t in texts]
+    results = translator.translate_batch(tokens, max_batch_size=64, beam_size=1, max_decoding_length=128,
+                                         suppress_sequences=[["<pad>"]])
+    return [tok.decode(tok.convert_tokens_to_ids(r.hypotheses[0]), skip_special_tokens=True).strip()
+            for r in results]
+
+
 def run_ct2(args: argparse.Namespace) -> dict[str, Any]:
     import ctranslate2
     from transformers import AutoTokenizer
@@ -147,12 +157,7 @@ def run_ct2(args: argparse.Namespace) -> dict[str, Any]:
                                         intra_threads=args.threads, inter_threads=1)
 
     def translate(batch: list[str]) -> list[str]:
-        # Tokenizing and detokenizing count, as they do on our side.
-        tokens = [tok.convert_ids_to_tokens(tok(t)["input_ids"]) for t in batch]
-        results = translator.translate_batch(tokens, max_batch_size=64, beam_size=1, max_decoding_length=128,
-                                             suppress_sequences=[["<pad>"]])
-        return [tok.decode(tok.convert_tokens_to_ids(r.hypotheses[0]), skip_special_tokens=True).strip()
-                for r in results]
+        return ct2_translate(translator, tok, batch)
 
     translate(texts[:16])
     outputs, seconds, busy = [], [], []
