@@ -25,14 +25,14 @@ from typing import Any
 
 import torch
 
-from .peft_format import BackboneSpec
-from . import cpu
+from . import cpu, int8
 from .config import GenerationConfig, ModelConfig
 from .decode import CausalBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
 from .decode.static import StaticCausalBatch
 from .errors import ConfigError, InputTooLarge, ModelUnavailable
 from .languages import LANGUAGES, hunyuan_prompt
 from .lora import BASE_SLOT
+from .peft_format import BackboneSpec
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +191,6 @@ def _quantization_config(cfg: ModelConfig, device: str, dtype: torch.dtype) -> A
     if cfg.quantization == "none":
         return None
     if cfg.quantization == "int8":
-        from . import int8
-
         if device != "cpu":
             raise ConfigError(f"model.quantization: int8 runs on the CPU (torch's packed int8 GEMM); this profile runs "
                               f"on {device}. Use 8bit (bitsandbytes) on CUDA, or none.")
@@ -331,9 +329,7 @@ class Backbone:
         model.eval()
         model.requires_grad_(False)
         if cfg.quantization == "int8":
-            from .int8 import quantize_linears
-
-            quantize_linears(model)
+            int8.quantize_linears(model)
         tokenizer.padding_side = "left" if arch == DECODER_ONLY else "right"
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token

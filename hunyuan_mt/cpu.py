@@ -11,6 +11,7 @@ Intel's OpenMP runtime (the `intel-openmp` wheel, libiomp5) implements the same 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 IOMP = "libiomp5.so"
@@ -40,11 +41,9 @@ def default_threads() -> int:
     return cores if intel_openmp_loaded() else max(1, cores - 1)
 
 
-def intel_openmp_path(prefix: str | os.PathLike[str] | None = None) -> Path | None:
+def intel_openmp_path() -> Path | None:
     """The libiomp5.so the intel-openmp wheel installed into this environment, if any."""
-    import sys
-
-    found = Path(prefix or sys.prefix) / "lib" / IOMP
+    found = Path(sys.prefix) / "lib" / IOMP
     return found if found.is_file() else None
 
 

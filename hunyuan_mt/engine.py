@@ -464,7 +464,8 @@ class BatchEngine:
         live = len(self._running)
         if not live:
             self._drain, self._oom_cap = False, None
-        room = (self.max_rows if self._oom_cap is None else min(self.max_rows, self._oom_cap)) - live
+        cap = self.max_rows if self._oom_cap is None else min(self.max_rows, self._oom_cap)
+        room = cap - live
         if self._drain:
             room = 0
         now = time.monotonic()
@@ -474,7 +475,7 @@ class BatchEngine:
                 return []
             if live and not self._time_to_join(live):
                 return []
-            if live and len(self._queue) > room and room < min(self.cfg.join_min_rows, self.max_rows):
+            if live and len(self._queue) > room and room < min(self.cfg.join_min_rows, cap):
                 return []  # a backlog: let a group of rows finish, then refill them in one prefill
             pinned = set(self.cache.pinned())
             resident = set(self.cache.lru_order())

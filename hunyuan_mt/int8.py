@@ -1,8 +1,8 @@
 """int8 weights on the CPU: every `nn.Linear` of the backbone becomes an `Int8Linear` (`model.quantization: int8`).
 
 The weights are quantized once, at load, symmetrically with one scale per output row, and packed for torch's own
-dynamic int8 GEMM (fbgemm/onednn, `torch.ops.quantized.linear_dynamic`): activations are quantized per call, the
-product accumulates in int32 and comes back as float32 with the bias added. On the 2-core x86 box this ran the
+dynamic int8 GEMM (fbgemm, `torch.ops.quantized.linear_dynamic`): activations are quantized per token (see
+`Int8Linear.matmul`), the product accumulates in int32 and is scaled back to float32, the bias added. On the 2-core x86 box this ran the
 demo's projections 3.5-7x faster than fp32 `F.linear` (384x1152 at 32 rows: 64 vs 244 µs; the 384x8012 output
 projection: 330 vs 2413 µs). torchao's int8 paths and `torch._weight_int8pack_mm` were measured too: the latter
 is weight-only and ran 30-40x slower than fp32 here; torchao would be one more dependency for the same kernels.
@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Iterable
-
 import torch
 from torch import nn
 
@@ -41,9 +39,8 @@ _LINEAR = torch.ops.quantized.linear_dynamic.default._op
 
 
 def _engine() -> str:
-    """fbgemm where torch has it. torch's default "x86" engine picks fbgemm or oneDNN by the shape of each call,
-    and the two round differently: a row's output then depended on how many rows shared its GEMM (5 of 600
-    sentences translated differently in a batch than alone)."""
+    """fbgemm where torch has it: torch's default "x86" engine may hand a call to oneDNN instead, and the per-row
+    exactness of `Int8Linear.matmul` was checked with fbgemm's kernels (tests/test_lean_step.py)."""
     engines = torch.backends.quantized.supported_engines
     for name in ("fbgemm", "qnnpack"):
         if name in engines:
@@ -76,33 +73,31 @@ class Int8Linear(nn.Module):
         self.out_features, self.in_features = int(weight.shape[0]), int(weight.shape[1])
         self.bias = None if bias is None else bias.detach().to(torch.float32).contiguous()
         self._packed = _prepack(_quantize_rows(weight))
-        # Appended to every input: it holds +1 and -1, so the range the GEMM quantizes activations over is always
-        # [-1, 1] (see forward).
-        anchor = torch.zeros(1, self.in_features)
-        anchor[0, 0] = 1.0
-        anchor[0, -1 if self.in_features > 1 else 0] = -1.0 if self.in_features > 1 else 1.0
-        self._anchor = anchor
+        # Appended to every input: +1 and -1, so the range the GEMM quantizes activations over is always [-1, 1]
+        # (see matmul).
+        self._anchor = torch.zeros(2, self.in_features)
+        self._anchor[0, 0], self._anchor[1, 0] = 1.0, -1.0
 
     @classmethod
     def from_linear(cls, linear: nn.Module) -> "Int8Linear":
         return cls(linear.weight, getattr(linear, "bias", None))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x @ Wᵀ + b with activations quantized per token.
-
-        torch's dynamic int8 GEMM quantizes its whole input with one scale, so a row's result would depend on the
-        other rows of its batch (the invariant: a row computes what it computes alone). Each token is scaled to
-        amax 1 first and the anchor row pins the input's range to [-1, 1], so every token is quantized on its own
-        grid; the product is scaled back per token. The int32 accumulation is exact: in int8 a row's output does
-        not depend on its batch at all. Cost: four small operations around the GEMM."""
         shape = x.shape
         return self.matmul(x.reshape(-1, shape[-1]).to(torch.float32)).view(*shape[:-1], self.out_features)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """`forward` for a 2-D float32 input [N, in] (the lean decode step calls this directly)."""
+        """x [N, in] (float32) @ Wᵀ + b, activations quantized per token; the lean decode step calls this directly.
+
+        torch's dynamic int8 GEMM quantizes its whole input with one scale, so a row's result would follow the
+        other rows of its batch (431 of 600 sentences came out as alone; the invariant: a row computes what it
+        computes alone). Each token is scaled to amax 1 first and the anchor rows pin the input's range to
+        [-1, 1], so every token is quantized on its own grid, and the product is scaled back per token. The int32
+        accumulation is exact, so this layer's output for a row does not depend on its batch at all (tested). Cost:
+        a handful of small operations around the GEMM."""
         # abs().amax, not linalg.vector_norm(inf): 5 vs 38 µs for 32 tokens of 384 (the norm takes a slow path).
         scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)
-        y = _LINEAR(torch.cat([x / scale, self._anchor]), self._packed, True)[:-1]
+        y = _LINEAR(torch.cat([x / scale, self._anchor]), self._packed, True)[:-2]
         return y.mul_(scale) if self.bias is None else torch.addcmul(self.bias, y, scale)
 
     def dequantized(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -111,10 +106,6 @@ class Int8Linear(nn.Module):
             warnings.simplefilter("ignore", UserWarning)
             qweight, _ = torch.ops.quantized.linear_unpack(self._packed)
             return qweight.dequantize(), self.bias
-
-    @property
-    def nbytes(self) -> int:
-        return self.out_features * self.in_features + 12 * self.out_features
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-row scales"
@@ -133,14 +124,13 @@ def weight_and_bias(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | Non
     return module.weight.detach().to(torch.float32), (None if module.bias is None else module.bias.detach())
 
 
-def quantize_linears(model: nn.Module, skip: Iterable[str] = ()) -> int:
-    """Replace every nn.Linear of `model` (but the paths in `skip`) by an Int8Linear. Returns how many.
+def quantize_linears(model: nn.Module) -> int:
+    """Replace every nn.Linear of `model` by an Int8Linear. Returns how many.
 
     Tied output projections (Marian's lm_head shares the token embeddings) get their own int8 copy; the
     embedding table stays float32 for look-ups.
     """
-    skipped = set(skip)
-    targets = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear) and name not in skipped]
+    targets = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     for name, linear in targets:
         parent_path, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_path) if parent_path else model

@@ -4,12 +4,13 @@ The lean decode step calls these instead of the model's modules: Q, K and V of a
 projection (one GEMM instead of three, and three fewer module calls), the cross-attention's K and V another. The
 base weights are the model's own: in float32 the fused matrix is built once and the original layers' weights are
 re-pointed at views of it (no second copy in memory); int8 layers (`int8.Int8Linear`) are fused into one int8
-layer. The LoRA term comes from the slot layers that wrap those modules (`lora.GroupedLoRA`).
+layer. A fusion is made once per set of layers and reused by every batch. The LoRA term comes from the slot layers that wrap those modules (`lora.GroupedLoRA`).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import weakref
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -31,19 +32,7 @@ class Projection:
     def __init__(self, modules: Sequence[nn.Module], mapping: SlotMapping | None) -> None:
         bases = [_base(m) for m in modules]
         self.widths = [int(b.out_features) for b in bases]
-        self.int8: Int8Linear | None = None
-        self.weight: torch.Tensor | None = None
-        self.bias: torch.Tensor | None = None
-        if any(isinstance(b, Int8Linear) for b in bases):
-            if len(bases) == 1:
-                self.int8 = bases[0]
-            else:
-                parts = [weight_and_bias(b) for b in bases]
-                bias = None if all(p[1] is None for p in parts) else torch.cat(
-                    [p[1] if p[1] is not None else p[0].new_zeros(p[0].shape[0]) for p in parts])
-                self.int8 = Int8Linear(torch.cat([p[0] for p in parts]), bias)
-        else:
-            self.weight, self.bias = _fuse_float(bases)
+        self.weight, self.bias, self.int8 = _fused(bases)
         slots = [m if isinstance(m, SlotLinear) else None for m in modules]
         self.lora = GroupedLoRA(slots, self.widths, mapping) if mapping is not None and any(slots) else None
 
@@ -57,44 +46,44 @@ class Projection:
         return y
 
 
-def _fuse_float(bases: list[nn.Module]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One weight (and bias) for the layers, rows stacked; the layers' own parameters become views of it."""
+#: Fused bases, by their first layer: every running batch and every rebuild after the slot layers change reuses
+#: them (an int8 fusion requantizes and repacks, a float32 one re-points the layers' parameters).
+_FUSED: "weakref.WeakKeyDictionary[nn.Module, tuple[tuple[int, ...], Any]]" = weakref.WeakKeyDictionary()
+
+
+def _fused(bases: list[nn.Module]) -> tuple[torch.Tensor | None, torch.Tensor | None, Int8Linear | None]:
+    """(weight, bias, None) in float32 or (None, None, int8 layer) for the layers, rows stacked."""
     if len(bases) == 1:
-        b = bases[0]
-        return b.weight, b.bias
-    weights = [b.weight for b in bases]
-    if _back_to_back(weights):
-        # Fused before (the slot layers were rebuilt since): the weights already lie back to back.
-        fused_w = _spanning(weights)
+        base = bases[0]
+        return (None, None, base) if isinstance(base, Int8Linear) else (base.weight, base.bias, None)
+    ids = tuple(id(b) for b in bases)
+    found = _FUSED.get(bases[0])
+    if found is not None and found[0] == ids:
+        return found[1]
+    if any(isinstance(b, Int8Linear) for b in bases):
+        parts = [weight_and_bias(b) for b in bases]
+        bias = None if all(p[1] is None for p in parts) else torch.cat(
+            [p[1] if p[1] is not None else p[0].new_zeros(p[0].shape[0]) for p in parts])
+        result: Any = (None, None, Int8Linear(torch.cat([p[0] for p in parts]), bias))
     else:
-        fused_w = torch.cat([w.detach() for w in weights])
-        _repoint(weights, fused_w)
+        result = (*_fuse_float(bases), None)
+    _FUSED[bases[0]] = (ids, result)
+    return result
+
+
+def _fuse_float(bases: list[nn.Module]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) for the layers, rows stacked; the layers' own parameters become views of it, so the
+    model holds no second copy."""
+    weights = [b.weight for b in bases]
+    fused_w = torch.cat([w.detach() for w in weights])
+    _repoint(weights, fused_w)
     biases = [b.bias for b in bases]
     if all(b is None for b in biases):
         return fused_w, None
-    parts = [b.detach() if b is not None else w.new_zeros(w.shape[0]) for b, w in zip(biases, weights)]
-    if all(b is not None for b in biases) and _back_to_back(biases):
-        return fused_w, biases[0].detach().as_strided((sum(b.shape[0] for b in biases),), (1,))
-    fused_b = torch.cat(parts)
+    fused_b = torch.cat([b.detach() if b is not None else w.new_zeros(w.shape[0]) for b, w in zip(biases, weights)])
     if all(b is not None for b in biases):
         _repoint(biases, fused_b)
     return fused_w, fused_b
-
-
-def _back_to_back(tensors: list[torch.Tensor]) -> bool:
-    """Whether the tensors are consecutive pieces of one storage (views `_repoint` made)."""
-    ptr, storage = tensors[0].data_ptr(), tensors[0].untyped_storage().data_ptr()
-    for t in tensors:
-        if not t.is_contiguous() or t.data_ptr() != ptr or t.untyped_storage().data_ptr() != storage:
-            return False
-        ptr += t.numel() * t.element_size()
-    return True
-
-
-def _spanning(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """One tensor over the rows of back-to-back 2-D tensors."""
-    first = tensors[0].detach()
-    return first.as_strided((sum(t.shape[0] for t in tensors), first.shape[1]), (first.shape[1], 1))
 
 
 def _repoint(params: list[torch.Tensor], fused: torch.Tensor) -> None:

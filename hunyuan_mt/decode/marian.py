@@ -257,18 +257,11 @@ class MarianBatch(RunningBatch):
         _reserve(mine, rows, width + 1, source=max(mine.source, new.source))
         if width > mine.length:
             _shift_right(mine, width - mine.length)
-        at, shift = mine.rows, width - new.length
-        for store, theirs in ((mine.k, new.k), (mine.v, new.v)):
-            for s, o in zip(store, theirs):
-                s[at:rows, :, :width].zero_()
-                s[at:rows, :, shift:width] = o[:new.rows, :, :new.length]
-        mine.bias[at:rows, :] = _NEG[mine.bias.dtype]
-        mine.bias[at:rows, shift:width] = new.bias[:new.rows, :new.length]
-        for store, theirs in ((mine.ck, new.ck), (mine.cv, new.cv)):
-            for s, o in zip(store, theirs):
-                s[at:rows, :, :new.source] = o[:new.rows, :, :new.source]
-        mine.cbias[at:rows, :] = _NEG[mine.cbias.dtype]
-        mine.cbias[at:rows, :new.source] = new.cbias[:new.rows, :new.source]
+        # The entering rows go below the live ones, right-aligned in the self-attention columns; what they do not
+        # fill stays masked.
+        _place((mine.k, mine.v), mine.bias, (new.k, new.v), new.bias, mine.rows, new.rows, width - new.length,
+               new.length)
+        _place((mine.ck, mine.cv), mine.cbias, (new.ck, new.cv), new.cbias, mine.rows, new.rows, 0, new.source)
         mine.rows, mine.length, mine.source = rows, width, max(mine.source, new.source)
 
     def _decode(self, last: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
@@ -289,24 +282,14 @@ class MarianBatch(RunningBatch):
         assert cache is not None
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         n = len(keep)
+        # Self-attention: drop leading columns no kept row sees; cross-attention: trailing source columns.
         used = (cache.bias.index_select(0, index)[:, :cache.length] == 0).any(dim=0).nonzero()
         cut = int(used[0]) if used.numel() else cache.length
-        length = cache.length - cut
-        for store in (cache.k, cache.v):
-            for s in store:
-                s[:n, :, :length] = s[:, :, cut:cache.length].index_select(0, index)
-        kept_bias = cache.bias.index_select(0, index)[:, cut:cache.length]
-        cache.bias[:n] = _NEG[cache.bias.dtype]
-        cache.bias[:n, :length] = kept_bias
         src_used = (cache.cbias.index_select(0, index)[:, :cache.source] == 0).any(dim=0).nonzero()
         source = int(src_used[-1]) + 1 if src_used.numel() else 0
-        for store in (cache.ck, cache.cv):
-            for s in store:
-                s[:n, :, :source] = s[:, :, :source].index_select(0, index)
-        kept_cbias = cache.cbias.index_select(0, index)[:, :source]
-        cache.cbias[:n] = _NEG[cache.cbias.dtype]
-        cache.cbias[:n, :source] = kept_cbias
-        cache.rows, cache.length, cache.source = n, length, source
+        _keep((cache.k, cache.v), cache.bias, index, cut, cache.length)
+        _keep((cache.ck, cache.cv), cache.cbias, index, 0, source)
+        cache.rows, cache.length, cache.source = n, cache.length - cut, source
 
 
 #: The additive mask value for a column a row must not see: large and finite, so a query that sees no column at
@@ -325,6 +308,30 @@ def _activation(fn: Any) -> Any:
     if name == "GELUActivation" and getattr(fn, "act", None) is F.gelu:
         return F.gelu
     return fn
+
+
+def _place(stores: tuple[list[torch.Tensor], ...], bias: torch.Tensor, theirs: tuple[list[torch.Tensor], ...],
+           their_bias: torch.Tensor, at: int, rows: int, shift: int, used: int) -> None:
+    """Copy the first `rows` rows and `used` columns of `theirs` (and their bias) into rows at..at+rows, columns
+    shift..shift+used of `stores`; the rest of those rows is masked."""
+    for store, other in zip(stores, theirs):
+        for s, o in zip(store, other):
+            s[at:at + rows, :, shift:shift + used] = o[:rows, :, :used]
+    bias[at:at + rows] = _NEG[bias.dtype]
+    bias[at:at + rows, shift:shift + used] = their_bias[:rows, :used]
+
+
+def _keep(stores: tuple[list[torch.Tensor], ...], bias: torch.Tensor, index: torch.Tensor, start: int,
+          end: int) -> None:
+    """Move rows `index`, columns start..end, to the front of `stores` and `bias` (compaction); the rest of the
+    kept rows is masked."""
+    n, used = index.numel(), end - start
+    for store in stores:
+        for s in store:
+            s[:n, :, :used] = s[:, :, start:end].index_select(0, index)
+    kept = bias.index_select(0, index)[:, start:end]
+    bias[:n] = _NEG[bias.dtype]
+    bias[:n, :used] = kept
 
 
 def _reserve(cache: _Cache, rows: int, columns: int, source: int | None = None) -> None:

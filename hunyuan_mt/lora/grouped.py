@@ -48,10 +48,6 @@ class GroupedLoRA:
         self.present = [i for i, layer in enumerate(self.layers) if layer is not None]
         self._state: _Stacked | None = None
 
-    @property
-    def active(self) -> bool:
-        return bool(self.present)
-
     def add_to(self, x: torch.Tensor, y: torch.Tensor, tokens_per_row: int = 1) -> torch.Tensor:
         """y [N, Σwidths] += LoRA(x [N, in]); N is rows × tokens_per_row, rows in the mapping's order."""
         if not self.present or self.mapping.uniform == BASE_SLOT:
