@@ -27,7 +27,7 @@ import torch
 
 from . import cpu, int8
 from .config import GenerationConfig, ModelConfig
-from .decode import CausalBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
+from .decode import CausalBatch, MarianBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
 from .decode.static import StaticCausalBatch
 from .errors import ConfigError, InputTooLarge, ModelUnavailable
 from .languages import LANGUAGES, hunyuan_prompt
@@ -192,12 +192,12 @@ def _quantization_config(cfg: ModelConfig, device: str, dtype: torch.dtype) -> A
         return None
     if cfg.quantization == "int8":
         if device != "cpu":
-            raise ConfigError(f"model.quantization: int8 runs on the CPU (torch's packed int8 GEMM); this profile runs "
+            raise ConfigError(f"model.quantization: int8 runs on the CPU (torch's int8 GEMM, torch._int_mm); this profile runs "
                               f"on {device}. Use 8bit (bitsandbytes) on CUDA, or none.")
         if dtype != torch.float32:
             raise ConfigError("model.quantization: int8 takes a float32 model (model.dtype: float32 or auto).")
         if not int8.available():
-            raise ConfigError("model.quantization: int8 needs torch's quantized engines (fbgemm/onednn/qnnpack), "
+            raise ConfigError("model.quantization: int8 needs torch._int_mm on the CPU, "
                               "which this torch build lacks; set model.quantization: none.")
         return None
     if not device.startswith("cuda"):
@@ -245,6 +245,8 @@ class Backbone:
         self.cfg = cfg
         self.load_s = load_s
         self.warmup_ms: float | None = None
+        #: The compiled decode step and encoder every new batch uses (`compile_step`), or None: eager.
+        self.compiled: Any = None
         self.spec = BackboneSpec.from_model(model)
         self.param_count = sum(p.numel() for p in model.parameters())
         #: Serialises forward passes with each other and with slot writes: the slot mapping is one per model, so
@@ -455,7 +457,46 @@ class Backbone:
             graphs = static.cuda_graphs and self.device.startswith("cuda")
             return StaticCausalBatch(*args, capacity=static.rows, max_len=static.max_len, dtype=self.dtype,
                                      graphs=graphs)
-        return self.batch_class(*args)
+        batch = self.batch_class(*args)
+        if self.compiled is not None and isinstance(batch, MarianBatch):
+            batch.compiled, batch.compiled_encoder = self.compiled
+        return batch
+
+    def compile_note(self) -> str | None:
+        """None when `compile_step` applies to this backbone, else why not."""
+        if not self.device.startswith("cpu"):
+            return f"the compiled step is built and measured for the CPU; this backbone runs on {self.device}"
+        if self.batch_class is not MarianBatch:
+            return f"{self.name} has no lean encoder-decoder step to compile"
+        if self.cfg.quantization != "int8":
+            # Measured on the 2-core box: inductor's lowering of a float32 linear at a few rows ran slower than
+            # eager (2×384→1152: 180 vs 81 µs); float32 GEMMs there are memory-bound either way.
+            return "float32 weights decode faster eagerly (the compiled step is for model.quantization: int8)"
+        return None
+
+    def compile_step(self) -> bool:
+        """Run every later batch's encoder and decode step compiled (decode/compiled.py) and warm them up now: the
+        first calls compile (the caller waits; logged). False, with the reason logged, where it does not apply or
+        the decode step failed to compile (decoding stays eager)."""
+        note = self.compile_note()
+        if note is not None:
+            log.info("model.compile: not applied (%s)", note)
+            return False
+        from .decode.compiled import CompiledEncoder, CompiledStep
+
+        if self.compiled is None:
+            self.compiled = (CompiledStep(), CompiledEncoder())
+        t0 = time.perf_counter()
+        # One row (run beside a padding row) and then three: the second call must find the same graph.
+        self.generate([PromptRow("Hello.", "en", "es")], [BASE_SLOT], GenerationConfig(), max_new_tokens=4)
+        self.generate([PromptRow(t, "en", "es") for t in ("Open the file.", "Save.", "Close the window now.")],
+                      [BASE_SLOT] * 3, GenerationConfig(), max_new_tokens=6)
+        step, encoder = self.compiled
+        if not step.active:
+            return False
+        log.info("decode step and encoder compiled and warm in %.1f s%s", time.perf_counter() - t0,
+                 "" if encoder.active else " (the encoder runs eagerly: it failed to compile)")
+        return True
 
     def static_cache_note(self, static: StaticCache) -> str | None:
         """None when the preallocated cache can serve this model, else why not."""

@@ -50,8 +50,8 @@ class ModelConfig:
     dtype: str = "auto"
     #: "auto" → cuda:0 when available, else cpu.
     device: str = "auto"
-    #: "none"; "int8": int8 weights with per-row scales on the CPU (torch's packed int8 GEMM, hunyuan_mt/int8.py;
-    #: LoRA stays float32 on top); "8bit" or "4bit": bitsandbytes on CUDA.
+    #: "none"; "int8": int8 weights with per-row scales on the CPU (torch._int_mm, activations per token,
+    #: hunyuan_mt/int8.py; LoRA stays float32 on top); "8bit" or "4bit": bitsandbytes on CUDA.
     quantization: str = "none"
     #: "auto": flash_attention_2 on CUDA when flash_attn works and the dtype is fp16/bf16, else sdpa; on CPU
     #: transformers picks. Or "sdpa", "flash_attention_2", "eager".
@@ -69,8 +69,19 @@ class ModelConfig:
     #: (./start.sh preloads it), else one less than the cores, since torch's own libgomp makes a second thread
     #: cost more than it gives in the engine's thread (hunyuan_mt/cpu.py, BENCHMARKS.md).
     cpu_threads: int = 0
+    #: Compile the decode step with torch.compile (decode/compiled.py; CPU, encoder-decoder models). "auto": when
+    #: the service warms up (it compiles then, ~25 s the first time on 2 cores, seconds from inductor's cache
+    #: after); true: also without warm-up (the first request compiles); false: eager.
+    compile: str = "auto"
 
     def __post_init__(self) -> None:
+        # YAML reads on/off/true/false as booleans; environment variables and --set give strings.
+        if isinstance(self.compile, bool):
+            self.compile = "on" if self.compile else "off"
+        elif isinstance(self.compile, str):
+            self.compile = {"true": "on", "yes": "on", "1": "on", "false": "off", "no": "off",
+                            "0": "off"}.get(self.compile.lower(), self.compile.lower())
+        _check(self.compile in ("auto", "on", "off"), "model.compile", "one of auto, true, false", self.compile)
         _check(self.arch in ("auto", "decoder-only", "encoder-decoder"), "model.arch",
                "one of auto, decoder-only, encoder-decoder", self.arch)
         _check(self.dtype in ("auto", "float32", "bfloat16", "float16"), "model.dtype",

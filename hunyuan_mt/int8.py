@@ -1,11 +1,17 @@
 """int8 weights on the CPU: every `nn.Linear` of the backbone becomes an `Int8Linear` (`model.quantization: int8`).
 
-The weights are quantized once, at load, symmetrically with one scale per output row, and packed for torch's own
-dynamic int8 GEMM (fbgemm, `torch.ops.quantized.linear_dynamic`): activations are quantized per token (see
-`Int8Linear.matmul`), the product accumulates in int32 and is scaled back to float32, the bias added. On the 2-core x86 box this ran the
-demo's projections 3.5-7x faster than fp32 `F.linear` (384x1152 at 32 rows: 64 vs 244 µs; the 384x8012 output
-projection: 330 vs 2413 µs). torchao's int8 paths and `torch._weight_int8pack_mm` were measured too: the latter
-is weight-only and ran 30-40x slower than fp32 here; torchao would be one more dependency for the same kernels.
+The weights are quantized once, at load, symmetrically with one scale per output row; activations are quantized
+per token, symmetrically, at every call (`int8_linear`); `torch._int_mm` multiplies the two in int8 with int32
+accumulation (oneDNN on x86), and the product is scaled back per token and per row, the bias added.
+
+Why this path: the int32 accumulation is exact and every scale is a row's own, so a token's output does not
+depend on the other tokens of its batch at all (a row computes what it computes alone; tested bit for bit). And it
+is four plain tensor operations around one aten GEMM, which `torch.compile` fuses into two kernels around the GEMM
+(`decode/compiled.py`). Measured on the 2-core x86 box (one thread, µs per call; BENCHMARKS.md): 384→1152 at one
+row 17 (fp32 `F.linear` 42), at 64 rows 142 (fp32 634); the 384→8012 output projection at 64 rows 1009 (fp32
+7091). torch's packed dynamic int8 GEMM (fbgemm, `quantized::linear_dynamic`, used before) quantizes its whole input
+on one scale, needed two anchor rows and a rescale to stay per token, and is opaque to `torch.compile` (a graph
+break at every layer); `torch._weight_int8pack_mm` is weight-only and ran 30-40x slower than fp32 here.
 
 LoRA stays in float32 on top: the slot layers add B·A·x to this module's output, so any mix of adapters still
 shares one batch. Only the base weights change precision.
@@ -14,51 +20,35 @@ shares one batch. Only the base weights change precision.
 from __future__ import annotations
 
 import logging
-import warnings
+
 import torch
 from torch import nn
 
 log = logging.getLogger(__name__)
 
-
-def _quantize_rows(weight: torch.Tensor) -> torch.Tensor:
-    """Per-output-row symmetric int8 (a qint8 tensor, as linear_prepack takes it)."""
-    w = weight.detach().to(torch.float32).contiguous()
-    scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12).to(torch.float64)
-    zero = torch.zeros(w.shape[0], dtype=torch.long)
-    with warnings.catch_warnings():
-        # torch marks quantized tensor creation deprecated (the packed GEMM itself is not); the packed weight is
-        # all this module keeps.
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.quantize_per_channel(w, scale, zero, 0, torch.qint8)
+#: The largest int8 magnitude used; -128 is left out so the grid is symmetric.
+_LEVELS = 127.0
 
 
-#: The C++ entry of the packed GEMM: calling the OpOverload object itself runs Python-side dispatch checks
-#: (about 7 µs a call, 19 calls a decode step).
-_LINEAR = torch.ops.quantized.linear_dynamic.default._op
+def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-output-row symmetric int8: (weightᵀ as int8 [in, out], float32 scale per row [out])."""
+    w = weight.detach().to(torch.float32)
+    scale = (w.abs().amax(dim=1) / _LEVELS).clamp(min=1e-12)
+    q = torch.round(w / scale[:, None]).to(torch.int8)
+    return q.t().contiguous(), scale.contiguous()
 
 
-def _engine() -> str:
-    """fbgemm where torch has it: torch's default "x86" engine may hand a call to oneDNN instead, and the per-row
-    exactness of `Int8Linear.matmul` was checked with fbgemm's kernels (tests/test_lean_step.py)."""
-    engines = torch.backends.quantized.supported_engines
-    for name in ("fbgemm", "qnnpack"):
-        if name in engines:
-            return name
-    return torch.backends.quantized.engine
+def int8_linear(x: torch.Tensor, weight_t: torch.Tensor, scale: torch.Tensor,
+                bias: torch.Tensor | None) -> torch.Tensor:
+    """x [N, in] (float32) @ dequantized(weight_t) + bias, activations quantized per token.
 
-
-def _prepack(qweight: torch.Tensor) -> torch.Tensor:
-    """The weight packed for the fbgemm kernels (the packed object decides which engine runs each call)."""
-    engine = _engine()
-    before = torch.backends.quantized.engine
-    if before == engine:
-        return torch.ops.quantized.linear_prepack(qweight, None)
-    torch.backends.quantized.engine = engine
-    try:
-        return torch.ops.quantized.linear_prepack(qweight, None)
-    finally:
-        torch.backends.quantized.engine = before
+    Each token is scaled onto the int8 grid by its own largest magnitude, so its rounding depends on it alone;
+    the int32 product is exact; the result is scaled back by the token's step and each output row's scale.
+    Plain tensor operations only: the lean decode step runs this eagerly or compiled."""
+    step = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-30) / _LEVELS
+    q = torch.round(x / step).to(torch.int8)
+    y = torch._int_mm(q, weight_t).to(torch.float32) * step * scale
+    return y if bias is None else y + bias
 
 
 class Int8Linear(nn.Module):
@@ -71,50 +61,59 @@ class Int8Linear(nn.Module):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         self.out_features, self.in_features = int(weight.shape[0]), int(weight.shape[1])
-        self.bias = None if bias is None else bias.detach().to(torch.float32).contiguous()
-        self._packed = _prepack(_quantize_rows(weight))
-        # Appended to every input: +1 and -1, so the range the GEMM quantizes activations over is always [-1, 1]
-        # (see matmul).
-        self._anchor = torch.zeros(2, self.in_features)
-        self._anchor[0, 0], self._anchor[1, 0] = 1.0, -1.0
+        weight_t, scale = quantize_rows(weight)
+        # Buffers: they follow .to() like the float weights did, and are never saved with the model.
+        self.register_buffer("weight_t", weight_t, persistent=False)
+        self.register_buffer("scale", scale, persistent=False)
+        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).contiguous(),
+                             persistent=False)
 
     @classmethod
     def from_linear(cls, linear: nn.Module) -> "Int8Linear":
         return cls(linear.weight, getattr(linear, "bias", None))
+
+    @classmethod
+    def stacked(cls, layers: "list[Int8Linear]") -> "Int8Linear":
+        """One layer computing `layers` side by side (Q, K and V in one GEMM): their int8 columns and scales are
+        concatenated as they are, so the fused layer computes exactly what each computes."""
+        fused = cls.__new__(cls)
+        nn.Module.__init__(fused)
+        fused.in_features = layers[0].in_features
+        fused.out_features = sum(layer.out_features for layer in layers)
+        fused.register_buffer("weight_t", torch.cat([layer.weight_t for layer in layers], dim=1).contiguous(),
+                              persistent=False)
+        fused.register_buffer("scale", torch.cat([layer.scale for layer in layers]), persistent=False)
+        biases = [layer.bias if layer.bias is not None else layer.scale.new_zeros(layer.out_features)
+                  for layer in layers]
+        fused.register_buffer("bias", None if all(layer.bias is None for layer in layers) else torch.cat(biases),
+                              persistent=False)
+        return fused
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         return self.matmul(x.reshape(-1, shape[-1]).to(torch.float32)).view(*shape[:-1], self.out_features)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """x [N, in] (float32) @ Wᵀ + b, activations quantized per token; the lean decode step calls this directly.
-
-        torch's dynamic int8 GEMM quantizes its whole input with one scale, so a row's result would follow the
-        other rows of its batch (431 of 600 sentences came out as alone; the invariant: a row computes what it
-        computes alone). Each token is scaled to amax 1 first and the anchor rows pin the input's range to
-        [-1, 1], so every token is quantized on its own grid, and the product is scaled back per token. The int32
-        accumulation is exact, so this layer's output for a row does not depend on its batch at all (tested). Cost:
-        a handful of small operations around the GEMM."""
-        # abs().amax, not linalg.vector_norm(inf): 5 vs 38 µs for 32 tokens of 384 (the norm takes a slow path).
-        scale = x.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)
-        y = _LINEAR(torch.cat([x / scale, self._anchor]), self._packed, True)[:-2]
-        return y.mul_(scale) if self.bias is None else torch.addcmul(self.bias, y, scale)
+        """x [N, in] (float32) @ Wᵀ + b; the lean decode step calls this (or `int8_linear`) directly."""
+        return int8_linear(x, self.weight_t, self.scale, self.bias)
 
     def dequantized(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(float32 weight [out, in], bias): what fusing several layers into one starts from."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            qweight, _ = torch.ops.quantized.linear_unpack(self._packed)
-            return qweight.dequantize(), self.bias
+        """(float32 weight [out, in], bias), e.g. for merging an adapter into a float copy."""
+        return self.weight_t.t().to(torch.float32) * self.scale[:, None], self.bias
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-row scales"
 
 
 def available() -> bool:
-    """Whether this torch build has the packed int8 GEMM (x86 fbgemm/onednn or ARM qnnpack)."""
-    engines = set(torch.backends.quantized.supported_engines) - {"none"}
-    return bool(engines) and hasattr(torch.ops.quantized, "linear_dynamic")
+    """Whether this torch build multiplies int8 matrices on the CPU (`torch._int_mm`)."""
+    if not hasattr(torch, "_int_mm"):
+        return False
+    try:
+        torch._int_mm(torch.ones(1, 8, dtype=torch.int8), torch.ones(8, 8, dtype=torch.int8))
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
 
 
 def weight_and_bias(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -118,6 +118,9 @@ class TranslationService:
         self.cache = AdapterCache(self.backbone, self.registry, cfg.cache)
         self.tm = TranslationMemory(cfg.tm.resolved_dir, cfg.tm.resolved_shipped, cfg.tm.enabled)
         self.cache.start()
+        if cfg.model.compile == "on" or (cfg.model.compile == "auto" and cfg.model.warmup):
+            # After the pinned adapters are in: the slot layers they wrap are part of the compiled graph.
+            self.backbone.compile_step()
         self.engine = BatchEngine(self.backbone, self.cache, cfg.engine, cfg.generation, cfg.limits)
         self.router = Router(self.registry, cfg.routing)
         self.monitor = MemoryMonitor(self.backbone.device)

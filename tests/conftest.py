@@ -10,6 +10,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# A service that warms up compiles its decode step (~20 s a model on 2 cores): tests/test_compiled_step.py does that
+# on purpose; everywhere else, and in the processes tests start, the step stays eager.
+os.environ.setdefault("HMT_MODEL__COMPILE", "false")
 
 import pytest
 import torch

@@ -125,13 +125,15 @@ def test_grouped_lora_adds_what_each_slot_layer_adds(marian_dir: Path, adapters:
     assert layers[0] is not None and (None in layers) == (adapters.name != "all_targets0")
     widths = [m.out_features for m in modules]
     grouped = GroupedLoRA(layers, widths, bb.lora.mapping)
+    torch.manual_seed(0)
     x = torch.randn(5, modules[0].in_features)
     for slots in ([es, BASE_SLOT, fr, fr, es], [fr] * 5, [BASE_SLOT] * 5):
         with torch.inference_mode(), bb.lora.mapping.use(slots):
             ours = grouped.add_to(x, torch.zeros(5, sum(widths)))
             ref = torch.cat([m(x) - m.base(x) if isinstance(m, SlotLinear) else torch.zeros(5, m.out_features)
                              for m in modules], dim=1)
-        torch.testing.assert_close(ours, ref, atol=1e-5, rtol=1e-4)
+        # The reference is a difference of two layer outputs, so it carries their float32 rounding (~1e-5).
+        torch.testing.assert_close(ours, ref, atol=5e-5, rtol=1e-4)
         assert bool((ours[[i for i, s in enumerate(slots) if s == BASE_SLOT]] == 0).all())
     lease.__exit__(None, None, None)
 

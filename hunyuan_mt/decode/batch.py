@@ -158,7 +158,7 @@ class RunningBatch(ABC):
         if self.before_forward is not None:
             self.before_forward("prefill", [s.tag for s in sequences])
         self._use_slots([s.slot for s in sequences])
-        with self._threads(PREFILL_TOKENS_PER_THREAD, sum(len(s.input_ids) for s in sequences)):
+        with self._prefill_threads(sum(len(s.input_ids) for s in sequences)):
             logits, state = self._prefill(sequences)
         live = [Live(s, RowTokens(seen=list(s.decoder_prefix or s.input_ids), generated=0,
                                   max_new=s.max_new_tokens, prefix_len=len(s.decoder_prefix)))
@@ -182,7 +182,7 @@ class RunningBatch(ABC):
         last = torch.tensor([[r.tokens.seen[-1]] for r in self.rows], dtype=torch.long, device=self.device)
         pos = torch.tensor([[r.position - (1 if r.done else 0)] for r in self.rows], dtype=torch.long,
                            device=self.device)
-        with self._threads(DECODE_ROWS_PER_THREAD, len(self.rows)):
+        with self._decode_threads():
             logits = self._decode(last, pos)
         live = [i for i, r in enumerate(self.rows) if not r.done]
         if len(live) != len(self.rows):
@@ -217,6 +217,14 @@ class RunningBatch(ABC):
         return dropped
 
     # ------------------------------------------------------------------ shared helpers
+
+    def _decode_threads(self) -> contextlib.AbstractContextManager[None]:
+        """The threads of a decode step (see `_threads`)."""
+        return self._threads(DECODE_ROWS_PER_THREAD, len(self.rows))
+
+    def _prefill_threads(self, tokens: int) -> contextlib.AbstractContextManager[None]:
+        """The threads of a prefill of `tokens` input tokens (see `_threads`)."""
+        return self._threads(PREFILL_TOKENS_PER_THREAD, tokens)
 
     @contextlib.contextmanager
     def _threads(self, per_thread: int, work: int) -> Iterator[None]:

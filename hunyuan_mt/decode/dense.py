@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..int8 import Int8Linear, weight_and_bias
-from ..lora.grouped import GroupedLoRA
+from ..int8 import Int8Linear, int8_linear, weight_and_bias
+from ..lora.grouped import GroupedLoRA, LoRATensors, apply_lora
 from ..lora.mapping import SlotMapping
 from ..lora.slots import SlotLinear
 
@@ -32,18 +32,24 @@ class Projection:
     def __init__(self, modules: Sequence[nn.Module], mapping: SlotMapping | None) -> None:
         bases = [_base(m) for m in modules]
         self.widths = [int(b.out_features) for b in bases]
-        self.weight, self.bias, self.int8 = _fused(bases)
+        weight, bias, q = _fused(bases)
+        #: The base layer as `project` takes it: (int8 weightᵀ, scales, bias) or (float weight, bias).
+        self.base: tuple[torch.Tensor | None, ...] = (q.weight_t, q.scale, q.bias) if q is not None else (weight, bias)
         slots = [m if isinstance(m, SlotLinear) else None for m in modules]
         self.lora = GroupedLoRA(slots, self.widths, mapping) if mapping is not None and any(slots) else None
 
+    def lora_tensors(self, tokens: int, per_row: int, device: torch.device, complete: bool = False,
+                     padding: int = 0) -> Any:
+        return None if self.lora is None else self.lora.tensors(tokens, per_row, device, complete, padding)
+
     def __call__(self, x: torch.Tensor, tokens_per_row: int = 1) -> torch.Tensor:
-        if self.int8 is not None:
-            y = self.int8.matmul(x)
-        else:
-            y = F.linear(x, self.weight, self.bias)
-        if self.lora is not None:
-            self.lora.add_to(x, y, tokens_per_row)
-        return y
+        return project(x, self.base, self.lora_tensors(x.shape[0], tokens_per_row, x.device))
+
+
+def project(x: torch.Tensor, base: tuple[torch.Tensor | None, ...], lora: LoRATensors | None) -> torch.Tensor:
+    """A `Projection`'s arithmetic as a pure function of tensors (the compiled decode step runs it too)."""
+    y = int8_linear(x, *base) if len(base) == 3 else F.linear(x, *base)
+    return y if lora is None else apply_lora(x, y, lora)
 
 
 #: Fused bases, by their first layer: every running batch and every rebuild after the slot layers change reuses
@@ -60,11 +66,13 @@ def _fused(bases: list[nn.Module]) -> tuple[torch.Tensor | None, torch.Tensor | 
     found = _FUSED.get(bases[0])
     if found is not None and found[0] == ids:
         return found[1]
-    if any(isinstance(b, Int8Linear) for b in bases):
+    if all(isinstance(b, Int8Linear) for b in bases):
+        result: Any = (None, None, Int8Linear.stacked(bases))
+    elif any(isinstance(b, Int8Linear) for b in bases):
         parts = [weight_and_bias(b) for b in bases]
         bias = None if all(p[1] is None for p in parts) else torch.cat(
             [p[1] if p[1] is not None else p[0].new_zeros(p[0].shape[0]) for p in parts])
-        result: Any = (None, None, Int8Linear(torch.cat([p[0] for p in parts]), bias))
+        result = (None, None, Int8Linear(torch.cat([p[0] for p in parts]), bias))
     else:
         result = (*_fuse_float(bases), None)
     _FUSED[bases[0]] = (ids, result)

@@ -3,10 +3,9 @@
 The decode step is written out here instead of calling transformers' decoder modules: for each layer one fused
 Q/K/V projection, the new keys and values written in place into the cache, attention over the rows' columns,
 the output projection, the cross-attention over keys/values computed once per row at prefill, and the
-feed-forward block, each projection with its LoRA term (`dense.Projection`). transformers' layers cost a step
-about 8 module calls, mask building and a cache concatenation per layer; a step here is a fixed sequence of about
-50 tensor operations per layer (profile in BENCHMARKS.md). Its output equals transformers' decoder forward on the
-same rows (tests/test_decode.py compares logits per step, float32).
+feed-forward block, each projection with its LoRA term (`dense.Projection`). It is one pure function of tensors,
+`decoder_step`, which runs eagerly or compiled (`decode/compiled.py`, the CPU service's default). Its output equals
+transformers' decoder forward on the same rows (tests/test_lean_step.py compares logits per step, float32).
 
 The cache is preallocated: keys/values `[rows, heads, columns, head_dim]` per layer with room for more rows and
 columns than are in use, grown by doubling. Rows are aligned on the right: a row that joins with a shorter history
@@ -14,14 +13,15 @@ has its leading columns masked (an additive bias per row and column), and every 
 it computes what it computes alone. A decode step writes one column for every row; a row leaving is cut out with
 the next compaction (a copy of the rows kept, which also drops leading columns no row uses).
 
-The encoder still runs through transformers' module (once per row, at prefill; the slot layers give each row its
-adapter there too). When every entering row's decoder prefix is the start token alone (Marian's own vocabularies),
-prefill is only the encoder and the cross-attention keys/values: the rows join with an empty self-attention
-history and get their first token in the next decode step, beside the running rows.
+The encoder runs once per row, at prefill, through the same written-out layers (`_encode`; the slot layers give
+each row its adapter there too). When every entering row's decoder prefix is the start token alone (Marian's own
+vocabularies), prefill is only the encoder and the cross-attention keys/values: the rows join with an empty
+self-attention history and get their first token in the next decode step, beside the running rows.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,11 +29,13 @@ import torch
 import torch.nn.functional as F
 
 from .batch import RunningBatch, Sequence, left_padded, positions
-from .dense import Projection
+from .dense import Projection, project
 
 #: Columns and rows the cache starts with; both double when full.
 _START_COLUMNS = 32
 _START_ROWS = 8
+#: Source columns the cross-attention cache holds at least.
+_MIN_SOURCE = 2
 
 
 @dataclass
@@ -100,6 +102,9 @@ class MarianBatch(RunningBatch):
         self._head: Projection | None = None
         self._encoder: list[_EncoderLayer] = []
         self._layout: tuple[int, int] | None = None
+        #: The compiled decode step and encoder (`decode/compiled.py`), shared by the backbone's batches; None: eager.
+        self.compiled: Any = None
+        self.compiled_encoder: Any = None
 
     @property
     def cache_length(self) -> int:
@@ -145,62 +150,61 @@ class MarianBatch(RunningBatch):
         """The encoder over right-padded sources [n, S] (mask 1 for real tokens): hidden states [n, S, d], as
         transformers' MarianEncoder computes them (post-norm layers, sinusoidal positions from 0)."""
         self._build()
-        enc = self.model.get_encoder()
         n, source = src.shape
-        d, h, hd = self.dim, self.heads, self.head_dim
-        pos = torch.arange(source, device=src.device)
-        x = enc.embed_tokens(src) * enc.embed_scale + F.embedding(pos, enc.embed_positions.weight)
-        x = x.reshape(n * source, d)
-        mask = torch.zeros(n, 1, 1, source, dtype=x.dtype, device=src.device).masked_fill(
-            src_mask[:, None, None, :] == 0, _NEG[x.dtype])
-        fp16 = x.dtype == torch.float16
-        for layer in self._encoder:
-            qkv = layer.qkv(x, source).view(n, source, 3, h, hd).permute(2, 0, 3, 1, 4)
-            attn = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask, scale=self.scaling)
-            x = _norm(x + layer.out(attn.transpose(1, 2).reshape(n * source, d), source), layer.norms[0])
-            x = _norm(x + layer.fc2(layer.activation(layer.fc1(x, source)), source), layer.norms[1])
-            if fp16 and not torch.isfinite(x).all():
-                # transformers clamps fp16 overflow after each encoder layer; so do we, to compute the same.
-                limit = torch.finfo(x.dtype).max - 1000
-                x = x.clamp(min=-limit, max=limit)
-        return x.view(n, source, d)
+        step = self.compiled_encoder if self._step() is not None else None
+        rows, width = n, source
+        if step is not None:
+            # Away from 1 for the compiled graph (decode/compiled.py): a padding row, a masked padding column.
+            rows, width = max(n, step.MIN_ROWS), max(source, step.MIN_ROWS)
+            src = F.pad(src, (0, width - source, 0, rows - n), value=self.pad_id)
+            src_mask = F.pad(src_mask, (0, width - source, 0, rows - n))
+        dtype = self.model.get_encoder().embed_tokens.weight.dtype
+        mask = torch.zeros(rows, 1, 1, width, dtype=dtype, device=src.device).masked_fill(
+            src_mask[:, None, None, :] == 0, _NEG[dtype])
+        complete = step is not None
+        lora = [tuple(p.lora_tensors(rows * width, width, src.device, complete, (rows - n) * width)
+                      for p in (layer.qkv, layer.out, layer.fc1, layer.fc2)) for layer in self._encoder]
+        states = (step or encoder_forward)(src, mask, self._encoder_model(), lora)
+        return states[:n, :source]
+
+    def _encoder_model(self) -> tuple[Any, ...]:
+        """The encoder's weights as `encoder_forward` takes them."""
+        enc = self.model.get_encoder()
+        return (enc.embed_tokens.weight, enc.embed_positions.weight, float(enc.embed_scale),
+                (self.heads, self.head_dim, self.scaling),
+                tuple(((layer.qkv.base, layer.out.base, layer.fc1.base, layer.fc2.base), layer.norms,
+                       layer.activation) for layer in self._encoder))
 
     # ------------------------------------------------------------------ the step
 
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, cache: _Cache) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, cache: _Cache, step: Any = None) -> torch.Tensor:
         """Feed `ids` [B, T] at positions `pos` [B, T] to the decoder rows of `cache` (B = cache.rows), writing
         their keys/values at columns length..length+T-1 (whose bias the caller has set); logits of the last
-        position [B, vocab]."""
+        position [B, vocab]. `step` runs `decoder_step` compiled (`decode/compiled.py`; T = 1 only)."""
         layers = self._build()
-        dec = self.decoder
         b, t = ids.shape
-        n, d, h, hd = b * t, self.dim, self.heads, self.head_dim
-        x = dec.embed_tokens(ids) * dec.embed_scale + F.embedding(pos, dec.embed_positions.weight)
-        x = x.reshape(n, d)
         end = cache.length + t
         mask = cache.bias[:b, None, None, :end]
         if t > 1:
             causal = torch.ones(t, end, dtype=torch.bool, device=ids.device).tril(cache.length)
             mask = mask.masked_fill(~causal, _NEG[mask.dtype])
         cmask = cache.cbias[:b, None, None, :cache.source]
-        for i, layer in enumerate(layers):
-            qkv = layer.qkv(x, t).view(b, t, 3, h, hd)
-            k_store, v_store = cache.k[i], cache.v[i]
-            k_store[:b, :, cache.length:end] = qkv[:, :, 1].transpose(1, 2)
-            v_store[:b, :, cache.length:end] = qkv[:, :, 2].transpose(1, 2)
-            attn = F.scaled_dot_product_attention(qkv[:, :, 0].transpose(1, 2), k_store[:b, :, :end],
-                                                  v_store[:b, :, :end], attn_mask=mask, scale=self.scaling)
-            x = _norm(x + layer.out(attn.transpose(1, 2).reshape(n, d), t), layer.norms[0])
-            q = layer.cross_q(x, t).view(b, t, h, hd).transpose(1, 2)
-            attn = F.scaled_dot_product_attention(q, cache.ck[i][:b, :, :cache.source],
-                                                  cache.cv[i][:b, :, :cache.source], attn_mask=cmask,
-                                                  scale=self.scaling)
-            x = _norm(x + layer.cross_out(attn.transpose(1, 2).reshape(n, d), t), layer.norms[1])
-            x = _norm(x + layer.fc2(layer.activation(layer.fc1(x, t)), t), layer.norms[2])
-        last = x.view(b, t, d)[:, -1]
-        logits = self._head(last)
+        complete = step is not None
+        padding = 0 if step is None else step.padding(b)
+        lora = [tuple(p.lora_tensors(b * t, t, ids.device, complete, padding) for p in _step_projections(layer))
+                for layer in layers]
+        return (step or decoder_step)(ids, pos, mask, cmask, cache.k, cache.v, cache.ck, cache.cv, self._model(),
+                                      lora)
+
+    def _model(self) -> tuple[Any, ...]:
+        """The decoder's weights as `decoder_step` takes them (tensors, and the constants of the architecture)."""
+        dec = self.decoder
         bias = getattr(self.model, "final_logits_bias", None)
-        return logits + bias if bias is not None else logits
+        return (dec.embed_tokens.weight, dec.embed_positions.weight, float(dec.embed_scale),
+                (self.heads, self.head_dim, self.scaling),
+                tuple((tuple(p.base for p in _step_projections(layer)), layer.norms, layer.activation)
+                      for layer in self._layers),
+                self._head.base, bias)
 
     # ------------------------------------------------------------------ RunningBatch's moves
 
@@ -233,6 +237,12 @@ class MarianBatch(RunningBatch):
             ck.append(kv[:, :, 0].transpose(1, 2).contiguous())
             cv.append(kv[:, :, 1].transpose(1, 2).contiguous())
         cbias = torch.zeros(rows, source, dtype=dtype, device=self.device).masked_fill(src_mask == 0, _NEG[dtype])
+        if source < _MIN_SOURCE:
+            # Room for a masked column the compiled step reads beside a one-token source (decode/compiled.py).
+            extra = _MIN_SOURCE - source
+            ck = [F.pad(t, (0, 0, 0, extra)) for t in ck]
+            cv = [F.pad(t, (0, 0, 0, extra)) for t in cv]
+            cbias = F.pad(cbias, (0, extra), value=_NEG[dtype])
         columns = _START_COLUMNS
         k = [states.new_zeros(rows, self.heads, columns, self.head_dim) for _ in layers]
         v = [states.new_zeros(rows, self.heads, columns, self.head_dim) for _ in layers]
@@ -264,12 +274,35 @@ class MarianBatch(RunningBatch):
         _place((mine.ck, mine.cv), mine.cbias, (new.ck, new.cv), new.cbias, mine.rows, new.rows, 0, new.source)
         mine.rows, mine.length, mine.source = rows, width, max(mine.source, new.source)
 
+    def _step(self) -> Any:
+        """The compiled step when there is one that works, else None (eager)."""
+        return self.compiled if self.compiled is not None and self.compiled.active else None
+
+    def _decode_threads(self) -> contextlib.AbstractContextManager[None]:
+        # Compiled, every forward runs on all threads: fewer would not pay there (one row: 0.62 ms a step on two
+        # threads, 0.81 on one), and torch compiles a graph again when the thread count changes.
+        return contextlib.nullcontext() if self._step() is not None else super()._decode_threads()
+
+    def _prefill_threads(self, tokens: int) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext() if self._step() is not None else super()._prefill_threads(tokens)
+
     def _decode(self, last: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         cache = self.cache
         assert cache is not None
-        _reserve(cache, cache.rows, cache.length + 1)
+        step = self._step()
+        if step is None:
+            _reserve(cache, cache.rows, cache.length + 1)
+        else:
+            # Keep every dimension the compiled graph sees away from a special value (decode/compiled.py): rows
+            # that joined with an empty history see one masked column rather than a cache one column wide, and
+            # the cache tensors keep room beyond the rows and columns in use (a slice that spans a whole
+            # tensor would be a graph of its own).
+            if cache.length == 0:
+                _reserve(cache, cache.rows, 2)
+                cache.length = 1
+            _reserve(cache, max(cache.rows, step.MIN_ROWS) + 1, cache.length + 2, source=cache.source + 1)
         cache.bias[:cache.rows, cache.length] = 0.0
-        logits = self._forward(last, pos, cache)
+        logits = self._forward(last, pos, cache, step)
         cache.length += 1
         return logits
 
@@ -295,6 +328,74 @@ class MarianBatch(RunningBatch):
 #: The additive mask value for a column a row must not see: large and finite, so a query that sees no column at
 #: all (a padding position in a prefill) averages harmlessly instead of producing NaN.
 _NEG = {dtype: torch.finfo(dtype).min / 2 for dtype in (torch.float32, torch.float16, torch.bfloat16)}
+
+
+def encoder_forward(src: torch.Tensor, mask: torch.Tensor, model: tuple[Any, ...],
+                    lora: list[tuple[Any, ...]]) -> torch.Tensor:
+    """The encoder over token ids `src` [n, S] with an additive `mask` [n, 1, 1, S]: hidden states [n, S, d]. A
+    pure function of tensors like `decoder_step` (compiled the same way); `model` is `MarianBatch._encoder_model()`,
+    `lora` each layer's LoRA tensors for Q/K/V, out, fc1, fc2."""
+    embed, positions, embed_scale, (h, hd, scaling), layers = model
+    n, source = src.shape
+    d = h * hd
+    pos = torch.arange(source, device=src.device)
+    x = (F.embedding(src, embed) * embed_scale + F.embedding(pos, positions)).reshape(n * source, d)
+    fp16 = x.dtype == torch.float16
+    for i, ((qkv_w, out_w, fc1_w, fc2_w), norms, activation) in enumerate(layers):
+        qkv_l, out_l, fc1_l, fc2_l = lora[i]
+        qkv = project(x, qkv_w, qkv_l).view(n, source, 3, h, hd).permute(2, 0, 3, 1, 4)
+        attn = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask, scale=scaling)
+        x = _norm(x + project(attn.transpose(1, 2).reshape(n * source, d), out_w, out_l), norms[0])
+        x = _norm(x + project(activation(project(x, fc1_w, fc1_l)), fc2_w, fc2_l), norms[1])
+        if fp16 and not torch.isfinite(x).all():
+            # transformers clamps fp16 overflow after each encoder layer; so do we, to compute the same.
+            limit = torch.finfo(x.dtype).max - 1000
+            x = x.clamp(min=-limit, max=limit)
+    return x.view(n, source, d)
+
+
+def _step_projections(layer: _Layer) -> tuple[Projection, ...]:
+    """The projections a decoder step runs, in `decoder_step`'s order (the cross-attention's keys and values were
+    computed at prefill)."""
+    return layer.qkv, layer.out, layer.cross_q, layer.cross_out, layer.fc1, layer.fc2
+
+
+def decoder_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cmask: torch.Tensor,
+                 k: list[torch.Tensor], v: list[torch.Tensor], ck: list[torch.Tensor], cv: list[torch.Tensor],
+                 model: tuple[Any, ...], lora: list[tuple[Any, ...]]) -> torch.Tensor:
+    """Feed `ids` [B, T] at positions `pos` [B, T] through the decoder: logits of the last position [B, vocab].
+
+    A pure function of tensors, so that `decode/compiled.py` can compile exactly this. The self-attention keys
+    and values of the new tokens are written into `k`/`v` (per layer `[rows ≥ B, heads, columns, head_dim]`) at
+    columns end-T..end-1, where end is the width of `mask` ([B, 1, T, end], additive); the cross-attention reads
+    `ck`/`cv` over the width of `cmask` ([B, 1, 1, source]). `model` is `MarianBatch._model()`, `lora` each
+    layer's LoRA tensors per projection (`lora.GroupedLoRA.tensors`)."""
+    embed, positions, embed_scale, (h, hd, scaling), layers, head, final_bias = model
+    b, t = ids.shape
+    n, d = b * t, h * hd
+    end, source = mask.shape[-1], cmask.shape[-1]
+    x = (F.embedding(ids, embed) * embed_scale + F.embedding(pos, positions)).reshape(n, d)
+    for i, ((qkv_w, out_w, q_w, cout_w, fc1_w, fc2_w), norms, activation) in enumerate(layers):
+        qkv_l, out_l, q_l, cout_l, fc1_l, fc2_l = lora[i]
+        qkv = project(x, qkv_w, qkv_l).view(b, t, 3, h, hd)
+        k[i][:b, :, end - t:end] = qkv[:, :, 1].transpose(1, 2)
+        v[i][:b, :, end - t:end] = qkv[:, :, 2].transpose(1, 2)
+        attn = _attend(qkv[:, :, 0].transpose(1, 2), k[i][:b, :, :end], v[i][:b, :, :end], mask, scaling)
+        x = _norm(x + project(attn.transpose(1, 2).reshape(n, d), out_w, out_l), norms[0])
+        q = project(x, q_w, q_l).view(b, t, h, hd).transpose(1, 2)
+        attn = _attend(q, ck[i][:b, :, :source], cv[i][:b, :, :source], cmask, scaling)
+        x = _norm(x + project(attn.transpose(1, 2).reshape(n, d), cout_w, cout_l), norms[1])
+        x = _norm(x + project(activation(project(x, fc1_w, fc1_l)), fc2_w, fc2_l), norms[2])
+    logits = project(x.view(b, t, d)[:, -1], head, None)
+    return logits + final_bias if final_bias is not None else logits
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Attention written out. For one new token per row SDPA's CPU kernel blocks over queries and costs ~460 µs
+    a call at 64 rows × 31 columns (profile of the compiled step); written out, the compiled step of 64 rows
+    took 5.1 ms against 6.4 ms with SDPA (2 threads), and its scale, mask and softmax fuse into one kernel."""
+    weights = torch.matmul(q, k.transpose(-1, -2)) * scale + mask
+    return torch.matmul(weights.softmax(dim=-1), v)
 
 
 def _norm(x: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor, float]) -> torch.Tensor:

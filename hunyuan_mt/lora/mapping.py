@@ -8,7 +8,7 @@ tensors stay zero, so a row on it gets exactly the base layer's output.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -26,6 +26,8 @@ class SlotMapping:
         self._slots: tuple[int, ...] = ()
         #: (rows in the forward, device) → index tensor; rebuilt after every `set`.
         self._indices: dict[tuple[int, torch.device], torch.Tensor] = {}
+        #: (version, used slots, rank, tokens per row, padding, device, dtype) → `column_mask`; one entry is kept.
+        self._mask: tuple[tuple[Any, ...], torch.Tensor] | None = None
         #: Changes whenever the rows' slots or the weights in the slots change. Layers keep the per-row weights
         #: they gathered for one version: a decode loop whose rows stay put gathers once, not at every step.
         self.version = 0
@@ -77,6 +79,24 @@ class SlotMapping:
     @property
     def slots(self) -> tuple[int, ...]:
         return self._slots
+
+    def column_mask(self, used: Sequence[int], rank: int, per_row: int, padding: int, device: torch.device,
+                    dtype: torch.dtype) -> torch.Tensor:
+        """[rows × per_row + padding, len(used) × rank]: 1 where a token's row is on the slot that owns the column
+        (columns run slot by slot, `rank` each), 0 elsewhere and on padding tokens. Every grouped LoRA term of a
+        forward reads the same tensor (`lora.GroupedLoRA`), built once per mapping version."""
+        key = (self.version, tuple(used), rank, per_row, padding, device, dtype)
+        if self._mask is not None and self._mask[0] == key:
+            return self._mask[1]
+        rows = torch.tensor(self._slots, device=device)
+        if per_row > 1:
+            rows = rows.repeat_interleave(per_row)
+        if padding:
+            rows = torch.cat([rows, rows.new_full((padding,), -1)])  # -1: no slot owns a column
+        owner = torch.tensor(list(used), device=device).repeat_interleave(rank)
+        mask = (rows[:, None] == owner[None, :]).to(dtype)
+        self._mask = (key, mask)
+        return mask
 
     def indices(self, batch: int, device: torch.device) -> torch.Tensor:
         """Slot index per row of a layer input whose first dimension is `batch`.

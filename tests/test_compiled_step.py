@@ -1,0 +1,188 @@
+"""The compiled decode step (decode/compiled.py): what it computes, that one graph serves every batch, and that it
+falls back to the eager step when compiling fails.
+
+One backbone (the tiny Marian with int8 weights, as the CPU profile runs, and q/v adapters) is compiled once for
+the module: a compile takes ~20 s on the 2-core box. Float32 backbones decode eagerly (`Backbone.compile_note`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from hunyuan_mt.adapters.request import Pair
+from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.config import GenerationConfig
+from hunyuan_mt.decode import Sequence
+
+TEXTS = ["Hello world, how are you today?", "Open the file, save the document and close the window.",
+         "Hola mundo", "The quick brown fox.", "Datei öffnen", "Bonjour le monde, encore une fois."]
+
+
+@pytest.fixture(scope="module")
+def compiled(marian_dir: Path, marian_adapters: Path):
+    """(backbone with the compiled step, its adapter cache, slots of en2es/en2fr/en2de)."""
+    from hunyuan_mt.adapters.cache import AdapterCache
+    from hunyuan_mt.adapters.registry import AdapterRegistry
+    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.config import CacheConfig, ModelConfig
+
+    # Two threads, as the CPU profile runs: eager forwards of few rows would drop to one, and a compiled graph is
+    # specific to its thread count.
+    threads = torch.get_num_threads()
+    bb = Backbone.load_uncached(ModelConfig(path=str(marian_dir), warmup=False, quantization="int8", cpu_threads=2))
+    registry = AdapterRegistry(marian_adapters, bb.spec)
+    registry.scan()
+    cache = AdapterCache(bb, registry, CacheConfig(adapters_dir=str(marian_adapters), slots=3))
+    cache.start()
+    lease = cache.lease([Pair.parse(k) for k in ("en2es", "en2fr", "en2de")])
+    slots = list(lease.__enter__().slots)
+    assert bb.compile_step(), bb.compiled[0].error
+    yield bb, cache, slots
+    lease.__exit__(None, None, None)
+    torch.set_num_threads(threads)
+
+
+def _rows(n: int) -> list[PromptRow]:
+    return [PromptRow(TEXTS[i % len(TEXTS)], "en", "es") for i in range(n)]
+
+
+def _script(bb, slots: list[int], compiled: bool) -> list[tuple[torch.Tensor, list[int]]]:
+    """Rows on mixed adapters (and the bare backbone) decoding, two joining mid-way, one leaving: (logits, row tags)
+    at every step."""
+    batch = bb.new_batch(GenerationConfig())
+    if not compiled:
+        batch.compiled = None
+    assert (batch.compiled is not None) == compiled
+    batch.picker.finished = lambda token, row: False  # the random model would stop rows at different steps
+    seen: list[tuple[torch.Tensor, list[int]]] = []
+    choose = batch._choose
+
+    def record(logits, live):
+        seen.append((logits.clone(), [r.seq.tag for r in live]))
+        choose(logits, live)
+
+    batch._choose = record
+    enc = {i: bb.encode(PromptRow(TEXTS[i], "en", "es")) for i in range(5)}
+    slot = {0: 0, 1: slots[0], 2: slots[1], 3: slots[0], 4: slots[2]}
+    with torch.inference_mode():
+        batch.add([Sequence(i, enc[i].input_ids, slot[i], 40, enc[i].decoder_prefix) for i in (0, 1)])
+        for _ in range(3):
+            batch.step()
+        batch.add([Sequence(i, enc[i].input_ids, slot[i], 40, enc[i].decoder_prefix) for i in (2, 3)])
+        for _ in range(2):
+            batch.step()
+        batch.drop({0})
+        batch.add([Sequence(4, enc[4].input_ids, slot[4], 40, enc[4].decoder_prefix)])
+        for _ in range(3):
+            batch.step()
+    return seen
+
+
+def test_compiled_logits_equal_the_eager_step(compiled) -> None:
+    bb, _, slots = compiled
+    calls = bb.compiled[0].calls
+    eager, ours = _script(bb, slots, compiled=False), _script(bb, slots, compiled=True)
+    assert bb.compiled[0].calls >= calls + 8  # every decode step of the second run went through the compiled graph
+    assert [tags for _, tags in ours] == [tags for _, tags in eager]
+    for (a, _), (b, _) in zip(ours, eager):
+        # Fused kernels round in another order, and int8 rounding of the activations can amplify that.
+        torch.testing.assert_close(a, b, atol=2e-3, rtol=1e-2)
+
+
+def test_compiled_rows_in_a_mixed_batch_equal_rows_alone(compiled) -> None:
+    """A row's greedy output is what it is alone, whatever its neighbours, on the compiled step: the padding row and
+    the complete LoRA masks leak nothing into real rows (int8 arithmetic is per row; BENCHMARKS.md has the
+    600-sentence figure, where float32 rounding amplified by int8 changes a few sentences)."""
+    bb, _, slots = compiled
+    rows = _rows(6)
+    row_slots = [0, slots[0], slots[1], slots[2], slots[0], slots[1]]
+    together = bb.generate(rows, row_slots, GenerationConfig(), 12)
+    alone = [bb.generate([r], [s], GenerationConfig(), 12)[0] for r, s in zip(rows, row_slots)]
+    assert together == alone
+
+
+def test_one_graph_serves_every_batch(compiled) -> None:
+    """The warm-up compiles one graph for the step and one for the encoder, and nothing compiles again: one row,
+    many rows, mixed adapters, the bare backbone, a one-token source, rows past the cache's first 32 columns, a row
+    joining a longer history."""
+    bb, _, slots = compiled
+    calls = bb.compiled[0].calls
+    gen = GenerationConfig()
+    bb.generate(_rows(1), [slots[0]], gen, 6)
+    bb.generate(_rows(3), [slots[0], 0, slots[1]], gen, 6)
+    bb.generate(_rows(9), [0] * 9, gen, 6)
+    bb.generate([PromptRow("", "en", "es"), PromptRow("Hola", "en", "es")], [slots[2], slots[2]], gen, 6)
+    batch = bb.new_batch(gen)
+    batch.picker.finished = lambda token, row: False
+    enc = bb.encode(PromptRow(TEXTS[1], "en", "es"))
+    with torch.inference_mode():
+        batch.add([Sequence(0, enc.input_ids, slots[0], 70, enc.decoder_prefix)])
+        for _ in range(40):
+            batch.step()
+        batch.add([Sequence(1, enc.input_ids[:3], slots[1], 70, enc.decoder_prefix)])
+        for _ in range(5):
+            batch.step()
+    assert batch.cache.columns > 32
+    step, encoder = bb.compiled
+    assert (step.graphs, encoder.graphs) == (1, 1)
+    assert step.calls > calls + 60 and step.active and encoder.active
+
+
+def test_a_failed_compile_falls_back_to_the_eager_step(marian_dir: Path, fresh_backbone, caplog) -> None:
+    """No C++ compiler (or any compile error): one warning, and the same translation as eager."""
+    from hunyuan_mt.decode.compiled import CompiledEncoder, CompiledStep
+
+    bb = fresh_backbone(marian_dir, quantization="int8")
+    reference = bb.generate(_rows(3), [0] * 3, GenerationConfig(), 8)
+    step, encoder = CompiledStep(), CompiledEncoder()
+
+    def broken(*args, **kwargs):
+        raise torch._dynamo.exc.TorchDynamoException("InvalidCxxCompiler: No working C++ compiler")
+
+    step._fn = encoder._fn = broken
+    bb.compiled = (step, encoder)
+    with caplog.at_level("WARNING", logger="hunyuan_mt.decode.compiled"):
+        assert bb.generate(_rows(3), [0] * 3, GenerationConfig(), 8) == reference
+        assert bb.generate(_rows(2), [0] * 2, GenerationConfig(), 8) == reference[:2]
+    assert not step.active and "No working C++ compiler" in step.error and not encoder.active
+    assert sum("runs eagerly" in r.getMessage() for r in caplog.records) == 2  # once each
+
+
+def test_compile_applies_to_the_int8_marian_step_only(hunyuan_dir: Path, marian_dir: Path, fresh_backbone) -> None:
+    bb = fresh_backbone(hunyuan_dir)
+    assert "no lean encoder-decoder step" in bb.compile_note()
+    assert bb.compile_step() is False and bb.compiled is None
+    fp32 = fresh_backbone(marian_dir)
+    assert "float32 weights decode faster eagerly" in fp32.compile_note()
+    assert fp32.compile_step() is False and fp32.compiled is None
+
+
+def test_compile_setting_reads_yaml_booleans_and_refuses_others() -> None:
+    from hunyuan_mt.config import ModelConfig
+    from hunyuan_mt.errors import ConfigError
+
+    assert ModelConfig(compile=False).compile == "off"
+    assert ModelConfig(compile=True).compile == "on"
+    assert ModelConfig().compile == "auto"
+    with pytest.raises(ConfigError) as info:
+        ModelConfig(compile="fast")
+    assert "model.compile" in info.value.message and "auto, true, false" in info.value.message
+
+
+def test_the_service_compiles_only_when_it_warms_up(marian_dir: Path, marian_adapters: Path) -> None:
+    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.config import load_config
+    from hunyuan_mt.service import TranslationService
+
+    cfg = load_config(None, {"model.path": str(marian_dir), "model.warmup": False, "tm.enabled": False,
+                             "model.quantization": "int8",
+                             "cache.adapters_dir": str(marian_adapters), "cache.pinned": []}, env={})
+    bb = Backbone.load_uncached(cfg.model)
+    service = TranslationService(cfg, backbone=bb)
+    try:
+        assert bb.compiled is None
+    finally:
+        service.close()
