@@ -226,6 +226,13 @@ def _has_safetensors(source: str) -> bool:
     return any(folder.glob("*.safetensors"))
 
 
+def _inductor_cache() -> str:
+    """Where torch.compile keeps what it built (TORCHINDUCTOR_CACHE_DIR; ./start.sh sets one under ~/.cache)."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return cache_dir()
+
+
 class Backbone:
     """The loaded model and tokenizer. The adapter cache wraps the model's target linears in slot layers
     (`lora`); the model object itself is never replaced."""
@@ -486,6 +493,8 @@ class Backbone:
 
         if self.compiled is None:
             self.compiled = (CompiledStep(), CompiledEncoder())
+        log.info("compiling the decode step and encoder for this CPU (model.compile; the first start takes ~45 s "
+                 "on 2 cores, later starts read torch's cache in %s)", _inductor_cache())
         t0 = time.perf_counter()
         # One row (run beside a padding row) and then three: the second call must find the same graph.
         self.generate([PromptRow("Hello.", "en", "es")], [BASE_SLOT], GenerationConfig(), max_new_tokens=4)
