@@ -243,6 +243,7 @@ class BatchEngine:
             # An idle loop holds its first forward while a submit is under way (see _loop).
             self._submitting += 1
         futures: list[Future | None] = [None] * len(rows)
+        submitting = True
         try:
             # One caller's rows enter shortest first (their answers keep the caller's order): rows of similar
             # length prefill together with less padding and finish near the same step, so they leave and are
@@ -258,7 +259,12 @@ class BatchEngine:
                 for i, (fut, _) in zip(part, prepared):
                     futures[i] = fut
                 entering = sorted((p for _, p in prepared if p is not None), key=lambda p: p.tokens)
+                last = start + chunk >= len(order)
                 with self._cv:
+                    if last:
+                        # In the same step as the last rows enter: the loop must not wait for this submit then.
+                        self._submitting -= 1
+                        submitting = False
                     if self._closed:
                         raise RuntimeError("engine is closed")
                     for pending in entering:
@@ -267,9 +273,10 @@ class BatchEngine:
                         self._queue.append(pending)
                     self._cv.notify_all()
         finally:
-            with self._cv:
-                self._submitting -= 1
-                self._cv.notify_all()
+            if submitting:
+                with self._cv:
+                    self._submitting -= 1
+                    self._cv.notify_all()
         return [fut for fut in futures if fut is not None]
 
     def _prepare(self, rows: Sequence[Row], now: float) -> list[tuple[Future, "_Pending | None"]]:
