@@ -3,14 +3,16 @@
 Eager, a decode step of the demo model is some 150 small tensor operations, each a Python call and a pass over
 memory: for one row they cost more than the arithmetic. Compiled, the elementwise work around each GEMM (the
 per-token int8 scaling, residuals, layer norms, GELU, the attention's scale, mask and softmax) fuses into a few
-C++ loops, and the step runs as one call: one row 1.6 → 0.6 ms, 64 rows 7.4 → 5.2 ms on the 2-core box
-(BENCHMARKS.md). The GEMMs stay aten's (`torch._int_mm`, `bmm`).
+C++ loops, and the step runs as one call: in the service on the 2-core box, a decode step of one row 2.8 → 2.0
+ms, of 64 rows 9.4 → 6.7 ms; the encoder over 64 rows 17.7 → 13.9 ms (BENCHMARKS.md). The GEMMs stay aten's
+(`torch._int_mm`, `mm`, `bmm`). The same function is also compiled for the encoder (`CompiledEncoder`).
 
 One compiled graph serves every batch. Everything that varies between steps is a tensor dimension marked dynamic
 (rows, cache columns and capacity, source length, the LoRA columns), and this wrapper keeps those dimensions away
-from 1, where torch specialises a graph of its own (a compile of ~25 s on this machine, ~4 s from inductor's
-on-disk cache): a lone row runs beside a padding row, and a batch's first step sees one masked cache column
-(`MarianBatch._decode`). The LoRA term comes `complete` (`lora.GroupedLoRA`), so a mixed batch, one adapter and
+from 1 and from a tensor's whole extent, where torch specialises a graph of its own (a compile of ~25 s on this
+machine, ~4 s from inductor's on-disk cache): a lone row runs beside a padding row, a batch's first step sees one
+masked cache column, and the caches keep a spare row and column (`MarianBatch._decode`). Compiled forwards never
+change torch's thread count either (torch guards on it). The LoRA term comes `complete` (`lora.GroupedLoRA`), so a mixed batch, one adapter and
 the bare backbone are the same graph.
 
 Compiling needs a C++ compiler (inductor calls g++). Where it fails, the step logs why once and runs eagerly for
