@@ -136,7 +136,7 @@ class CompiledStep(_Compiled):
         ids, pos = _pad_rows(ids, rows), _pad_rows(pos, rows)
         mask, cmask = _pad_rows(mask, rows), _pad_rows(cmask, rows)
         if cmask.shape[-1] < 2:
-            # A one-token source: its cache has a masked second column (MarianBatch._new_cache).
+            # A one-token source: MarianBatch._decode keeps a spare source column; this one is masked.
             cmask = F.pad(cmask, (0, 2 - cmask.shape[-1]), value=_NEG[cmask.dtype])
         _mark(ids, 0), _mark(pos, 0), _mark(mask, 0, 3), _mark(cmask, 0, 3)
         # Tensors that live longer than a step (the caches, the LoRA stacks) are marked once.
