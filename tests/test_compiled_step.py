@@ -167,6 +167,7 @@ def test_compile_setting_reads_yaml_booleans_and_refuses_others() -> None:
     assert ModelConfig(compile=False).compile == "off"
     assert ModelConfig(compile=True).compile == "on"
     assert ModelConfig().compile == "auto"
+    assert ModelConfig(compile="false").compile == "off"  # HMT_MODEL__COMPILE=false and --set arrive as strings
     with pytest.raises(ConfigError) as info:
         ModelConfig(compile="fast")
     assert "model.compile" in info.value.message and "auto, true, false" in info.value.message

@@ -100,6 +100,8 @@ class MarianBatch(RunningBatch):
         self._head: Projection | None = None
         self._encoder: list[_EncoderLayer] = []
         self._layout: tuple[int, int] | None = None
+        self._decoder_args: tuple[Any, ...] = ()
+        self._encoder_args: tuple[Any, ...] = ()
         #: The compiled decode step and encoder (`decode/compiled.py`), shared by the backbone's batches; None: eager.
         self.compiled: Any = None
         self.compiled_encoder: Any = None
@@ -142,6 +144,8 @@ class MarianBatch(RunningBatch):
         ) for e in self.model.get_encoder().layers]
         self._head = Projection([self.model.lm_head], None)
         self._layers, self._layout = layers, layout
+        # What decoder_step / encoder_forward take, built once per layout rather than at every forward.
+        self._decoder_args, self._encoder_args = self._model(), self._encoder_model()
         return layers
 
     def _encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
@@ -162,7 +166,7 @@ class MarianBatch(RunningBatch):
         complete = step is not None
         lora = [tuple(p.lora_tensors(rows * width, width, src.device, complete, (rows - n) * width)
                       for p in (layer.qkv, layer.out, layer.fc1, layer.fc2)) for layer in self._encoder]
-        states = (step or encoder_forward)(src, mask, self._encoder_model(), lora)
+        states = (step or encoder_forward)(src, mask, self._encoder_args, lora)
         return states[:n, :source]
 
     def _encoder_model(self) -> tuple[Any, ...]:
@@ -191,8 +195,8 @@ class MarianBatch(RunningBatch):
         padding = 0 if step is None else step.padding(b)
         lora = [tuple(p.lora_tensors(b * t, t, ids.device, complete, padding) for p in _step_projections(layer))
                 for layer in layers]
-        return (step or decoder_step)(ids, pos, mask, cmask, cache.k, cache.v, cache.ck, cache.cv, self._model(),
-                                      lora)
+        return (step or decoder_step)(ids, pos, mask, cmask, cache.k, cache.v, cache.ck, cache.cv,
+                                      self._decoder_args, lora)
 
     def _model(self) -> tuple[Any, ...]:
         """The decoder's weights as `decoder_step` takes them (tensors, and the constants of the architecture)."""
