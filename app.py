@@ -102,10 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
 
-    import uvicorn
-
     from hunyuan_mt.service import get_service
-    from hunyuan_mt.web.server import build_app, open_share_tunnel, quiet_page_polling, uvicorn_config
+    from hunyuan_mt.web.server import Server, build_app, open_share_tunnel, quiet_page_polling, uvicorn_config
 
     try:
         service = get_service(cfg)
@@ -113,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: cannot start the translation service: {exc.message}", file=sys.stderr)
         return 1
     app = build_app(service, cfg)
-    server = uvicorn.Server(uvicorn_config(app, cfg.server.host, cfg.server.port, cfg.server.trusted_proxies,
+    server = Server(uvicorn_config(app, cfg.server.host, cfg.server.port, cfg.server.trusted_proxies,
                                            log_level="info"))
     quiet_page_polling()  # after uvicorn.Config, which sets up its loggers
 
@@ -133,8 +131,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log.error("--share: %s", exc)
 
     threading.Thread(target=announce, name="hmt-announce", daemon=True).start()
-    server.run()
+    try:
+        server.run()
+    finally:
+        stop(service)
     return 0
+
+
+def stop(service: Any) -> None:
+    """After the server has stopped (Ctrl-C, SIGTERM): stop the engine and the memory monitor, and the language
+    detector's helper process, waiting for it so that nothing it holds outlives us."""
+    from hunyuan_mt import detect
+
+    service.close()
+    detect.shutdown()
+    log.info("stopped")
 
 
 if __name__ == "__main__":

@@ -56,9 +56,23 @@ ensure_chromium() {
        "run 'sudo apt-get install -y chromium', then ./start.sh test again"
 }
 
+# LibreTranslate's own API tests are read from its wheel (tests/libretranslate.txt says which release): downloaded,
+# never installed, again only when that file changes.
+fetch_libretranslate_tests() {
+  local dir=.venv/cache/libretranslate stamp=.venv/.downloaded-libretranslate sum
+  sum=$(sha256sum tests/libretranslate.txt | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then
+    rm -rf "$dir"
+    "$VPY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+      -r tests/libretranslate.txt -d "$dir"
+    echo "$sum" > "$stamp"
+  fi
+}
+
 if [ "${1:-}" = "test" ]; then
   shift
   install test requirements.txt requirements-test.txt
+  fetch_libretranslate_tests
   ensure_chromium
   exec "$VPY" -m pytest "$@"
 fi

@@ -18,7 +18,9 @@ import contextlib
 import logging
 import math
 import multiprocessing
+import os
 import re
+import signal
 import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -155,11 +157,32 @@ class LanguageDetector:
 _CHILD: LanguageDetector | None = None
 
 
-def _child_init() -> None:
-    """In the helper process: build the detector and load every lingua model (what made the server stall)."""
+#: Texts the helper detects before it says it is ready, one per branch of `LanguageDetector.detect`: lingua's
+#: models, the short-text word lists (wordfreq reads each language's list on first use: 250 ms for the first
+#: "Hola amigo" after start), Chinese script (hanzidentifier) and the script rules.
+WARM_TEXTS = ("warm up the language models, all of them", "Hola amigo", "这是一个测试。", "這是一個測試。",
+              "بۇ بىر سىناق")
+
+
+def _child_init(parent: int) -> None:
+    """In the helper process: build the detector and load everything a first detection would load."""
     global _CHILD
+    # The server decides when the helper stops (by shutting the pool down). A Ctrl-C or a SIGTERM sent to the
+    # whole process group must not kill it mid-call, nor print a KeyboardInterrupt traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, args=(parent,), name="hmt-detector-watch", daemon=True).start()
     _CHILD = LanguageDetector()
-    _CHILD.detect("warm up the language models", among=None)
+    for text in WARM_TEXTS:
+        _CHILD.detect(text, among=None)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A server killed outright (SIGKILL, out of memory) cannot shut the pool down, and the helper would wait on
+    its queue forever: leave as soon as the parent is gone (we are then re-parented)."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
 
 
 def _child_ready() -> bool:
@@ -205,7 +228,7 @@ class DetectorProcess:
     def _start(self) -> None:
         # spawn, not fork: the server process holds threads (and torch) that a forked child must not inherit.
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_child_init)
+                                         initializer=_child_init, initargs=(os.getpid(),))
         self._started = time.monotonic()
         with _main_not_rerun():  # the first submit launches the helper
             self._ready: Future = self._pool.submit(_child_ready)
@@ -245,8 +268,10 @@ class DetectorProcess:
                                            "source language.") from None
         return []  # pragma: no cover - the loop returns or raises
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    def close(self, wait: bool = False) -> None:
+        """Stop the helper. `wait` joins it too, so that its queues' semaphores are released before the process
+        exits (else Python's resource tracker warns that they leaked)."""
+        self._pool.shutdown(wait=wait, cancel_futures=True)
 
 
 _detector: DetectorProcess | None = None
@@ -277,9 +302,18 @@ def ready() -> bool:
     return _detector is not None and _detector.ready()
 
 
+def shutdown() -> None:
+    """Stop the helper process and wait for it (the server calls this on its way out)."""
+    global _detector
+    with _lock:
+        detector, _detector = _detector, None
+    if detector is not None:
+        detector.close(wait=True)
+
+
 def warm(timeout: float | None = None) -> None:
     """Start the helper if needed and wait until its models are loaded."""
     get_detector().wait(timeout)
 
 
-__all__ = ["Detection", "DetectorProcess", "LanguageDetector", "ZH_GROUP", "detect", "get_detector", "ready", "start", "warm"]
+__all__ = ["Detection", "DetectorProcess", "LanguageDetector", "ZH_GROUP", "detect", "get_detector", "ready", "shutdown", "start", "warm"]

@@ -14,9 +14,13 @@ class TranslationError(Exception):
     #: True when the caller may simply retry later (busy, replica gone, ...).
     retryable: bool = False
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, short: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        #: LibreTranslate's own wording for this error, where LibreTranslate defines one ("zz is not supported"):
+        #: the REST API answers it as `error`, which LibreTranslate's clients and tests compare, and `message` as
+        #: `detail`. None where LibreTranslate has no such error: `message` is then the `error`.
+        self.short = short
 
 
 class ConfigError(TranslationError):
@@ -48,8 +52,8 @@ class UnreachablePair(TranslationError):
 
     http_status = 400
 
-    def __init__(self, message: str, reachable: list[str] | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, reachable: list[str] | None = None, short: str | None = None) -> None:
+        super().__init__(message, short)
         self.reachable = reachable or []
 
 

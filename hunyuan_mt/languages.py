@@ -94,7 +94,8 @@ def normalize_code(code: str) -> str:
     raw = code.strip()
     shown = raw[:16] + ("…" if len(raw) > 16 else "")
     if not _CODE_SHAPE.match(raw):
-        raise UnsupportedLanguage(f"Malformed language code {shown!r}: expected something like 'en' or 'zh-Hant'.")
+        raise UnsupportedLanguage(f"Malformed language code {shown!r}: expected something like 'en' or 'zh-Hant'.",
+                                  short=f"{shown} is not supported")
     lowered = raw.lower()
     canonical = _BY_LOWER.get(lowered) or _ALIASES.get(lowered)
     if canonical is None and _REGION.match(raw):
@@ -102,7 +103,8 @@ def normalize_code(code: str) -> str:
         canonical = _BY_LOWER.get(re.split(r"[-_]", lowered)[0])
     if canonical is None:
         raise UnsupportedLanguage(
-            f"Unsupported language code {shown!r}. Supported codes: {', '.join(LANGUAGES)}."
+            f"Unsupported language code {shown!r}. Supported codes: {', '.join(LANGUAGES)}.",
+            short=f"{shown} is not supported",
         )
     return canonical
 

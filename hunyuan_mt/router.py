@@ -96,6 +96,8 @@ class Router:
             + (f", and the pivot route through {pivot} lacks {' and '.join(named[1:])}" if len(named) > 1 else "")
             + f"; the bare backbone is not allowed (routing.allow_base). Reachable from {src}: {where}.",
             reachable=reachable,
+            short=f"{LANGUAGES[tgt].english} ({tgt}) is not available as a target language from "
+                  f"{LANGUAGES[src].english} ({src})",
         )
 
     def _unusable(self) -> dict[str, str]:

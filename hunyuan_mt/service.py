@@ -28,6 +28,7 @@ from .engine import BatchEngine, Row
 from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
 from .glossary import Glossary
 from .tm import TranslationMemory
+from .warmup import WarmupReport, warm_service
 from .languages import LANGUAGES, normalize_code
 from .memory import MemoryMonitor, MemoryPolicy
 from .router import RoutePlan, Router
@@ -132,22 +133,40 @@ class TranslationService:
         self._history: deque[tuple[float, float, float | None]] = deque(maxlen=500)
         self._counts = {"requests": 0, "errors": 0, "segments": 0, "characters": 0}
         self._lock = threading.Lock()
+        #: What the warm-up ran (warmup.py), once it has.
+        self.warmup: WarmupReport | None = None
+        self._warm = threading.Event()
         if cfg.model.warmup:
             # lingua's models take seconds to load and hold the GIL meanwhile: they load in a helper process, so
-            # this process keeps serving; an `auto` request before they are in waits for them (see `ready`).
+            # this process keeps serving while they and the first request of every kind run in the background; a
+            # request before then may wait for them (see `ready`).
             start_detector()
-            # The pinned pairs' memories are read now, so that their first request does not pay for it.
-            threading.Thread(target=self.tm.preload, args=(list(cfg.cache.pinned),), name="hmt-tm-preload",
-                             daemon=True).start()
+            threading.Thread(target=self._warm_up, name="hmt-warmup", daemon=True).start()
+        else:
+            self._warm.set()
+
+    def _warm_up(self) -> None:
+        try:
+            self.warmup = warm_service(self)
+            log.info("warm-up: %s", self.warmup.line())
+        except Exception:  # noqa: BLE001 - a warm-up bug must not keep the server from ever becoming ready
+            log.exception("warm-up failed; serving cold")
+        finally:
+            self._warm.set()
 
     @property
     def ready(self) -> bool:
-        """Whether every request would now be served without waiting for something still loading (the language
-        detector). Always True when warm-up is off (the CLI, tests): nothing is being loaded ahead then."""
-        return not self.cfg.model.warmup or detector_ready()
+        """Whether every request would now be served at steady speed: the language detector is loaded and the
+        first request of every kind has run (warmup.py). Always True when warm-up is off (the CLI, tests):
+        nothing is being loaded ahead then."""
+        return self._warm.is_set() and (not self.cfg.model.warmup or detector_ready())
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until `ready` (Ray replicas do, so that Serve routes to a replica only once it is warm)."""
+        return self._warm.wait(timeout) and self.ready
 
     def close(self) -> None:
-        """Stop the engine and the memory monitor (tests; a server simply exits)."""
+        """Stop the engine and the memory monitor (tests, and the server on its way out)."""
         self.memory.stop()
         self.engine.close()
 
@@ -170,7 +189,8 @@ class TranslationService:
 
     def _code(self, code: Any, role: str) -> str:
         if not isinstance(code, str) or not code.strip():
-            raise UnsupportedLanguage(f"Missing {role} language code.")
+            raise UnsupportedLanguage(f"Missing {role} language code.",
+                                      short=f"Invalid request: missing {role} parameter")
         return normalize_code(code)
 
     def _check_batch(self, texts: Sequence[Any]) -> None:
@@ -194,6 +214,10 @@ class TranslationService:
     def detect(self, text: str, top: int = 3) -> list[Detection]:
         text = self.clean_text(text)
         return detect_language(text, among=self.detect_among(), top=top)
+
+    def resolve_source(self, text: str, src: Any) -> tuple[str, Detection | None]:
+        """(source code, detection or None) for a cleaned text and a source that may be "auto"."""
+        return self._resolve_source(text, src)
 
     def _resolve_source(self, text: str, src: Any) -> tuple[str, Detection | None]:
         if isinstance(src, str) and src.strip().lower() == AUTO:
@@ -220,7 +244,8 @@ class TranslationService:
         return self.translate_batch([text], src, tgt, glossary=glossary, _single=True)[0]
 
     def translate_batch(self, texts: Sequence[str], src: str, tgt: str, *, alternatives: int = 0,
-                        glossary: Glossary | None = None, _single: bool = False) -> list[TranslationResult]:
+                        glossary: Glossary | None = None, _single: bool = False,
+                        _warmup: bool = False) -> list[TranslationResult]:
         """Translate several texts at once; all their sentences share engine batches.
 
         `alternatives` > 0 also asks for up to that many other translations of each text: the last hop's
@@ -260,7 +285,8 @@ class TranslationService:
                 route=job.plan.route, route_kind=job.plan.kind, adapters=job.plan.adapters, timings_ms=timings,
                 alternatives=_alternatives(job, alternatives), memory_segments=len(job.memory),
                 segments=len(job.current)))
-        self._record(total_ms, sum(len(j.todo) for j in jobs), sum(len(t) for t in cleaned), len(texts))
+        if not _warmup:  # the warm-up's requests are nobody's: they stay out of the counts and latencies
+            self._record(total_ms, sum(len(j.todo) for j in jobs), sum(len(t) for t in cleaned), len(texts))
         return results
 
     def translate_segments(self, segments: Sequence[str], src: str, tgt: str,
@@ -428,6 +454,7 @@ class TranslationService:
             "ready": self.ready,
             "uptime_s": round(time.time() - self.started_at, 1),
             "startup_s": round(self.startup_s, 3),
+            "warmup": None if self.warmup is None else asdict(self.warmup),
             "backbone": self.backbone.info(),
             "memory": {
                 "rss_bytes": reading.rss_bytes,

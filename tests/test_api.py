@@ -11,6 +11,7 @@ import pytest
 
 from bench.markup import tag_sequence
 from hunyuan_mt.documents import read_document, translate_keeping_markup
+from hunyuan_mt.languages import LANGUAGES
 from hunyuan_mt.web.api import resolve_model_id
 from hunyuan_mt.web.doctranslate import translate_upload
 from sample_docs import HTML, MD, PDF_LINES, SRT, TXT, docx_structure, make_docx, make_pdf
@@ -28,7 +29,8 @@ def assert_error(response: httpx.Response, status: int, contains: str) -> None:
     assert response.headers["content-type"].startswith("application/json")
     body = response.json()
     assert set(body) >= {"error"}, body
-    assert contains in body["error"], body
+    # LibreTranslate's wording is the `error`; where it has one, our fuller explanation is the `detail`.
+    assert contains in body["error"] or contains in body.get("detail", ""), body
     assert "Traceback" not in response.text and 'File "' not in response.text
 
 
@@ -89,6 +91,7 @@ def test_case_variants_of_codes_are_accepted(client: httpx.Client, live_server: 
     ({"source": "en", "target": "es"}, 400, "missing q parameter"),
     ({"q": "hi", "source": "en"}, 400, "missing target parameter"),
     ({"q": "   ", "source": "en", "target": "es"}, 400, ""),
+    ({"q": "hi", "source": "en", "target": "xx"}, 400, "xx is not supported"),
     ({"q": "hi", "source": "en", "target": "xx"}, 400, "Unsupported language code 'xx'"),
     ({"q": "hi", "source": "en", "target": "../es"}, 400, "Malformed language code"),
     ({"q": 5, "source": "en", "target": "es"}, 400, "q must be a string"),
@@ -102,7 +105,11 @@ def test_unreachable_pair_is_refused_with_reason(client: httpx.Client, live_serv
     reachable = {i.code: set(i.targets) for i in live_server.service.languages()}
     src = "en"
     unreachable = next(code for code in ("ko", "ja", "ar", "th") if code not in reachable.get(src, set()))
-    assert_error(client.post("/translate", json={"q": "Hello", "source": src, "target": unreachable}), 400, src)
+    refusal = client.post("/translate", json={"q": "Hello", "source": src, "target": unreachable})
+    assert_error(refusal, 400, f"No route from {src} to {unreachable}")
+    # LibreTranslate's sentence for it, with its language names.
+    assert refusal.json()["error"] == f"{LANGUAGES[unreachable].english} ({unreachable}) is not available as a " \
+                                      f"target language from English (en)"
 
 
 def test_character_and_batch_limits_are_400_in_libretranslate_words(client: httpx.Client,
@@ -196,14 +203,16 @@ def test_detect(client: httpx.Client, live_server: LiveServer) -> None:
 
 
 def test_health_adapters_and_openapi(client: httpx.Client) -> None:
-    health = client.get("/health").json()
-    assert health["status"] == "ok" and health["model"]
+    assert client.get("/health").json() == {"status": "ok"}  # LibreTranslate's exact answer
+    status = client.get("/status").json()
+    assert status["status"] == "ok" and status["ready"] is True and status["model"] and status["version"]
     adapters = client.get("/adapters").json()
     resident = {entry["key"] for entry in adapters["resident"]}
     assert {"en2es", "es2en"} <= resident  # pinned at start in both test profiles
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
-    for route in ("/translate", "/languages", "/detect", "/translate_file", "/health", "/metrics", "/adapters",
+    for route in ("/translate", "/languages", "/detect", "/translate_file", "/health", "/status", "/metrics",
+                  "/adapters",
                   "/admin/pin", "/v1/chat/completions", "/v1/models"):
         assert route in paths
 
@@ -399,17 +408,18 @@ def test_ui_job_does_not_block_rest(live_server: LiveServer, monkeypatch: pytest
 def test_health_is_503_until_nothing_is_left_to_load(client: httpx.Client, live_server: LiveServer,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """/health answers 503 "starting" while a request could still wait for something loading (the language
-    detector, when warm-up is on), then 200 "ok"."""
+    detector, the warm-up's first requests), then exactly LibreTranslate's 200 {"status": "ok"}."""
     import hunyuan_mt.service as service_mod
 
     monkeypatch.setattr(live_server.service.cfg.model, "warmup", True)
     monkeypatch.setattr(service_mod, "detector_ready", lambda: False)
     starting = client.get("/health")
-    assert starting.status_code == 503 and starting.json()["status"] == "starting"
-    assert starting.json()["ready"] is False
+    assert starting.status_code == 503 and starting.json() == {"status": "starting"}
+    assert client.get("/status").json()["ready"] is False
     monkeypatch.setattr(service_mod, "detector_ready", lambda: True)
     ok = client.get("/health")
-    assert ok.status_code == 200 and ok.json()["status"] == "ok" and ok.json()["ready"] is True
+    assert ok.status_code == 200 and ok.json() == {"status": "ok"}
+    assert client.get("/status").json()["ready"] is True
 
 
 def test_language_detection_runs_outside_the_server_process() -> None:

@@ -102,7 +102,8 @@ def test_app_binds_localhost_logs_urls_and_survives_share_failure(app_process: A
             break
         assert health.status_code == 503 and health.json()["status"] == "starting"
         event.wait(0.25)
-    assert health.json()["status"] == "ok" and health.json()["ready"] is True
+    assert health.json() == {"status": "ok"}
+    assert httpx.get(f"http://127.0.0.1:{port}/status", timeout=30).json()["ready"] is True
 
 
 # ---------------------------------------------------------------------------------------------------- API keys, limits

@@ -487,7 +487,13 @@ def test_ingress_serves_the_groups_that_are_up(cluster: Any, settings: ServeSett
         url = f"http://127.0.0.1:{cluster['port']}/partial"
         r = httpx.post(f"{url}/translate", json={"q": text, "source": "en", "target": "es"}, timeout=60)
         assert r.status_code == 200 and r.headers["x-served-by"].startswith("tail#")
-        assert httpx.get(f"{url}/health", timeout=60).json()["status"] == "ok"
+        # Not ready while a group has no replica (a script waiting for 200 must not start on half a cluster);
+        # /status says which group is missing.
+        health = httpx.get(f"{url}/health", timeout=60)
+        assert health.status_code == 503 and health.json() == {"status": "starting"}
+        groups = {g["name"]: g for g in httpx.get(f"{url}/status", timeout=60).json()["ray"]["groups"]}
+        assert (groups["never"]["running"], groups["never"]["up"]) == (0, False)
+        assert (groups["tail"]["running"], groups["tail"]["up"]) == (1, True)
     finally:
         serve.delete(name)
 

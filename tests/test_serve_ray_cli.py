@@ -99,9 +99,13 @@ def test_readme_example_replicas_2_on_two_cpus_becomes_healthy(serve_ray) -> Non
     proc, out, port = serve_ray
     sized = out.wait_for("serve-ray: the groups ask for 4 CPUs", 120)
     assert "each replica reserves less instead (hot 0.5, tail 0.5 CPU), so all 4 start" in sized
-    out.wait_for("serve-ray: ready.", 360)
+    out.wait_for("serve-ray: ready in ", 360)
     url = f"http://127.0.0.1:{port}"
-    assert httpx.get(f"{url}/health", timeout=60).json()["status"] == "ok"
+    # `ready` is printed only once every replica is up and warm: /health cannot reach one that is starting.
+    for _ in range(10):
+        assert httpx.get(f"{url}/health", timeout=60).json() == {"status": "ok"}
+    groups = httpx.get(f"{url}/status", timeout=60).json()["ray"]["groups"]
+    assert [(g["name"], g["running"]) for g in groups] == [("hot", 2), ("tail", 2)]
     r = httpx.post(f"{url}/translate", json={"q": "Unknown error", "source": "en", "target": "es"}, timeout=120)
     assert r.status_code == 200 and r.json()["translatedText"]
     assert r.headers["x-served-by"].startswith("hot#")

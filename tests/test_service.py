@@ -299,3 +299,48 @@ def test_get_service_is_process_wide(marian_dir: Path, marian_adapters: Path, mo
         assert service_mod.get_service() is built[0]
     finally:
         built[0].close()
+
+
+def test_ready_only_after_the_first_request_of_every_kind_ran(marian_dir: Path, marian_adapters: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """With warm-up on, the service is ready only once warmup.py has run detection, every pinned pair and a pivot
+    route through pinned adapters (de → en → es here); its requests stay out of the counts."""
+    import hunyuan_mt.service as service_mod
+
+    release = threading.Event()
+    real = service_mod.warm_service
+
+    def held(service: TranslationService):
+        release.wait(60)
+        return real(service)
+
+    monkeypatch.setattr(service_mod, "warm_service", held)
+    service = make_service(marian_dir, marian_adapters, **{"model.warmup": True, "model.compile": "off",
+                                                           "cache.pinned": ["de2en", "en2es"]})
+    try:
+        assert not service.ready and service.status()["ready"] is False
+        release.set()
+        assert service.wait_ready(120) and service.ready
+        report = service.warmup
+        assert report is not None and report.ran[0] == "memories of 8 pairs"
+        assert report.ran[1:] == ["detection", "de2en", "en2es", "pivot de2en+en2es"], report
+        assert report.skipped == [] and report.seconds > 0
+        assert service.status()["counts"]["requests"] == 0
+        assert service.status()["warmup"]["ran"] == report.ran
+    finally:
+        service.close()
+
+
+def test_warm_up_says_why_a_kind_was_not_warmed(marian_dir: Path, marian_adapters: Path) -> None:
+    from hunyuan_mt.warmup import warm_service
+
+    service = make_service(marian_dir, marian_adapters, **{"cache.pinned": ["en2es"], "tm.enabled": False})
+    try:
+        report = warm_service(service)
+        assert report.ran == ["detection", "en2es"]
+        assert report.skipped == ["pivot (no pivot route runs on pinned adapters only; a pivot route's first "
+                                  "request loads its unpinned adapter)"]
+        assert report.line().startswith("first request of every kind served in ")
+        assert list(service.cache.lru_order()) == []  # nothing unpinned was loaded to warm up
+    finally:
+        service.close()

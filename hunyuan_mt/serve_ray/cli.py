@@ -115,9 +115,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _deploy(app: Any, settings: Any, url: str) -> None:
-    """Deploy, and say what is up as it comes up: the ingress serves as soon as one group has a replica (requests
-    for a group still starting go to one that is up), so `ready` is printed once /health answers 200, not when the
-    last replica is in."""
+    """Deploy, and say what is up as it comes up. `ready` is printed once every replica of every group is running
+    (a replica runs only once it is warm, see replica.py) and /health answers 200 through the ingress: a load
+    balancer or script that starts on that line then never reaches a replica that is still starting."""
     from ray import serve
 
     from .app import APP_NAME, INGRESS_NAME
@@ -132,31 +132,28 @@ def _deploy(app: Any, settings: Any, url: str) -> None:
 
     deploying = threading.Thread(target=run, name="serve-run", daemon=True)
     deploying.start()
-    announced: set[str] = set()
-    ready_said = False
+    shown: dict[str, int] = {}
+    t0 = time.monotonic()
     while True:
         if failed:
             raise ModelUnavailable(f"deploying failed: {failed[0]}")
         up = group_replicas_running(APP_NAME)
         for group in settings.groups:
-            if up.get(group.name, 0) and group.name not in announced:
-                announced.add(group.name)
-                print(f"serve-ray: group {group.name} is up ({up[group.name]}/{group.replicas} replicas)", flush=True)
-        if not ready_said and up.get(INGRESS_NAME) and announced and _healthy(url):
-            ready_said = True
-            starting = [g.name for g in settings.groups if g.name not in announced]
-            later = f" (still starting: {', '.join(starting)}; the groups that are up serve meanwhile)" if starting \
-                else ""
-            print(f"serve-ray: ready. REST API {url}/translate (LibreTranslate-compatible), web page {url}/ui; "
-                  f"responses name their replica in X-Served-By{later}. Ctrl-C stops.", flush=True)
-        if ready_said and not deploying.is_alive() and len(announced) == len(settings.groups):
+            count = up.get(group.name, 0)
+            if count and shown.get(group.name) != count:
+                shown[group.name] = count
+                print(f"serve-ray: group {group.name} is up ({count}/{group.replicas} replicas, warm)", flush=True)
+        complete = all(up.get(g.name, 0) >= g.replicas for g in settings.groups)
+        if complete and up.get(INGRESS_NAME) and _healthy(url):
+            print(f"serve-ray: ready in {time.monotonic() - t0:.0f} s. REST API {url}/translate "
+                  f"(LibreTranslate-compatible), web page {url}/ui; responses name their replica in X-Served-By. "
+                  "Ctrl-C stops.", flush=True)
             return
         time.sleep(1.0)
 
 
 def _healthy(url: str) -> bool:
-    """/health answers 200: a request would now be served without waiting (a replica's language detector loads
-    after the replica is up)."""
+    """/health answers 200 through the ingress (which says ok only once every replica is up and warm)."""
     import httpx
 
     try:

@@ -243,13 +243,21 @@ class RemoteService:
 
     def status(self) -> dict[str, Any]:
         """The long-tail replica's status (same shape as the single-process server; another group's while the
-        long tail is not up) plus every group's view: `up` false for a group with no replica running yet."""
+        long tail is not up) plus every group's view: `up` false for a group with no replica running yet, and
+        `running`, how many of its replicas are."""
         replies = self._run(self.aall_groups("status"))
+        reading = self._run(self.health.running())  # None: Serve's status unreadable, judge by the replies
+        running = reading or {}
         tail = self.settings.long_tail.name
         status = dict((replies.get(tail) or next(iter(replies.values())))["status"])
+        # Ready once every replica of every group is up (a replica is RUNNING only when warm, see replica.py) and
+        # the ones that answered say so: /health then cannot reach a replica that is still starting.
+        every_replica = reading is None or all(running.get(g.name, 0) >= g.replicas for g in self.settings.groups)
+        status["ready"] = every_replica and all(
+            bool(r["status"].get("ready", True)) for r in replies.values())
         status["ray"] = {"groups": [
-            {"name": g.name, "replicas": g.replicas, "pinned": g.pinned, "long_tail": g.long_tail,
-             "up": g.name in replies, "answered_by": replies.get(g.name, {}).get("replica"),
+            {"name": g.name, "replicas": g.replicas, "running": running.get(g.name, 0), "pinned": g.pinned,
+             "long_tail": g.long_tail, "up": g.name in replies, "answered_by": replies.get(g.name, {}).get("replica"),
              "resident": (replies.get(g.name) or {}).get("status", {}).get("cache", {}).get("resident", [])}
             for g in self.settings.groups]}
         self._served(*(r["replica"] for r in replies.values()))

@@ -27,6 +27,10 @@ from .transport import error_payload
 
 log = logging.getLogger(__name__)
 
+#: How long a replica's constructor waits for its service's warm-up (the detector's helper and the first requests
+#: take seconds; this bounds a helper that never comes up).
+READY_TIMEOUT_S = 600.0
+
 
 class PairHandle:
     """What Ray's multiplexer holds for one pair on one replica."""
@@ -56,6 +60,10 @@ class TranslatorReplica:
         self.group: GroupSpec = self.settings.group(group)
         cfg = self.settings.replica_config(self.group)
         self.service = self._build_service(cfg)
+        # Serve routes to a replica once its constructor returns: return only when the first request of every
+        # kind runs at steady speed here (service.warmup), so a replica that is RUNNING is a warm one.
+        if not self.service.wait_ready(READY_TIMEOUT_S):
+            log.warning("replica of %s not warm after %.0f s; serving anyway", group, READY_TIMEOUT_S)
         ctx = serve.get_replica_context()
         self.replica_id = f"{self.group.name}#{_replica_unique_id(ctx)}"
         self.capacity = self.group.max_models_per_replica or (cfg.cache.slots + len(cfg.cache.pinned))

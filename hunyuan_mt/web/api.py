@@ -71,7 +71,9 @@ def error_response(exc: BaseException, openai_style: bool = False) -> JSONRespon
     """
     status = http_status(exc)
     message = exc.message if isinstance(exc, TranslationError) else "Internal server error."
-    body: dict[str, Any] = {"error": message}
+    short = exc.short if isinstance(exc, TranslationError) else None
+    # LibreTranslate's wording as `error` where it defines one, our fuller explanation beside it.
+    body: dict[str, Any] = {"error": short, "detail": message} if short else {"error": message}
     if isinstance(exc, UnreachablePair) and exc.reachable:
         body["reachable"] = exc.reachable
     if openai_style:
@@ -333,15 +335,25 @@ class RestApi:
     # ------------------------------------------------------------------ service routes
 
     async def health(self) -> JSONResponse:
+        # LibreTranslate's exact answer, which its clients and tests compare whole. 503 "starting" until a request
+        # would be served at steady speed (warmup.py): load balancers and scripts wait for 200. The details are
+        # at /status.
+        ready = bool((await self._call(self.service.status)).get("ready", True))
+        return JSONResponse({"status": "ok" if ready else "starting"}, status_code=200 if ready else 503)
+
+    async def status_route(self) -> JSONResponse:
         status = await self._call(self.service.status)
         backbone = status.get("backbone") or {}
         memory = status.get("memory") or {}
         ready = bool(status.get("ready", True))
-        # 503 until a request would be served without waiting for something still loading: load balancers and
-        # scripts can wait for 200.
-        return JSONResponse({"status": "ok" if ready else "starting", "ready": ready, "version": __version__,
-                             "model": backbone.get("name"), "device": backbone.get("device"),
-                             "mode": memory.get("mode", "normal")}, status_code=200 if ready else 503)
+        body: dict[str, Any] = {
+            "status": "ok" if ready else "starting", "ready": ready, "version": __version__,
+            "model": backbone.get("name"), "device": backbone.get("device"), "mode": memory.get("mode", "normal"),
+            "uptime_s": status.get("uptime_s"), "startup_s": status.get("startup_s"), "warmup": status.get("warmup")}
+        if "ray" in status:
+            body["ray"] = {"groups": [{k: g.get(k) for k in ("name", "replicas", "running", "up")}
+                                      for g in status["ray"]["groups"]]}
+        return JSONResponse(body)
 
     async def glossaries_route(self) -> JSONResponse:
         return JSONResponse(await self._call(self.glossaries.available))
@@ -576,7 +588,10 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
 
     app.add_api_route("/spec", spec, methods=["GET"], tags=["LibreTranslate"],
                       summary="This API's OpenAPI document (also at /openapi.json)")
-    app.add_api_route("/health", api.health, methods=["GET"], tags=["Service"], summary="Liveness and model")
+    app.add_api_route("/health", api.health, methods=["GET"], tags=["Service"],
+                      summary='{"status": "ok"} once warm (LibreTranslate\'s answer); 503 "starting" before')
+    app.add_api_route("/status", api.status_route, methods=["GET"], tags=["Service"],
+                      summary="Readiness, version, model, device, memory mode, warm-up report")
     app.add_api_route("/metrics", api.metrics_route, methods=["GET"], tags=["Service"],
                       summary="Prometheus metrics")
     app.add_api_route("/adapters", api.adapters, methods=["GET"], tags=["Service"],

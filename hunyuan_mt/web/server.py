@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import threading
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import gradio as gr
 import uvicorn
@@ -130,6 +131,19 @@ def uvicorn_config(app: FastAPI, host: str, port: int, trusted_proxies: Sequence
     headers, could then pick the address the per-address limits count."""
     return uvicorn.Config(app, host=host, port=port, proxy_headers=bool(trusted_proxies),
                           forwarded_allow_ips=list(trusted_proxies) or None, **kw)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, minus one habit: after its graceful shutdown on SIGINT or SIGTERM it raises the signal
+    again, so the process dies of it before `atexit` runs. The language detector's helper process and its queues'
+    semaphores then outlive us (Python's resource tracker warns of "leaked semaphore objects"). app.py stops the
+    service itself after `run()` returns and exits with 0, which is what systemd and docker expect of a stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        with super().capture_signals():
+            yield
+            self._captured_signals.clear()  # read by the base class right after this block, to re-raise them
 
 
 class ServerThread:
