@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
+import httpx
 import pytest
 
 from hunyuan_mt.web.doctranslate import translate_upload
@@ -171,3 +172,32 @@ def test_openapi_page_renders_offline(page, live_server: LiveServer) -> None:
     assert docs.locator(".opblock-summary-path", has_text="/v1/chat/completions").count() == 1
     docs.screenshot(path=str(ARTIFACTS / "api-docs.png"), full_page=False)
     docs.close()
+
+
+@pytest.mark.parametrize("width", [390, 1300])
+def test_page_loads_without_console_errors_and_stacks_on_a_phone(page, live_server: LiveServer, width: int) -> None:
+    """Below 700 px the source and translation boxes stack (a phone held upright is 390 px wide); wider, they sit
+    side by side. Loading the page logs no error in the console (the root's /favicon.ico was a 404)."""
+    context = page.context.browser.new_context(viewport={"width": width, "height": 900})
+    try:
+        phone = context.new_page()
+        problems: list[str] = []
+        phone.on("console", lambda m: problems.append(f"{m.type}: {m.text}") if m.type == "error" else None)
+        phone.on("response", lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+        phone.goto(live_server.url + "/ui/")
+        phone.wait_for_selector("#hmt-source textarea")
+        # Chromium fetches the root's favicon outside the page's own requests (no response event to wait for) and
+        # Gradio's queue connection never lets the network go idle: allow the late requests two seconds.
+        phone.wait_for_timeout(2000)
+        source = phone.locator("#hmt-source").bounding_box()
+        result = phone.locator("#hmt-result").bounding_box()
+        if width < 700:
+            assert result["y"] >= source["y"] + source["height"] - 1, (source, result)
+            assert abs(result["x"] - source["x"]) < 1 and source["width"] > width * 0.75, (source, result)
+            phone.screenshot(path=str(ARTIFACTS / "ui-phone.png"), full_page=True)
+        else:
+            assert abs(result["y"] - source["y"]) < 1 and result["x"] > source["x"] + source["width"] - 1
+        assert problems == []
+        assert httpx.get(live_server.url + "/favicon.ico", follow_redirects=True).status_code == 200
+    finally:
+        context.close()

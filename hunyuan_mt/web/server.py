@@ -45,6 +45,12 @@ def build_app(service: Any, cfg: Config) -> FastAPI:
     async def root() -> RedirectResponse:
         return RedirectResponse(url=UI_PATH + "/")
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> RedirectResponse:
+        # Browsers ask the site's root for it whatever the page says; Gradio serves one under the page's path.
+        # Without this every page load logged a 404 in the browser's console.
+        return RedirectResponse(url=UI_PATH + "/favicon.ico")
+
     app = gr.mount_gradio_app(
         app, blocks, path=UI_PATH, auth=parse_auth(cfg.server.auth), footer_links=["api"],
         max_file_size=cfg.limits.max_file_bytes, show_error=True, head=UI_HEAD, css=UI_CSS,

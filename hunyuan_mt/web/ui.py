@@ -51,7 +51,15 @@ document.addEventListener("keydown", (event) => {
 });
 </script>
 """
-UI_CSS = "#hmt-info { min-height: 2.5em; } #hmt-pair-note { font-size: 0.9em; }"
+UI_CSS = """
+#hmt-info { min-height: 2.5em; } #hmt-pair-note { font-size: 0.9em; }
+/* On a phone the source and its translation (and a document and its result) stack: two 160 px columns side by
+   side left a few words per line. */
+@media (max-width: 700px) {
+  .hmt-stack { flex-direction: column !important; }
+  .hmt-stack > * { width: 100% !important; min-width: 0 !important; }
+}
+"""
 
 
 def _run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -422,7 +430,7 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                 tgt = gr.Dropdown(ui.target_choices(AUTO), value=default_target, label="To", elem_id="hmt-tgt",
                                   scale=4)
             pair_note = gr.Markdown("", elem_id="hmt-pair-note")
-            with gr.Row():
+            with gr.Row(elem_classes=["hmt-stack"]):
                 source_box = gr.Textbox(lines=8, max_lines=30, label="Text", elem_id="hmt-source",
                                         placeholder="Type or paste text. Ctrl+Enter translates.",
                                         max_length=limits.max_chars)
@@ -452,7 +460,7 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                 doc_src = gr.Dropdown(ui.source_choices(), value=AUTO, label="From", elem_id="hmt-doc-src")
                 doc_tgt = gr.Dropdown(ui.target_choices(AUTO), value=default_target, label="To",
                                       elem_id="hmt-doc-tgt")
-            with gr.Row():
+            with gr.Row(elem_classes=["hmt-stack"]):
                 doc_in = gr.File(label="Document", file_types=DOC_TYPES, type="filepath", elem_id="hmt-doc-in")
                 doc_out = gr.File(label="Translated document", interactive=False, elem_id="hmt-doc-out")
             ui.doc_output = doc_out
