@@ -454,7 +454,8 @@ class TranslationService:
             "ready": self.ready,
             "uptime_s": round(time.time() - self.started_at, 1),
             "startup_s": round(self.startup_s, 3),
-            "warmup": None if self.warmup is None else asdict(self.warmup),
+            "warmup": None if self.warmup is None else {**asdict(self.warmup),
+                                                        "seconds": round(self.warmup.seconds, 2)},
             "backbone": self.backbone.info(),
             "memory": {
                 "rss_bytes": reading.rss_bytes,

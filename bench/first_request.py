@@ -1,0 +1,108 @@
+"""The first request after `/health` says ok, against the same request at steady state, as a newcomer meets it.
+
+    python -m bench.first_request                 # 3 starts of app.py, default profile
+    python -m bench.first_request --runs 5 --set model.compile=false
+
+Each run starts `app.py` on 127.0.0.1 in a process of its own (its own TMPDIR), polls /health until 200, then sends
+each kind of request once, in this order, and then 5 more times each: an auto-detected short Spanish text to en,
+an auto-detected sentence, each pinned pair, a pivot route, and one more registered pair that is not pinned
+(its adapter has to be attached: the only kind the warm-up leaves cold on purpose). A kind's ratio is its first
+latency over the median of the 5 that follow. Reported: every run's ratios and their medians, and the server's
+own warm-up line. Results: bench/results/first_request.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hunyuan_mt.config import PROJECT_ROOT
+
+from .soak import Server, free_port
+
+RESULTS = PROJECT_ROOT / "bench" / "results"
+REPEATS = 5
+
+#: (kind, body) in the order they are sent; the demo's pinned pairs are en2es and es2en, its pivot en.
+KINDS: list[tuple[str, dict[str, Any]]] = [
+    ("auto, short (es→en)", {"q": "¿Dónde está la estación?", "source": "auto", "target": "en"}),
+    ("auto, sentence (en→es)", {"q": "The printer on the second floor is out of paper.", "source": "auto",
+                                "target": "es"}),
+    ("pinned en→es", {"q": "Open the settings to change the folder.", "source": "en", "target": "es"}),
+    ("pinned es→en", {"q": "No se pudo abrir el archivo.", "source": "es", "target": "en"}),
+    ("pivot es→en→de", {"q": "La impresora no tiene papel.", "source": "es", "target": "de"}),
+    ("unpinned en→fr (adapter attach)", {"q": "The file could not be saved.", "source": "en", "target": "fr"}),
+]
+
+
+def _post(client: httpx.Client, body: dict[str, Any]) -> float:
+    t0 = time.perf_counter()
+    response = client.post("/translate", json=body)
+    elapsed = (time.perf_counter() - t0) * 1000
+    response.raise_for_status()
+    return elapsed
+
+
+def one_run(index: int, config: str | None, sets: list[str], work: Path) -> dict[str, Any]:
+    port = free_port()
+    tmp = work / f"run{index}"
+    tmp.mkdir()
+    server = Server(port, tmp, work / f"server{index}.log", config, sets)
+    try:
+        ready_s = server.wait_ready(600)
+        with httpx.Client(base_url=server.base, timeout=120) as client:
+            firsts = {kind: _post(client, body) for kind, body in KINDS}
+            steady = {kind: statistics.median(_post(client, body) for _ in range(REPEATS)) for kind, body in KINDS}
+    finally:
+        server.stop()
+    log = (work / f"server{index}.log").read_text(errors="replace")
+    warm = next((line.split("warm-up: ", 1)[1] for line in log.splitlines() if "warm-up: " in line), "")
+    return {"ready_s": round(ready_s, 1), "warmup": warm,
+            "kinds": {kind: {"first_ms": round(firsts[kind], 1), "steady_ms": round(steady[kind], 1),
+                             "ratio": round(firsts[kind] / steady[kind], 2)} for kind, _ in KINDS}}
+
+
+def render(runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    lines = [f"# First request after ready ÷ steady (`python -m bench.first_request --runs {args.runs}"
+             + "".join(f" --set {s}" for s in args.set) + "`)", "",
+             f"{len(runs)} starts of app.py; ready after {', '.join(str(r['ready_s']) for r in runs)} s.", "",
+             "| kind | first ms (median) | steady ms (median) | ratio, median | ratio, every run |",
+             "|---|---:|---:|---:|---|"]
+    for kind, _ in KINDS:
+        cells = [r["kinds"][kind] for r in runs]
+        lines.append(f"| {kind} | {statistics.median(c['first_ms'] for c in cells):.0f} | "
+                     f"{statistics.median(c['steady_ms'] for c in cells):.0f} | "
+                     f"**{statistics.median(c['ratio'] for c in cells):.2f}×** | "
+                     f"{' '.join(format(c['ratio'], '.2f') for c in cells)} |")
+    lines += ["", f"The server's warm-up line (run 1): {runs[0]['warmup'] or '(none)'}", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.first_request", description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--config", default=None, help="profile for app.py (default: the demo)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="app.py --set (repeatable)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="hmt-first-") as tmp:
+        runs = []
+        for i in range(args.runs):
+            runs.append(one_run(i, args.config, args.set, Path(tmp)))
+            print(json.dumps(runs[-1]), flush=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "first_request.json").write_text(json.dumps({"args": vars(args), "runs": runs}, indent=1))
+    report = render(runs, args)
+    (RESULTS / "first_request.md").write_text(report)
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
