@@ -1,7 +1,7 @@
 """Do-not-translate spans: mask them before translation, put them back verbatim after.
 
-Placeholders (`%s`, `%(name)s`, `{0}`, `{name}`), markup tags, URLs, e-mail addresses, numbers and `code spans`
-are replaced by sentinel tokens `⟦0⟧`, `⟦1⟧`, ... that a model copies (the demo model is trained on text masked
+Placeholders (`%s`, `%(name)s`, `{0}`, `{name}`), markup tags, URLs, e-mail addresses, numbers, `code spans`,
+prices, key names and shortcuts, paths, and emoji and other symbols are replaced by sentinel tokens `⟦0⟧`, `⟦1⟧`, ... that a model copies (the demo model is trained on text masked
 this way and its tokenizer knows the sentinels as whole tokens). Any backbone works: `restore` does not trust the
 model, it puts every span back exactly once, removes duplicated or invented sentinels and appends dropped ones.
 """
@@ -9,6 +9,7 @@ model, it puts every span back exactly once, removes duplicated or invented sent
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -25,6 +26,44 @@ def sentinel(index: int) -> str:
 def sentinel_tokens(count: int = SENTINEL_VOCAB) -> list[str]:
     return [sentinel(i) for i in range(count)]
 
+
+def _symbol_class() -> str:
+    """A character class of every "other symbol" (Unicode So: emoji, dingbats, ★ ✅ © °), the arrows block and
+    the bullets, built once from unicodedata (Python's re has no \\p{So})."""
+    wanted = set(range(0x2190, 0x2200)) | {ord(c) for c in "•‣◦⁃∙"}
+    wanted |= {cp for cp in range(0x20000) if unicodedata.category(chr(cp)) == "So"}
+    ranges: list[str] = []
+    points = sorted(wanted)
+    start = prev = points[0]
+    for cp in points[1:] + [-1]:
+        if cp == prev + 1:
+            prev = cp
+            continue
+        ranges.append(re.escape(chr(start)) + ("" if start == prev else "-" + re.escape(chr(prev))))
+        start = prev = cp
+    return "[" + "".join(ranges) + "]"
+
+
+_SYMBOL = _symbol_class()
+# An emoji is often a sequence: a variation selector (⚠️), a skin tone, a keycap, or people joined by ZWJ.
+_SYMBOLS = rf"{_SYMBOL}(?:[\uFE0F\u200D\u20E3\U0001F3FB-\U0001F3FF]|{_SYMBOL})*"
+# Key names as keyboards print them, in the languages of the demo (Strg, Umschalt, Mayús, Maj, ...).
+_KEY_NAMES = (r"(?:Ctrl|Control|Strg|AltGr|Alt|Shift|Umschalt|Mayús|Mayus|Maj|Cmd|Command|Option|Opt|Meta|Super|"
+              r"Win|Fn|Esc|Tab|Enter|Return|Space|Del|Delete|Entf|Supr|Suppr|Ins|Einfg|Home|End|PgUp|PgDn|"
+              r"Backspace)")
+_KEY = rf"(?:{_KEY_NAMES}|F\d{{1,2}}|[A-Z0-9]|[⌘⌥⇧⌃←→↑↓])"
+_KEYS = (rf"(?<![\w+])(?:{_KEY_NAMES}(?:\s?\+\s?{_KEY})+"      # Ctrl+S, Ctrl + Shift + P, Strg+Umschalt+N
+         rf"|[⌘⌥⇧⌃]+[A-Z0-9](?![\w])"                         # ⌘Q, ⌘⇧Z
+         rf"|(?:Ctrl|Strg|Cmd|AltGr)(?![\w+])"                  # a modifier named alone ("hold Ctrl")
+         rf"|F\d{{1,2}}(?![\w]))")                              # F5, F11
+_CURRENCY = "$€£¥₹₩₽¢"
+_AMOUNT = r"\d+(?:[.,\u00a0 ]\d{3})*(?:[.,]\d+)?"
+_PRICE = rf"[{_CURRENCY}]\s?{_AMOUNT}|(?<![\w.,]){_AMOUNT}\s?[{_CURRENCY}]"
+# Absolute, home and relative paths (/tmp, ~/.config/x.json, ../src/main.c); Windows paths with a drive letter.
+_PATH = (r"(?<![\w/.~])(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*/?(?<![.,;:])"
+         r"|\b[A-Za-z]:\\(?:[\w.-]+\\?)+")
+
+_ISO_DATE = r"(?<![\w.,])\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?(?![\w])"
 
 # One alternation, tried left to right at each position, so the longer constructs (a URL that holds digits, a tag
 # that holds an attribute with a number) win over the pieces inside them.
@@ -44,7 +83,12 @@ _PATTERNS: tuple[str, ...] = (
     r"\$\{[^{}\s]+\}",                                         # ${var}
     r"\{\{|\}\}",                                              # escaped braces of str.format
     r"\{[\w.\[\]]*(?:![rsa])?(?::[^{}]*)?\}",                  # {0}, {name}, {name:>8}, {}
+    _KEYS,                                                     # Ctrl+S, Alt+F4, ⌘Q, Strg+Umschalt+N, F5
+    _PRICE,                                                    # $19.99, 19,99 €, ¥1200 (before plain numbers)
+    _PATH,                                                     # /usr/share/fonts/, ~/.config/x.json, C:\Users
+    _ISO_DATE,                                                 # 2024-05-17, 2024-05-17T10:30
     r"(?<![\w.,])[-+]?\d+(?:[.,:/]\d+)*(?:%)?(?![\w])",        # numbers, times, dates, percentages
+    _SYMBOLS,                                                  # emoji, ★ ✅ • ➜ → © °: a run of them is one span
 )
 _SPAN = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.S)
 # URLs and e-mails do not end on sentence punctuation; give that back to the text.
