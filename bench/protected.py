@@ -28,7 +28,7 @@ from hunyuan_mt.config import PROJECT_ROOT, load_config
 RESULTS = PROJECT_ROOT / "bench" / "results"
 CORPUS = PROJECT_ROOT / "tests" / "data" / "protected_items.tsv"
 #: What issue 24 added to masking._PATTERNS; `before` masks without them.
-ADDED = (masking._KEYS, masking._PRICE, masking._PATH, masking._ISO_DATE, masking._SYMBOLS)
+ADDED = (masking._KEYS, masking._PRICE, masking._PATH, masking._ISO_DATE, masking._OPAQUE, masking._SYMBOLS)
 
 
 def read_corpus(path: Path = CORPUS) -> list[tuple[str, str, list[str]]]:

@@ -58,6 +58,10 @@ _NLLB = {
 }
 
 
+#: Tokens a prompt may add around a segment (Hunyuan's instruction and chat template), for `fits`' shortcut.
+_PROMPT_TOKENS = 96
+
+
 @dataclass(frozen=True)
 class PromptRow:
     """One segment to translate: text and canonical language codes."""
@@ -427,6 +431,16 @@ class Backbone:
         """Token count of each row's model input (the engine's token budget uses it). Does not wait for a
         running generate."""
         return [len(self._encode(r)) for r in rows]
+
+    def fits(self, text: str, src: str, tgt: str, budget: int | None = None) -> bool:
+        """Whether `text` as a segment of src→tgt stays within the model's input limit and `budget` tokens.
+        Tokenizes only a text long enough to possibly exceed them (at most 4 tokens a character, byte fallback,
+        plus the prompt's own)."""
+        limits = [n for n in (self.max_input_tokens, budget) if n is not None]
+        limit = min(limits) if limits else None
+        if limit is None or len(text) * 4 + _PROMPT_TOKENS < limit:
+            return True
+        return len(self._encode(PromptRow(text, src, tgt))) <= limit
 
     def check_length(self, encoded: Encoded) -> None:
         """InputTooLarge when the row is longer than the model's input limit (quoting both numbers)."""

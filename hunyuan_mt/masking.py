@@ -63,6 +63,8 @@ _PRICE = rf"[{_CURRENCY}]\s?{_AMOUNT}|(?<![\w.,]){_AMOUNT}\s?[{_CURRENCY}]"
 _PATH = (r"(?<![\w/.~])(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*/?(?<![.,;:])"
          r"|\b[A-Za-z]:\\(?:[\w.-]+\\?)+")
 
+# 20+ characters of letters and digits (and base64's + / =) mixed, with no space: a checksum, a key, an id.
+_OPAQUE = r"(?<![\w+/=])(?=[A-Za-z0-9+/]*\d)(?=[A-Za-z0-9+/]*[A-Za-z])[A-Za-z0-9+/]{20,}={0,2}(?![\w+/=])"
 _ISO_DATE = r"(?<![\w.,])\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?(?![\w])"
 
 # One alternation, tried left to right at each position, so the longer constructs (a URL that holds digits, a tag
@@ -87,6 +89,7 @@ _PATTERNS: tuple[str, ...] = (
     _PRICE,                                                    # $19.99, 19,99 €, ¥1200 (before plain numbers)
     _PATH,                                                     # /usr/share/fonts/, ~/.config/x.json, C:\Users
     _ISO_DATE,                                                 # 2024-05-17, 2024-05-17T10:30
+    _OPAQUE,                                                   # checksums, base64 keys, tokens: never text
     r"(?<![\w.,])[-+]?\d+(?:[.,:/]\d+)*(?:%)?(?![\w])",        # numbers, times, dates, percentages
     _SYMBOLS,                                                  # emoji, ★ ✅ • ➜ → © °: a run of them is one span
 )

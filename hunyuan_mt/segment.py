@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass, field
+from typing import Callable
 
 import pysbd
 
@@ -88,8 +89,9 @@ def _sentences(line: str, code: str) -> list[str]:
     return [s.strip() for s in found if s.strip()]
 
 
-def _cut_long(sentence: str, limit: int) -> list[str]:
-    """Cut an over-long sentence at the last whitespace before `limit` (or hard at `limit` without any)."""
+def _cut_long(sentence: str, limit: int, fits: Callable[[str], bool] | None = None) -> list[str]:
+    """Cut an over-long sentence at the last whitespace before `limit` (or hard at `limit` without any), then each
+    piece the model cannot take (`fits` false) at its best boundary (see `_fit`)."""
     out: list[str] = []
     rest = sentence
     while len(rest) > limit:
@@ -98,11 +100,35 @@ def _cut_long(sentence: str, limit: int) -> list[str]:
         out.append(rest[:cut])
         rest = rest[cut:]
     out.append(rest)
-    return out
+    if fits is None:
+        return out
+    return [piece for part in out for piece in _fit(part, fits)]
 
 
-def split_text(text: str, lang: str, *, sentences: bool = True, max_segment_chars: int = MAX_SEGMENT_CHARS) -> Segmented:
-    """Split `text` into segments and the whitespace between them. `sentences=False` keeps one segment per line."""
+# Where a sentence that is too long for the model is best cut, best first: after a clause, after a comma, at a
+# space. Each cut is the boundary of that kind nearest the middle, so the halves are even.
+_BOUNDARIES = (re.compile(r"[;:]\s+"), re.compile(r",\s*"), re.compile(r"\s+"))
+
+
+def _fit(part: str, fits: Callable[[str], bool]) -> list[str]:
+    """`part` cut until every piece fits. A piece with no boundary left (a checksum, a base64 key) comes back as
+    it is: the caller passes it through untranslated."""
+    if fits(part.strip()):
+        return [part]
+    for boundary in _BOUNDARIES:
+        cuts = [m.end() for m in boundary.finditer(part.strip()) if 0 < m.end() < len(part.strip())]
+        if cuts:
+            offset = len(part) - len(part.lstrip())
+            middle = len(part) / 2
+            cut = offset + min(cuts, key=lambda c: abs(offset + c - middle))
+            return _fit(part[:cut], fits) + _fit(part[cut:], fits)
+    return [part]
+
+
+def split_text(text: str, lang: str, *, sentences: bool = True, max_segment_chars: int = MAX_SEGMENT_CHARS,
+               fits: Callable[[str], bool] | None = None) -> Segmented:
+    """Split `text` into segments and the whitespace between them. `sentences=False` keeps one segment per line.
+    `fits(segment)` says whether the model can take a segment; one it cannot is cut further (see `_fit`)."""
     out = Segmented()
     for match in _LINES.finditer(text):
         line, newline = match.group(1), match.group(2)
@@ -129,7 +155,7 @@ def split_text(text: str, lang: str, *, sentences: bool = True, max_segment_char
             out._gap(body[prev:a])
             end = len(body) if i == len(located) - 1 else b  # trailing characters pysbd dropped stay with the last
             chunk = body[a:end]
-            for part in _cut_long(chunk, max_segment_chars):
+            for part in _cut_long(chunk, max_segment_chars, fits):
                 core = part.strip()
                 if not core:
                     out._gap(part)

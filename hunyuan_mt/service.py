@@ -328,15 +328,27 @@ class TranslationService:
         masked = _masking.protect(text) if _masking is not None else None
         if masked is not None and glossary is not None:
             masked = glossary.apply(masked)  # each term found becomes a span that restores as its target term
-        layout = split_text(masked.text if masked else text, plan.src, sentences=self.cfg.engine.split_sentences)
+        first = plan.hops[0]
+        # A segment is cut to what the model can take in and also give back whole: its translation has at most
+        # limits.max_new_tokens tokens, and translations run up to a quarter longer than their source.
+        budget = max(8, int(self.cfg.limits.max_new_tokens * 0.8))
+
+        def fits(segment: str) -> bool:
+            return self.backbone.fits(segment, first.src, first.tgt, budget)
+
+        layout = split_text(masked.text if masked else text, plan.src, sentences=self.cfg.engine.split_sentences,
+                            fits=fits)
         segments = layout.segments
         protected = [_local_spans(s, masked.spans) if masked else None for s in segments]
         # Every segment carries its own renumbered sentinels, translated or not: restore() reads them against the
         # segment's local spans (the text-wide numbering would put back the wrong span, or none past ⟦999⟧).
         current = [p.text if p is not None else seg for seg, p in zip(segments, protected)]
         # A segment that is nothing but protected spans, numbers or symbols has nothing to translate.
+        # So is one the splitter could not cut to the model's size: a run with no boundary (a checksum, a key) comes
+        # back unchanged rather than failing the whole text.
         todo = [i for i, (seg, p) in enumerate(zip(segments, protected))
-                if (p.has_words if p is not None else _LETTER.search(seg))]
+                if (p.has_words if p is not None else _LETTER.search(seg))
+                and fits(seg)]
         memory: dict[int, str] = {}
         for i in list(todo):
             hit = self.tm.lookup(plan.src, plan.tgt, protected[i]) if protected[i] is not None else None

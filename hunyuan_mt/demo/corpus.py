@@ -61,6 +61,42 @@ def clean(text: str, max_chars: int = MAX_CHARS) -> str | None:
     return text
 
 
+# One accelerator marker in a word, at its start or inside ("_Save", "Guardar co_mo", "An_wenden", "Fo_lder"):
+# translators put the marker where their language's key is, so it sits anywhere in a word. A word with one marker
+# whose unmarked form is a word of the language is a label with its key marked; an identifier (data_statement,
+# PAGE_WIDTH, max_wal_size) is not a word when joined, and stays.
+_MARKED_WORD = re.compile(r"(?<![\w&~*./-])[^\W_]*[_&~][^\W_]+(?![\w&~*])")
+_WORDFREQ_LANGS = {"en": "en", "es": "es", "de": "de", "fr": "fr"}
+#: wordfreq frequency from which a joined form counts as a word ("carpeta" 6.5e-6, "folder" 5.5e-6).
+WORD_FREQUENCY = 1e-6
+
+
+def strip_accelerators(text: str, lang: str) -> str:
+    """`text` without the accelerator markers of its words (see _MARKED_WORD); zh marks keys with a suffix
+    ("保存(_S)"), which clean() removes."""
+    code = _WORDFREQ_LANGS.get(lang)
+    if code is None:
+        return text
+    from wordfreq import word_frequency
+
+    def unmark(match: re.Match[str]) -> str:
+        joined = re.sub(r"[_&~]", "", match.group(0))
+        letters = sum(ch.isalpha() for ch in joined)
+        if letters < 3 or joined.isupper():  # R&D, AT&T: names, not a marked label
+            return match.group(0)
+        return joined if word_frequency(joined.lower(), code) >= WORD_FREQUENCY else match.group(0)
+
+    return _MARKED_WORD.sub(unmark, text)
+
+
+def clean_pair(en: str, text: str, lang: str, max_chars: int = MAX_CHARS) -> tuple[str | None, str | None]:
+    """An English catalogue string and its translation (in `lang`) made fit for training and the memory:
+    clean() on each, then the accelerator markers clean() leaves inside words."""
+    cleaned_en, cleaned = clean(en, max_chars), clean(text, max_chars)
+    return (None if cleaned_en is None else strip_accelerators(cleaned_en, "en"),
+            None if cleaned is None else strip_accelerators(cleaned, lang))
+
+
 def mask_pair(src: str, tgt: str) -> tuple[str, str] | None:
     """A pair masked for training; None when the two sides do not carry the same do-not-translate spans or the
     source has more than MAX_SPANS of them (format-heavy strings)."""
@@ -107,7 +143,7 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
             page = entry.key.split("#")[0]
             help_pairs.extend((page, en, entry.lang, text) for en, text in help_sentences(entry.en, entry.text, entry.lang))
             continue
-        en, text = clean(entry.en), clean(entry.text)
+        en, text = clean_pair(entry.en, entry.text, entry.lang)
         if en is None or text is None or en == text or is_key_like(en) or not _ratio_ok(en, text, entry.lang):
             continue
         if kind in ui:

@@ -316,7 +316,10 @@ class RestApi:
                                        self.cfg.limits, None, charge, glossary)
         owner = caller if self.policy.downloads_owned else None
         token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type, owner)
-        url = str(request.url_for("download_file", token=token, filename=safe_filename(rendered.filename)))
+        # Starlette puts path parameters in as they are: a name with spaces or non-ASCII letters made a link that
+        # curl and urllib refuse. Percent-encoded, the route still receives the name decoded.
+        url = str(request.url_for("download_file", token=token,
+                                  filename=quote(safe_filename(rendered.filename), safe="")))
         body: dict[str, Any] = {"translatedFileUrl": url}
         if rendered.note:
             body["note"] = rendered.note
