@@ -151,8 +151,8 @@ def cmd_tm(args: argparse.Namespace) -> int:
         raise InvalidInput(f"Cannot read {args.file}: {exc.strerror or exc}") from None
     memory = TranslationMemory(cfg.tm.resolved_dir, cfg.tm.resolved_shipped)
     result = memory.add(pair, read_rows(data, path.name, pair.src, pair.tgt))
-    print(f"{pair.key}: {result.added} entries added, {result.skipped} skipped (placeholders differ or a side is "
-          f"empty); {result.entries} in the memory now ({cfg.tm.resolved_dir / (pair.key + '.tsv')})")
+    print(f"{pair.key}: {result.added} entries added, {result.replaced} replaced, {result.skipped} skipped "
+          f"(placeholders differ or a side is empty); {result.entries} in the memory now ({cfg.tm.resolved_dir / (pair.key + '.tsv')})")
     return 0
 
 

@@ -411,6 +411,7 @@ class TranslationService:
         from .tm import read_rows
 
         parsed = self._pair(pair)
+        self.router.plan(parsed.src, parsed.tgt)  # UnreachablePair: a memory no request could ever use
         result = self.tm.add(parsed, read_rows(data, filename, parsed.src, parsed.tgt))
         return asdict(result)
 

@@ -3,8 +3,8 @@
 Exact match after normalising case, whitespace and placeholders: both sides are masked the way the service masks
 text (`masking.protect_pair`), so "Delete %s?" in memory answers "Delete {0}?" with the query's own `{0}` put back.
 Entries live in `<src>2<tgt>.tsv` (or `.tsv.gz`) files, one `source<TAB>target` per line, in two folders: the
-shipped one (the demo's memory, built from its training pairs; read-only) and the user's (`tm.dir`), where imports
-are appended and which wins on a conflict. A pair's files are read the first time the pair is asked for.
+shipped one (the demo's memory, built from its training pairs; read-only) and the user's (`tm.dir`), into which
+imports are merged and which wins on a conflict. A pair's files are read the first time the pair is asked for.
 Pivot routes look up the pair asked for (es→de), never a hop.
 """
 
@@ -59,7 +59,10 @@ class _Entries:
 @dataclass(frozen=True)
 class ImportResult:
     pair: str
+    #: Sources the user's memory did not have.
     added: int
+    #: Sources it had: their targets are now the imported ones (an import run twice adds nothing).
+    replaced: int
     #: Entries left out: the two sides do not carry the same placeholders, or one side is empty.
     skipped: int
     entries: int
@@ -133,26 +136,53 @@ class TranslationMemory:
     # ------------------------------------------------------------------ importing
 
     def add(self, pair: Pair | str, rows: list[tuple[str, str]]) -> ImportResult:
-        """Append `rows` to the user's file for `pair` and to the memory in use. A pair given as text is parsed
-        like every pair name (`Pair.parse`), so what names the file is always a pair key, never a path."""
+        """Merge `rows` into the user's file for `pair` and into the memory in use: a source the file already has
+        (as the memory matches it: same case, whitespace and placeholders) gets the imported target, so importing a
+        file twice changes nothing. A pair given as text is parsed like every pair name (`Pair.parse`), so what
+        names the file is always a pair key, never a path. InvalidInput when no row can be used."""
         key = (pair if isinstance(pair, Pair) else Pair.parse(pair)).key
-        kept: list[tuple[str, str]] = []
+        kept: dict[str, tuple[str, str]] = {}
         skipped = 0
-        entries = self._entries(key)
         for source, target in rows:
             source, target = " ".join(source.split()), " ".join(target.split())  # no tabs or line breaks
             masked = protect_pair(source, target) if source and target else None
             if masked is None:
                 skipped += 1
                 continue
-            kept.append((source, target))
-            with self._lock:
-                entries.put(masked[0], masked[1])
-        if kept:
+            kept[memory_key(masked[0], fold=False)] = (source, target)
+        if not kept:
+            raise InvalidInput(f"No entry to import for {key}: the file has no rows" if not rows else
+                               f"No entry to import for {key}: none of its {len(rows)} rows has the same "
+                               "placeholders on both sides and text on each.")
+        entries = self._entries(key)
+        path = self.user_dir / f"{key}.tsv"
+        with self._lock:
+            existing = _user_rows(path)
+            added = sum(1 for k in kept if k not in existing)
+            existing.update(kept)
             self.user_dir.mkdir(parents=True, exist_ok=True)
-            with self._lock, open(self.user_dir / f"{key}.tsv", "a", encoding="utf-8") as handle:
-                handle.writelines(f"{s}\t{t}\n" for s, t in kept)
-        return ImportResult(key, len(kept), skipped, len(entries))
+            partial = path.with_suffix(".tsv.partial")
+            partial.write_text("".join(f"{s}\t{t}\n" for s, t in existing.values()), encoding="utf-8")
+            partial.replace(path)  # readers never see half a file
+            for source, target in kept.values():
+                masked = protect_pair(source, target)
+                assert masked is not None
+                entries.put(masked[0], masked[1])
+        return ImportResult(key, added, len(kept) - added, skipped, len(entries))
+
+
+def _user_rows(path: Path) -> dict[str, tuple[str, str]]:
+    """The user's file for a pair: masked source key → (source, target), later lines winning (files written by
+    earlier versions appended, so a source may appear more than once)."""
+    rows: dict[str, tuple[str, str]] = {}
+    if not path.is_file():
+        return rows
+    for line in path.read_text(encoding="utf-8").splitlines():
+        source, sep, target = line.partition("\t")
+        masked = protect_pair(source, target) if sep else None
+        if masked is not None:
+            rows[memory_key(masked[0], fold=False)] = (source, target)
+    return rows
 
 
 def read_rows(data: bytes, filename: str, src: str, tgt: str) -> list[tuple[str, str]]:

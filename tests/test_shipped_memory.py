@@ -18,8 +18,9 @@ MEMORY = Path(__file__).resolve().parents[1] / "models" / "demo" / "memory"
 FILES = sorted(MEMORY.glob("*.tsv.gz"))
 # A word carrying one marker, at its start or between its letters: "_Save", "&Open", "co_mo", "An_wenden". It is a
 # catalogue's accelerator when the word without the marker is a word of the language (wordfreq); an identifier
-# such as max_wal_size or PAGE_WIDTH is not, and may stay.
-_MARKED = re.compile(r"(?<![\w&~*./-])[^\W_]*[_&~][^\W_]+(?![\w&~*])")
+# such as max_wal_size or PAGE_WIDTH is not, and may stay; nor is a word right after a placeholder (⟦0⟧_check,
+# "%d~messages" in the catalogue).
+_MARKED = re.compile(r"(?<![\w&~*./⟧-])[^\W_]*[_&~][^\W_]+(?![\w&~*])")
 _MNEMONIC = re.compile(r"[(（][_&~][A-Za-z0-9][)）]")
 COMMON = ("Save as", "Apply", "Help", "Back", "Create Folder", "Open", "Close", "Cancel", "Delete", "Edit", "Print",
           "Quit", "Settings", "Undo", "Redo", "Copy")

@@ -43,7 +43,8 @@ def test_lookup_normalises_case_whitespace_and_placeholders(tmp_path: Path) -> N
 def test_imports_skip_what_cannot_match_and_persist(tmp_path: Path) -> None:
     memory = TranslationMemory(tmp_path / "tm")
     result = memory.add("en2es", read_rows(TSV.encode(), "a.tsv", "en", "es") + [("Open %s", "Abrir")])
-    assert (result.added, result.skipped, result.entries) == (2, 2, 2)  # an empty side; placeholders that differ
+    assert (result.added, result.replaced, result.skipped, result.entries) == (2, 0, 2, 2)  # an empty side;
+    # placeholders that differ
     again = TranslationMemory(tmp_path / "tm")  # a new process reads the user's file
     assert again.lookup("en", "es", protect("The disk is full.")) == "El disco está lleno."
     assert read_rows(TMX, "m.tmx", "en", "es") == [("Print the page.", "Imprima la página.")]
@@ -55,6 +56,21 @@ def test_imports_skip_what_cannot_match_and_persist(tmp_path: Path) -> None:
         read_rows(b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "b">]><tmx/>', "m.tmx", "en", "es")
     with pytest.raises(InvalidInput, match="Malformed pair name '../x'"):
         memory.add("../x", [("a", "b")])
+    with pytest.raises(InvalidInput, match="^No entry to import for en2es: the file has no rows$"):
+        memory.add("en2es", read_rows(b"# only a comment\n\n", "a.tsv", "en", "es"))
+    with pytest.raises(InvalidInput, match="none of its 1 rows has the same placeholders"):
+        memory.add("en2es", [("Open %s", "Abrir")])
+
+
+def test_a_reimport_replaces_entries_instead_of_duplicating_them(tmp_path: Path) -> None:
+    memory = TranslationMemory(tmp_path / "tm")
+    first = memory.add("en2es", [("The disk is full.", "El disco está lleno."), ("Save", "Guardar")])
+    again = memory.add("en2es", [("The disk is full.", "El disco está completo."), ("Save", "Guardar")])
+    assert (first.added, first.replaced) == (2, 0) and (again.added, again.replaced, again.entries) == (0, 2, 2)
+    lines = (tmp_path / "tm" / "en2es.tsv").read_text(encoding="utf-8").splitlines()
+    assert lines == ["The disk is full.\tEl disco está completo.", "Save\tGuardar"]
+    assert TranslationMemory(tmp_path / "tm").lookup("en", "es", protect("The disk is full.")) == \
+        "El disco está completo."
 
 
 def test_the_shipped_demo_memory_answers_frequent_ui_strings() -> None:
@@ -93,13 +109,21 @@ def test_rest_import_needs_the_admin_key_and_then_answers(memory_server: LiveSer
     assert refused.status_code == 403 and refused.json()["error"].startswith("Missing admin key")
     done = requests.post(url + "/admin/memory", files=files, data={"pair": "en2es"}, timeout=60,
                          headers={"X-Admin-Key": ADMIN_KEY})
-    assert done.json() == {"ok": True, "action": "memory", "pair": "en2es", "added": 1, "skipped": 0, "entries": 1}
+    assert done.json() == {"ok": True, "action": "memory", "pair": "en2es", "added": 1, "replaced": 0, "skipped": 0,
+                           "entries": 1}
     answer = requests.post(url + "/translate", json={"q": "Print the page.", "source": "en", "target": "es"},
                            timeout=60).json()
     assert answer == {"translatedText": "Imprima la página.", "memorySegments": 1}
     bad = requests.post(url + "/admin/memory", data={"pair": "en2es"}, headers={"X-Admin-Key": ADMIN_KEY},
                         timeout=60)
     assert bad.status_code == 400 and "multipart 'file'" in bad.json()["error"]
+    empty = requests.post(url + "/admin/memory", files={"file": ("m.tsv", b"")}, data={"pair": "en2es"},
+                          headers={"X-Admin-Key": ADMIN_KEY}, timeout=60)
+    assert empty.status_code == 400 and empty.json()["error"] == "No entry to import for en2es: the file has no rows"
+    # A pair no request could reach (no adapter, no pivot route) is refused, not stored.
+    unreachable = requests.post(url + "/admin/memory", files=files, data={"pair": "en2ko"},
+                                headers={"X-Admin-Key": ADMIN_KEY}, timeout=60)
+    assert unreachable.status_code == 400 and unreachable.json()["detail"].startswith("No route from en to ko")
 
 
 def test_the_page_says_which_segments_came_from_memory(memory_server: LiveServer, tmp_path: Path) -> None:
@@ -108,7 +132,7 @@ def test_the_page_says_which_segments_came_from_memory(memory_server: LiveServer
     source.write_text(TSV, encoding="utf-8")
 
     note = page.predict(ADMIN_KEY, "en2es", handle_file(str(source)), api_name="/admin_memory")
-    assert note == "Memory en2es: 2 entries added, 1 skipped; 2 in the memory now."
+    assert note == "Memory en2es: 2 entries added, 0 replaced, 1 skipped; 2 in the memory now."
     text, info = page.predict("The disk is full.", "en", "es", api_name="/translate")
     assert text == "El disco está lleno." and "**From memory:** 1 of 1 segment" in info
 
@@ -118,7 +142,7 @@ def test_cli_imports_without_loading_a_model(tmp_path: Path, capsys: Any) -> Non
     source.write_text(TSV, encoding="utf-8")
     code = cli.main(["tm", "import", str(source), "--pair", "en2es", "--set", f"tm.dir={tmp_path / 'tm'}"])
     out = capsys.readouterr().out
-    assert code == 0 and out.startswith("en2es: 2 entries added, 1 skipped")
+    assert code == 0 and out.startswith("en2es: 2 entries added, 0 replaced, 1 skipped")
     assert (tmp_path / "tm" / "en2es.tsv").read_text(encoding="utf-8").splitlines() == [
         "Delete %s?\t¿Eliminar %s?", "The disk is full.\tEl disco está lleno."]
 

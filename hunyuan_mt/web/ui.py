@@ -259,7 +259,8 @@ class TranslatorUI:
             raise gr.Error(f"File too large: the limit is {self.cfg.limits.max_file_bytes} bytes.",
                            print_exception=False)
         result = _run(self.service.import_memory, upload.read_bytes(), upload.name, pair or "")
-        return (f"Memory {result['pair']}: {result['added']} entries added, {result['skipped']} skipped; "
+        return (f"Memory {result['pair']}: {result['added']} entries added, {result['replaced']} replaced, "
+                f"{result['skipped']} skipped; "
                 f"{result['entries']} in the memory now.")
 
     def admin(self, action: str, key: str, pair: str) -> str:
