@@ -79,7 +79,11 @@ class Router:
         if self.cfg.allow_base:
             return RoutePlan("base", src, tgt, (Hop(src, tgt, None),))
         reachable = self._reachable(src, index)
-        where = ", ".join(reachable) if reachable else "nothing"
+        sources = [code for code in LANGUAGES if self._reachable(code, index)]
+        # With nothing reachable from src, say what this model does translate from (an auto-detected language
+        # the model has no adapter for lands here).
+        where = ", ".join(reachable) if reachable else \
+            f"nothing; this model translates from {', '.join(sources) or 'no language'}"
         broken = self._unusable()
         direct_key = f"{src}2{tgt}"
         if direct_key in broken:

@@ -41,6 +41,9 @@ except ImportError:  # pragma: no cover - only while masking.py is missing
 
 log = logging.getLogger(__name__)
 
+#: Segments of at most this many tokens are never cut to fit the generation budget (see `_job`).
+MIN_CUT_TOKENS = 64
+
 AUTO = "auto"
 # C0 controls except tab/newline/carriage return, DEL and C1 controls: never meaningful in text to translate.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
@@ -286,7 +289,7 @@ class TranslationService:
                 alternatives=_alternatives(job, alternatives), memory_segments=len(job.memory),
                 segments=len(job.current)))
         if not _warmup:  # the warm-up's requests are nobody's: they stay out of the counts and latencies
-            self._record(total_ms, sum(len(j.todo) for j in jobs), sum(len(t) for t in cleaned), len(texts))
+            self._record(total_ms, sum(len(j.todo) for j in jobs), sum(len(t) for t in cleaned), len(texts), "text")
         return results
 
     def translate_segments(self, segments: Sequence[str], src: str, tgt: str,
@@ -318,7 +321,7 @@ class TranslationService:
                 out[i] = job.render(job.current)
             if progress:
                 progress(min(start + _DOC_CHUNK, total), total)
-        self._record((time.perf_counter() - t0) * 1000, total, sum(len(texts[i]) for i in todo), 1)
+        self._record((time.perf_counter() - t0) * 1000, total, sum(len(texts[i]) for i in todo), 1, "document")
         return out
 
     def _job(self, text: str, plan: RoutePlan, glossary: Glossary | None = None, model_too: bool = False) -> _Job:
@@ -330,8 +333,9 @@ class TranslationService:
             masked = glossary.apply(masked)  # each term found becomes a span that restores as its target term
         first = plan.hops[0]
         # A segment is cut to what the model can take in and also give back whole: its translation has at most
-        # limits.max_new_tokens tokens, and translations run up to a quarter longer than their source.
-        budget = max(8, int(self.cfg.limits.max_new_tokens * 0.8))
+        # limits.max_new_tokens tokens, and translations run up to a quarter longer than their source. A sentence
+        # of up to MIN_CUT_TOKENS is never cut, whatever a small max_new_tokens says.
+        budget = max(MIN_CUT_TOKENS, int(self.cfg.limits.max_new_tokens * 0.8))
 
         def fits(segment: str) -> bool:
             return self.backbone.fits(segment, first.src, first.tgt, budget)
@@ -433,12 +437,14 @@ class TranslationService:
         return [LanguageInfo(lang.code, lang.english, lang.native, self.router.reachable_targets(lang.code))
                 for lang in LANGUAGES.values()]
 
-    def _record(self, ms: float, segments: int, chars: int, requests: int) -> None:
+    def _record(self, ms: float, segments: int, chars: int, requests: int, kind: str) -> None:
+        """Count a request; `kind` "text" or "document" (the status plot shows documents apart: one of a
+        minute would flatten every text request's point)."""
         hit_rate = self.cache.hit_rate()
         with self._lock:
             self._latency.append(ms)
             self._history.append((round(time.time(), 3), round(ms, 2), None if hit_rate is None else
-                                  round(hit_rate, 4)))
+                                  round(hit_rate, 4), kind))
             self._counts["requests"] += requests
             self._counts["segments"] += segments
             self._counts["characters"] += chars

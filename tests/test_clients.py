@@ -393,3 +393,15 @@ def test_openai_models_and_errors(oai: openai.OpenAI) -> None:
     assert "Unknown model 'gpt-4'" in str(unknown.value)
     with pytest.raises(openai.BadRequestError):
         oai.chat.completions.create(model="es", messages=[{"role": "system", "content": "no user turn"}])
+
+
+def test_openai_n_choices_are_the_alternatives(oai: openai.OpenAI, live_server: LiveServer) -> None:
+    reply = oai.chat.completions.create(model="en2es", n=3, messages=[{"role": "user", "content": TEXT}])
+    want = live_server.service.translate_batch([TEXT], "en", "es", alternatives=2)[0]
+    assert [c.message.content for c in reply.choices] == [want.text, *want.alternatives][:3]
+    assert [c.index for c in reply.choices] == list(range(len(reply.choices))) and len(reply.choices) >= 2
+    top = live_server.cfg.limits.max_alternatives + 1
+    with pytest.raises(openai.BadRequestError, match=f"n must be a whole number from 1 to {top}"):
+        oai.chat.completions.create(model="en2es", n=top + 1, messages=[{"role": "user", "content": TEXT}])
+    with pytest.raises(openai.BadRequestError, match="n > 1 cannot be streamed"):
+        oai.chat.completions.create(model="en2es", n=2, stream=True, messages=[{"role": "user", "content": TEXT}])

@@ -75,7 +75,8 @@ def test_unreachable_lists_reachable_targets(registry: AdapterRegistry) -> None:
         router(registry).plan("fr", "de")
     assert info.value.message == (
         "No route from fr to de: no adapter fr2de, and the pivot route through en lacks fr2en; "
-        "the bare backbone is not allowed (routing.allow_base). Reachable from fr: nothing."
+        "the bare backbone is not allowed (routing.allow_base). Reachable from fr: nothing; this model translates "
+        "from zh, en, es, de."
     )
     with pytest.raises(UnreachablePair) as info:
         router(registry).plan("zh", "ja")

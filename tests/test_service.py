@@ -249,8 +249,8 @@ def test_languages_and_status(svc: TranslationService) -> None:
     assert status["memory"]["gpu"] is None
     assert "en2es" in {r["key"] for r in status["cache"]["resident"]}
     assert status["latency"]["count"] >= 1 and status["latency"]["p50_ms"] > 0
-    t, ms, hit = status["history"][-1]
-    assert t > 0 and ms > 0 and 0 <= hit <= 1
+    t, ms, hit, kind = status["history"][-1]
+    assert t > 0 and ms > 0 and 0 <= hit <= 1 and kind == "text"
     assert status["engine"]["batches"] >= 1
 
 

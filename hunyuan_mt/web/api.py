@@ -433,6 +433,19 @@ class RestApi:
                                f"see GET /v1/models")
         return model, source or "auto", target, text
 
+    def _choices_asked(self, fields: dict[str, Any]) -> int:
+        """OpenAI's `n`: how many choices, 1 to limits.max_alternatives + 1 (they are the alternatives)."""
+        n = fields.get("n", 1)
+        top = self.cfg.limits.max_alternatives + 1
+        if n is None:
+            return 1
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= top:
+            raise InvalidInput(f"Invalid request: n must be a whole number from 1 to {top} (the translation and "
+                               f"up to {top - 1} alternatives, limits.max_alternatives).")
+        if n > 1 and fields.get("stream"):
+            raise InvalidInput("Invalid request: n > 1 cannot be streamed; ask without stream, or with n = 1.")
+        return n
+
     async def chat_completions(self, request: Request) -> Response:
         try:
             fields = await read_fields(request, allow=(JSON,))
@@ -440,10 +453,11 @@ class RestApi:
             await request.close()
         caller = self._authorize(request, fields)
         model, source, target, text = self._chat_request(fields)
+        n = self._choices_asked(fields)
         self.policy.check_chars([text])
         self.policy.spend_chars(caller, len(text))
         started = time.perf_counter()
-        results = await self._call(self.service.translate_batch, [text], source, target)
+        results = await self._call(self.service.translate_batch, [text], source, target, alternatives=n - 1)
         self._observe(results, started, "openai")
         result = results[0]
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -453,10 +467,12 @@ class RestApi:
                                      media_type="text/event-stream")
         usage = {"prompt_tokens": len(text.split()), "completion_tokens": len(result.text.split())}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        # n choices: the translation, then the beam search's other outputs (fewer when it finds fewer distinct).
+        contents = [result.text] + list(result.alternatives)[:n - 1]
         return JSONResponse({
             "id": completion_id, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
-                         "finish_reason": "stop"}],
+            "choices": [{"index": i, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                        for i, content in enumerate(contents)],
             "usage": usage,
             "route": result.route_label,
         })

@@ -11,7 +11,7 @@ from typing import Any, Iterator, Sequence
 import gradio as gr
 import uvicorn
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -86,7 +86,9 @@ class PageGate:
                 try:
                     self.policy.page_caller(client)
                 except TranslationError as exc:
-                    refusal = error_response(exc)
+                    # The page shows an upload's refusal as "HTTP <status>: <body>": a sentence, not JSON.
+                    refusal = PlainTextResponse(exc.message, status_code=exc.http_status,
+                                                headers=error_response(exc).headers)
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return

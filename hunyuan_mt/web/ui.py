@@ -106,22 +106,28 @@ class TranslatorUI:
     # ------------------------------------------------------------------ choices
 
     def source_choices(self) -> list[tuple[str, str]]:
-        return [("Auto-detect", AUTO)] + [(LANGUAGES[c].label, c) for c in self._ordered_codes()]
+        """Auto-detect and the languages the loaded model translates from (a language it cannot reach at all is
+        left out: offering 38 when the demo translates 5 only led to refusals)."""
+        return [("Auto-detect", AUTO)] + [(LANGUAGES[c].label, c) for c in self._codes(sources=True)]
 
     def target_choices(self, source: str) -> list[tuple[str, str]]:
-        """Every language; those unreachable from `source` are marked so the user sees why before clicking."""
+        """The languages the model translates into; those unreachable from `source` are marked so the user sees
+        why before clicking."""
         reachable = self._reachable(source)
         out = []
-        for code in self._ordered_codes():
+        for code in self._codes(sources=False):
             label = LANGUAGES[code].label
             if reachable is not None and code not in reachable and code != source:
                 label += " — unreachable"
             out.append((label, code))
         return out
 
-    def _ordered_codes(self) -> list[str]:
-        rest = [c for c in LANGUAGES if c not in self.model_codes]
-        return self.model_codes + rest
+    def _codes(self, sources: bool) -> list[str]:
+        """Codes the model reads (`sources`) or writes, in the language table's order, asked each time: an admin
+        rescan can change them while the page is open (the lists themselves are built once, at start)."""
+        infos = self.service.languages()
+        codes = {i.code for i in infos if i.targets} if sources else {t for i in infos for t in i.targets}
+        return [c for c in self.model_codes if c in codes] + sorted(codes - set(self.model_codes))
 
     def _reachable(self, source: str) -> set[str] | None:
         if source == AUTO:
@@ -176,14 +182,17 @@ class TranslatorUI:
         return result.text, " · ".join(parts), result.source
 
     def swap(self, source: str, target: str, text: str, result: str,
-             last_source: str | None) -> tuple[Any, Any, str, str]:
-        """Swap languages and texts; from Auto-detect, the language detected for the last translation is used."""
+             last_source: str | None) -> tuple[Any, Any, Any, Any, str]:
+        """Swap languages and texts; from Auto-detect, the language detected for the last translation is used.
+        Without one there is nothing to swap to: one sentence under the languages says so, and every box keeps
+        what it holds (an error raised here would put an error overlay on all four)."""
         if source == AUTO:
             if not last_source:
-                raise gr.Error("Choose a source language (or translate once) before swapping.", print_exception=False)
+                return (gr.update(), gr.update(), gr.update(), gr.update(),
+                        "Auto-detect has no language to swap to yet: choose the source language, or translate once.")
             source = last_source
         return (gr.update(value=target), gr.update(value=source, choices=self.target_choices(target)),
-                result or text, "")
+                result or text, "", self.pair_note(target, source))
 
     def on_source_change(self, source: str, target: str) -> tuple[Any, str]:
         # Only the choices change: setting the value too would race a swap, whose new target can land in the page
@@ -217,7 +226,7 @@ class TranslatorUI:
         folder = Path(tempfile.mkdtemp(dir=self.outputs))
         out = folder / safe_filename(rendered.filename)
         out.write_bytes(rendered.data)
-        note = f"Translated {LANGUAGES[used].english} → {LANGUAGES[target].english}: **{out.name}**."
+        note = f"Translated {LANGUAGES[used].english} → {LANGUAGES[target].english}: **{_markdown_text(out.name)}**."
         if rendered.note:
             note += f" {rendered.note}"
         served = str(out)
@@ -312,6 +321,21 @@ def _overview_markdown(status: dict[str, Any]) -> str:
     return "\n\n".join(lines)
 
 
+def _markdown_text(text: str) -> str:
+    """`text` shown as itself in Markdown: a file name like `my_final_report_.txt` must not turn italic."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~])", r"\\\1", text)
+
+
+def clear_text_result() -> tuple[str, str]:
+    """Empties the translation and its route line as a new translation starts: after an error they would still
+    show the previous text's, as if they belonged to this one."""
+    return "", ""
+
+
+def clear_document_result() -> tuple[None, str]:
+    return None, ""
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
@@ -361,12 +385,16 @@ PLOT_WINDOW_S = 300
 
 
 def _history_frame(status: dict[str, Any], field: str, now: float | None = None) -> pd.DataFrame:
-    """status["history"] holds [unix time, latency ms, hit rate or None] per request: the points of the plot
-    window, as clock times. The hit rate holds until the next request, so its line runs on to now."""
+    """status["history"] holds [unix time, latency ms, hit rate or None, kind] per request: the points of the plot
+    window, as clock times. The hit rate holds until the next request, so its line runs on to now. The latency
+    plot leaves documents out (`_plot_caption` counts them): a document of a minute beside texts of 50 ms would
+    press every text's point onto the axis."""
     column = 1 if field == "latency_ms" else 2
     now = time.time() if now is None else now
     rows = []
     for point in status.get("history") or []:
+        if field == "latency_ms" and len(point) > 3 and point[3] == "document":
+            continue
         stamp, value = point[0], point[column]
         if isinstance(value, (int, float)) and isinstance(stamp, (int, float)) and 0 <= now - stamp <= PLOT_WINDOW_S:
             rows.append({"time": stamp, field: float(value)})
@@ -378,14 +406,25 @@ def _history_frame(status: dict[str, Any], field: str, now: float | None = None)
     return frame
 
 
-def _plot_caption(frame: pd.DataFrame, field: str) -> str:
+def _plot_caption(frame: pd.DataFrame, field: str, documents: list[float] | None = None) -> str:
     minutes = PLOT_WINDOW_S // 60
-    if frame.empty:
-        return f"No requests in the last {minutes} minutes."
     if field == "hit_rate":
+        if frame.empty:
+            return f"No requests in the last {minutes} minutes."
         return f"Now {frame[field].iloc[-1]:.0%} of adapter uses found the adapter already loaded."
+    docs = ""
+    if documents:
+        docs = (f" {_count(len(documents), 'document')} left out of the plot, the longest "
+                f"{max(documents) / 1000:,.1f} s.")
+    if frame.empty:
+        return f"No text requests in the last {minutes} minutes.{docs}"
     count = len(frame)
-    return (f"{_count(count, 'request')} in the last {minutes} minutes; slowest {frame[field].max():,.0f} ms.")
+    return (f"{_count(count, 'request')} in the last {minutes} minutes; slowest {frame[field].max():,.0f} ms.{docs}")
+
+
+def _document_latencies(status: dict[str, Any], now: float) -> list[float]:
+    return [float(p[1]) for p in status.get("history") or [] if len(p) > 3 and p[3] == "document"
+            and isinstance(p[0], (int, float)) and 0 <= now - p[0] <= PLOT_WINDOW_S]
 
 
 def _plots(status: dict[str, Any]) -> tuple[Any, Any]:
@@ -397,7 +436,9 @@ def _plots(status: dict[str, Any]) -> tuple[Any, Any]:
     hit_rate = _history_frame(status, "hit_rate", now)
     # The latency axis ends on a round number above the slowest request, so no point sits on the frame's edge.
     top = _nice_ceiling(float(latency["latency_ms"].max()) * 1.05) if not latency.empty else 100.0
-    return (gr.update(value=latency, x_lim=window, y_lim=[0, top], caption=_plot_caption(latency, "latency_ms")),
+    documents = _document_latencies(status, now)
+    return (gr.update(value=latency, x_lim=window, y_lim=[0, top],
+                      caption=_plot_caption(latency, "latency_ms", documents)),
             gr.update(value=hit_rate, x_lim=window, caption=_plot_caption(hit_rate, "hit_rate")))
 
 
@@ -432,9 +473,10 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                                   scale=4)
             pair_note = gr.Markdown("", elem_id="hmt-pair-note")
             with gr.Row(elem_classes=["hmt-stack"]):
+                # No max_length: the box would cut a longer paste silently; the service refuses it with the limit.
                 source_box = gr.Textbox(lines=8, max_lines=30, label="Text", elem_id="hmt-source",
-                                        placeholder="Type or paste text. Ctrl+Enter translates.",
-                                        max_length=limits.max_chars)
+                                        placeholder=f"Type or paste text (up to {limits.max_chars:,} characters). "
+                                                    "Ctrl+Enter translates.")
                 result_box = gr.Textbox(lines=8, max_lines=30, label="Translation", elem_id="hmt-result",
                                         interactive=False, buttons=["copy"])
             glossary_box = _glossary_field("hmt-glossary")
@@ -443,10 +485,12 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
 
             # The source actually used (detected or chosen) of the last translation; State stays out of the API.
             last_source = gr.State(None)
-            translate_btn.click(ui.translate_text, [source_box, src, tgt, glossary_box], [result_box, info, last_source],
-                                api_name="translate", api_visibility="public")
-            swap.click(ui.swap, [src, tgt, source_box, result_box, last_source], [src, tgt, source_box, result_box],
-                       api_name="swap", api_visibility="undocumented")
+            translate_btn.click(clear_text_result, None, [result_box, info], queue=False, show_progress="hidden",
+                                api_visibility="private").then(
+                ui.translate_text, [source_box, src, tgt, glossary_box], [result_box, info, last_source],
+                api_name="translate", api_visibility="public")
+            swap.click(ui.swap, [src, tgt, source_box, result_box, last_source],
+                       [src, tgt, source_box, result_box, pair_note], api_name="swap", api_visibility="undocumented")
             src.change(ui.on_source_change, [src, tgt], [tgt, pair_note], api_name="source_changed",
                        api_visibility="undocumented")
             tgt.change(ui.pair_note, [src, tgt], [pair_note], api_name="pair_note", api_visibility="undocumented")
@@ -472,8 +516,13 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                            api_name="doc_source_changed", api_visibility="undocumented")
             doc_tgt.change(ui.pair_note, [doc_src, doc_tgt], [doc_note], api_name="doc_pair_note",
                            api_visibility="undocumented")
-            doc_btn.click(ui.translate_document, [doc_in, doc_src, doc_tgt, doc_glossary], [doc_out, doc_note],
-                          api_name="translate_document", api_visibility="public")
+            # A new file (or a failed upload) takes the previous file's download and note away.
+            doc_in.change(clear_document_result, None, [doc_out, doc_note], queue=False, show_progress="hidden",
+                          api_visibility="private")
+            doc_btn.click(clear_document_result, None, [doc_out, doc_note], queue=False, show_progress="hidden",
+                          api_visibility="private").then(
+                ui.translate_document, [doc_in, doc_src, doc_tgt, doc_glossary], [doc_out, doc_note],
+                api_name="translate_document", api_visibility="public")
 
         with gr.Tab("Status", id="status"):
             status_key = gr.Textbox(label="Status key", type="password", elem_id="hmt-status-key",
