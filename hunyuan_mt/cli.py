@@ -123,7 +123,8 @@ def _translate_file(args: argparse.Namespace) -> int:
         if args.verbose:
             print(f"\r{done}/{total} segments", end="" if done < total else "\n", file=sys.stderr)
 
-    rendered = translate_document(data, path.name, service.cfg.limits, segments, progress, target=args.tgt)
+    rendered = translate_document(data, path.name, service.cfg.limits, segments, progress, target=args.tgt,
+                                  glossary=glossary)
     if args.output == "-" or (args.output is None and rendered.media_type.startswith("text/")):
         sys.stdout.write(rendered.data.decode("utf-8"))
         return 0

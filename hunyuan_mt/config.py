@@ -293,10 +293,16 @@ class GlossaryConfig:
     dir: str = "glossaries"
     #: Most terms one glossary may hold (inline or stored).
     max_terms: int = 1000
+    #: How a term goes in: "visible" (the model sees the target term in the source and makes the words around
+    #: it agree; a text whose output lacks a term is translated again with "sentinel"), or "sentinel" (always a
+    #: placeholder the target term replaces). On held-out phrases: chrF 1.011× / 1.005× of no glossary (en→es /
+    #: en→de) visible, 0.951× / 0.964× sentinel (bench.glossary_quality).
+    mode: str = "visible"
 
     def __post_init__(self) -> None:
         _check(isinstance(self.max_terms, int) and self.max_terms >= 1, "glossary.max_terms", "an integer >= 1",
                self.max_terms)
+        _check(self.mode in ("visible", "sentinel"), "glossary.mode", "one of visible, sentinel", self.mode)
 
     @property
     def resolved_dir(self) -> Path:

@@ -48,9 +48,12 @@ class Glossary:
     def __len__(self) -> int:
         return len(self.terms)
 
-    def apply(self, masked: Protected) -> Protected:
+    def apply(self, masked: Protected, visible: bool = False) -> Protected:
         """`masked` with every term occurrence outside its sentinels turned into one more sentinel that restores
-        as the target term ("SAVE" → "GUARDAR", "Save" at a sentence start → "Guardar" for a term "save")."""
+        as the target term ("SAVE" → "GUARDAR", "Save" at a sentence start → "Guardar" for a term "save").
+        `visible` writes the target term itself in its place instead: the model sees it and can make the words
+        around it agree ("Save the archivo" → "Guardar el archivo", where a sentinel gave "Guardar la archivo");
+        the caller checks the output with `targets` and falls back to sentinels where the term did not survive."""
         pattern: re.Pattern[str] | None = getattr(self, "_pattern")
         if pattern is None:
             return masked
@@ -63,11 +66,33 @@ class Glossary:
                 continue
 
             def swap(match: re.Match[str]) -> str:
-                spans.append(_same_case(match.group(0), *by_key[match.group(0).casefold()]))
+                term = _same_case(match.group(0), *by_key[match.group(0).casefold()])
+                if visible:
+                    return term
+                spans.append(term)
                 return sentinel(len(spans) - 1)
 
             out.append(pattern.sub(swap, part))
         return Protected("".join(out), spans)
+
+
+    def targets(self, masked: Protected) -> list[str]:
+        """The target term of every occurrence of a term in `masked` (outside its sentinels), in order."""
+        pattern: re.Pattern[str] | None = getattr(self, "_pattern")
+        if pattern is None:
+            return []
+        by_key: dict[str, tuple[str, str]] = getattr(self, "_by_key")
+        return [by_key[m.group(0).casefold()][1] for part in _SENTINEL_SPLIT.split(masked.text)
+                if not _SENTINEL_SPLIT.fullmatch(part) for m in pattern.finditer(part)]
+
+
+def has_terms(text: str, targets: list[str]) -> bool:
+    """Whether `text` holds each of `targets` as often as listed (any case)."""
+    folded = text.casefold()
+    need: dict[str, int] = {}
+    for term in targets:
+        need[term.casefold()] = need.get(term.casefold(), 0) + 1
+    return all(folded.count(term) >= count for term, count in need.items())
 
 
 def _pattern(sources: list[str]) -> re.Pattern[str]:

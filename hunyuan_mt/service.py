@@ -26,7 +26,7 @@ from .config import Config, load_config
 from .detect import Detection, detect as detect_language, ready as detector_ready, start as start_detector
 from .engine import BatchEngine, Row
 from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
-from .glossary import Glossary
+from .glossary import Glossary, has_terms
 from .tm import TranslationMemory
 from .warmup import WarmupReport, warm_service
 from .languages import LANGUAGES, normalize_code
@@ -71,6 +71,8 @@ class TranslationResult:
     #: How many of the text's segments came from the translation memory, of how many it has.
     memory_segments: int = 0
     segments: int = 1
+    #: How many glossary terms were found in the text and enforced (0 without a glossary).
+    glossary_terms: int = 0
 
     @property
     def route_label(self) -> str:
@@ -104,6 +106,14 @@ class _Job:
     nbest: dict[int, list[str]] = field(default_factory=dict)
     #: Segment index → its translation from the translation memory (restored), which is the answer.
     memory: dict[int, str] = field(default_factory=dict)
+    #: The target term of each glossary term found in the text: the output must hold them.
+    required: list[str] = field(default_factory=list)
+    #: Whether the terms were written into the source as themselves (glossary.mode "visible").
+    visible: bool = False
+
+    @property
+    def terms(self) -> int:
+        return len(self.required)
 
     def render(self, segments: list[str]) -> str:
         return self.layout.render(segments) if self.layout is not None else segments[0]
@@ -269,9 +279,8 @@ class TranslationService:
             # With alternatives, segments the memory knows still go to the model: its n best are the alternatives.
             jobs = [self._job(text, plan, glossary, model_too=bool(alternatives)) for text, plan in zip(cleaned, plans)]
             t_run = time.perf_counter()
-            self._run_jobs(jobs, n_best=alternatives + 1 if alternatives else 1)
-            for job in jobs:
-                job.current = [job.memory.get(i, text) for i, text in enumerate(job.current)]
+            jobs = self._run_enforcing(jobs, cleaned, glossary, bool(alternatives),
+                                       alternatives + 1 if alternatives else 1)
             run_ms = (time.perf_counter() - t_run) * 1000
         except Exception:
             with self._lock:
@@ -287,6 +296,7 @@ class TranslationService:
                 text=job.render(job.current), source=source, target=target, detected=detection,
                 route=job.plan.route, route_kind=job.plan.kind, adapters=job.plan.adapters, timings_ms=timings,
                 alternatives=_alternatives(job, alternatives), memory_segments=len(job.memory),
+                glossary_terms=job.terms,
                 segments=len(job.current)))
         if not _warmup:  # the warm-up's requests are nobody's: they stay out of the counts and latencies
             self._record(total_ms, sum(len(j.todo) for j in jobs), sum(len(t) for t in cleaned), len(texts), "text")
@@ -316,7 +326,7 @@ class TranslationService:
         for start in range(0, total, _DOC_CHUNK):
             chunk = todo[start:start + _DOC_CHUNK]
             jobs = [self._job(texts[i], plan, glossary) for i in chunk]
-            self._run_jobs(jobs)
+            jobs = self._run_enforcing(jobs, [texts[i] for i in chunk], glossary)
             for i, job in zip(chunk, jobs):
                 out[i] = job.render(job.current)
             if progress:
@@ -324,13 +334,19 @@ class TranslationService:
         self._record((time.perf_counter() - t0) * 1000, total, sum(len(texts[i]) for i in todo), 1, "document")
         return out
 
-    def _job(self, text: str, plan: RoutePlan, glossary: Glossary | None = None, model_too: bool = False) -> _Job:
+    def _job(self, text: str, plan: RoutePlan, glossary: Glossary | None = None, model_too: bool = False,
+             visible: bool | None = None) -> _Job:
         if plan.kind == "identity":
             return _Job(plan, None, [], [text], [])
+        if visible is None:
+            visible = self.cfg.glossary.mode == "visible"
         # Mask before splitting: a URL's "?" or a version's "." must not end a sentence.
         masked = _masking.protect(text) if _masking is not None else None
+        required: list[str] = []
         if masked is not None and glossary is not None:
-            masked = glossary.apply(masked)  # each term found becomes a span that restores as its target term
+            required = glossary.targets(masked)
+            # Each term found becomes a span that restores as its target term, or (visible) that term itself.
+            masked = glossary.apply(masked, visible=visible and bool(required))
         first = plan.hops[0]
         # A segment is cut to what the model can take in and also give back whole: its translation has at most
         # limits.max_new_tokens tokens, and translations run up to a quarter longer than their source. A sentence
@@ -361,7 +377,8 @@ class TranslationService:
                 if not model_too:
                     current[i] = memory[i]
                     todo.remove(i)
-        return _Job(plan, layout, protected, current, todo, memory=memory)
+        return _Job(plan, layout, protected, current, todo, memory=memory, required=required,
+                    visible=visible and bool(required))
 
     def _check_alternatives(self, alternatives: Any) -> None:
         limit = self.cfg.limits.max_alternatives
@@ -370,6 +387,23 @@ class TranslationService:
         if alternatives > limit:
             raise InvalidInput(f"Invalid request: alternatives ({alternatives}) exceeds the limit of {limit} "
                                "(limits.max_alternatives).")
+
+    def _run_enforcing(self, jobs: list[_Job], texts: list[str], glossary: Glossary | None, model_too: bool = False,
+                       n_best: int = 1) -> list[_Job]:
+        """Run `jobs` (memory answers merged in); a text whose glossary terms went in visible and did not all come
+        out is translated again with sentinels, which cannot lose a term. Returns the jobs that answer."""
+        self._run_jobs(jobs, n_best=n_best)
+        for job in jobs:
+            job.current = [job.memory.get(i, text) for i, text in enumerate(job.current)]
+        missed = [n for n, job in enumerate(jobs) if job.visible and not has_terms(job.render(job.current),
+                                                                                   job.required)]
+        if missed:
+            again = [self._job(texts[n], jobs[n].plan, glossary, model_too, visible=False) for n in missed]
+            self._run_jobs(again, n_best=n_best)
+            for n, job in zip(missed, again):
+                job.current = [job.memory.get(i, text) for i, text in enumerate(job.current)]
+                jobs[n] = job
+        return jobs
 
     def _run_jobs(self, jobs: list[_Job], n_best: int = 1) -> None:
         """Run every hop of every job; hop k of all jobs goes to the engine together (one round per hop).

@@ -461,8 +461,10 @@ def test_ui_text_handler_messages(ui: Any, limits: LimitsConfig, live_server: Li
     assert text == GOOD and "identity" in info
     text, _, _ = ui.translate_text("Open the \ud800file.", "en", "es")
     assert text == live_server.reference("Open the \ufffdfile.", "en", "es")
-    assert ui_error(lambda: ui.swap("auto", "es", GOOD, "", None)) == (
-        "Choose a source language (or translate once) before swapping.")
+    # Swap from Auto-detect before anything was detected: one sentence in the note, every box left as it is.
+    *unchanged, note = ui.swap("auto", "es", GOOD, "", None)
+    assert note == "Auto-detect has no language to swap to yet: choose the source language, or translate once."
+    assert all(u == {"__type__": "update"} for u in unchanged), unchanged
     assert ui_error(lambda: ui.translate_document(None, "en", "es", progress=_no_progress)) == (
         "Drop a document first (.txt .md .srt .docx .pdf .html).")
 

@@ -464,6 +464,45 @@ def test_html_round_trip_translates_sentences_and_keeps_markup():
         assert kept in out
 
 
+def test_html_lang_alt_title_and_placeholder_are_translated_urls_and_code_kept():
+    page = ("<!DOCTYPE html>\n<html lang=\"en\"><body>\n<img src=\"cat.png\" alt=\"A sleeping cat\">\n"
+            "<p>Open <a href=\"/home\" title=\"Go to the start page\">the page</a> now.</p>\n"
+            "<input placeholder='Search the docs' aria-label=\"Search\">\n<p title=\"Tip &amp; trick\">Read this.</p>\n"
+            "<code title=\"a code title\">x = 1</code>\n</body></html>\n")
+    sent: list[str] = []
+
+    def record(segments, progress=None):
+        sent.extend(segments)
+        return upper(segments)
+
+    out = translate_document(page.encode(), "page.html", LIMITS, record, target="es").data.decode()
+    for value in ("A sleeping cat", "Go to the start page", "Search the docs", "Search", "Tip & trick"):
+        assert value in sent  # each value is a segment of its own
+    assert '<html lang="es">' in out
+    assert '<img src="cat.png" alt="A SLEEPING CAT">' in out
+    assert '<a href="/home" title="GO TO THE START PAGE">THE PAGE</a>' in out  # inside a sentence's inline tag
+    assert "<input placeholder='SEARCH THE DOCS' aria-label=\"SEARCH\">" in out
+    assert '<p title="TIP &amp; TRICK">READ THIS.</p>' in out
+    assert '<code title="a code title">x = 1</code>' in out  # code and its attributes stay
+
+
+def test_a_glossary_term_that_leaves_its_element_is_translated_piece_by_piece():
+    from hunyuan_mt.documents import translate_keeping_markup
+    from hunyuan_mt.glossary import parse_terms
+
+    doc = read_document(b"<p>Open the <b>file</b> now.</p>", "a.html", LIMITS)
+    glossary = parse_terms({"file": "archivo"}, 10)
+
+    def translate(segments, progress=None):
+        # The whole sentence comes back with the term moved out of <b>; pieces come back term for term.
+        return ["Abre el ⟦0⟧⟦1⟧ archivo ahora." if "⟦0⟧" in s else s.replace("file", "archivo") for s in segments]
+
+    translations, redone = translate_keeping_markup(doc, translate, glossary=glossary)
+    assert redone == 1 and "<b>archivo</b>" in doc.render(translations, "es").data.decode()
+    kept, redone = translate_keeping_markup(doc, translate)  # without a glossary the order alone is checked
+    assert redone == 0 and "⟦0⟧⟦1⟧ archivo" in kept[0]
+
+
 def test_html_tags_come_back_exactly_once_whatever_the_translator_does():
     doc = read_document(HTML.encode(), "page.html", LIMITS)
     i = next(n for n, s in enumerate(doc.segments) if "⟦4⟧" in s)

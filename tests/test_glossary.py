@@ -3,6 +3,8 @@ the service, REST (requests), the page (gradio_client), documents and the CLI.""
 
 from __future__ import annotations
 
+import re
+
 import dataclasses
 import os
 from pathlib import Path
@@ -144,13 +146,17 @@ def test_documents_and_html_get_the_glossary(glossary_server: LiveServer, tmp_pa
     assert text.count("expediente") == 2, text
     html = _post(glossary_server, q="<p>Open the <b>file</b>.</p>", format="html", glossary={"file": "legajo"})
     out = html.json()["translatedText"]
-    assert "legajo" in out and tag_sequence(out) == ["<p>", "<b>", "</b>", "</p>"]  # where it lands is the model's
+    assert tag_sequence(out) == ["<p>", "<b>", "</b>", "</p>"]
+    assert re.search(r"<b>[^<]*legajo[^<]*</b>", out), out  # the term stays inside its own element
 
 
 def test_the_page_takes_a_glossary(glossary_server: LiveServer, tmp_path: Path) -> None:
     page = Client(glossary_server.url + "/ui/", verbose=False)
     text, info = page.predict("Open the file.", "en", "es", "file = expediente", api_name="/translate")
-    assert "expediente" in text and "**Glossary:** 1 term" in info
+    assert "expediente" in text and "**Glossary:** 1 term applied, of 1" in info
+    _, info = page.predict("Close the window.", "en", "es", "file = expediente\nsave = guardar",
+                           api_name="/translate")
+    assert "**Glossary:** 0 terms applied, of 2" in info  # what this text used, not the list's size
     text, _ = page.predict("Save the file.", "en", "es", "ui-terms", api_name="/translate")
     assert "Guardar" in text and "archivo" in text
     with pytest.raises(AppError, match="line 1 .* is not 'source = target'"):

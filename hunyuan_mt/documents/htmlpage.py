@@ -6,6 +6,11 @@ sentinels (`⟦0⟧`) and are put back verbatim by `masking.restore`, however th
 itself is sent unescaped and escaped again on the way back. The output is the original source with only those
 spans replaced, so all other markup is copied byte for byte. Text inside script, style, code, pre, textarea and
 elements marked translate="no" or class="notranslate" is left alone.
+
+The words a reader meets outside the text are translated too: `alt`, `title`, `placeholder` and `aria-label`
+values, each a segment of its own (inside a sentence's inline tag as well: the tag travels as a sentinel, and its
+attribute is put back translated). The root element's `lang` becomes the target language. `href`, `src` and every
+other attribute stay as they are.
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ _INLINE_TAGS = {"a", "abbr", "b", "bdi", "bdo", "big", "cite", "data", "del", "d
                 "label", "mark", "q", "s", "small", "span", "strike", "strong", "sub", "sup", "time", "tt", "u",
                 "br", "wbr"}
 _META_CHARSET = re.compile(r"""(<meta\b[^>]*?\bcharset\s*=\s*["']?)[\w.:-]+""", re.I)
+# Attributes whose values a reader sees or hears: translated. Quoted or bare values, as HTML allows.
+_TEXT_ATTRIBUTE = re.compile(r"""\s(alt|title|placeholder|aria-label)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'=<>`]+))""",
+                             re.I)
+_ROOT_LANG = re.compile(r"""(<html\b[^>]*?\s(?:xml:)?lang\s*=\s*["']?)([A-Za-z]{2,3}(?:[-_][A-Za-z0-9]+)*)""",
+                        re.I)
 
 
 @dataclass
@@ -39,6 +49,8 @@ class _Item:
     start: int
     kind: str  # "text" | "inline" | "break"
     text: str = ""
+    #: A start tag's translatable attribute values: (start, end) of the raw value in the source, unescaped value.
+    attributes: tuple[tuple[int, int, str], ...] = ()
 
 
 class _Scanner(HTMLParser):
@@ -60,12 +72,26 @@ class _Scanner(HTMLParser):
         keep = (tag in _KEEP_TAGS or attributes.get("translate") == "no"
                 or "notranslate" in (attributes.get("class") or "").split())
         inline = tag in _INLINE_TAGS and not keep
-        self.items.append(_Item(self._offset(), "inline" if inline else "break"))
+        start = self._offset()
+        shown = () if keep or self._keeping() else self._text_attributes(start)
+        self.items.append(_Item(start, "inline" if inline else "break", attributes=shown))
         if tag not in _VOID_TAGS:
             self._stack.append((tag, keep))
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.items.append(_Item(self._offset(), "inline" if tag in _INLINE_TAGS else "break"))
+        start = self._offset()
+        shown = () if self._keeping() else self._text_attributes(start)
+        self.items.append(_Item(start, "inline" if tag in _INLINE_TAGS else "break", attributes=shown))
+
+    def _text_attributes(self, start: int) -> tuple[tuple[int, int, str], ...]:
+        raw = self.get_starttag_text() or ""
+        found = []
+        for match in _TEXT_ATTRIBUTE.finditer(raw):
+            group = next(g for g in (2, 3, 4) if match.group(g) is not None)
+            value = html.unescape(match.group(group))
+            if needs_translation(value):
+                found.append((start + match.start(group), start + match.end(group), value))
+        return tuple(found)
 
     def handle_endtag(self, tag: str) -> None:
         keep_before = self._keeping()
@@ -97,9 +123,13 @@ class HtmlDocument(Document):
         scanner.feed(self._source)
         scanner.close()
         self._template = TextTemplate(self._source)
-        self._protected: list[masking.Protected] = []
+        self._protected: list[masking.Protected | None] = []  # per template segment; None for an attribute value
+        # Attribute values inside an inline tag that is a sentinel of a sentence: (template segment, span index,
+        # start and end in the span, index in _inner); their texts are segments after the template's.
+        self._in_spans: list[tuple[int, int, int, int, int]] = []
+        self._inner: list[str] = []
         self._build(scanner.items)
-        super().__init__(filename, self._template.segments)
+        super().__init__(filename, self._template.segments + self._inner)
 
     def _build(self, items: list[_Item]) -> None:
         source = self._source
@@ -109,6 +139,8 @@ class HtmlDocument(Document):
             if item.kind == "inline":
                 if run:  # inline tags before the first text node stay outside the segment
                     run.append((item, end))
+                else:
+                    self._add_attributes(item)
                 continue
             if item.kind == "text" and html.unescape(source[item.start:end]) == item.text:
                 run.append((item, end))
@@ -116,19 +148,37 @@ class HtmlDocument(Document):
             # A block boundary, untranslated content, or a text node whose raw span is not what the parser saw.
             self._flush(run)
             run = []
+            self._add_attributes(item)
         self._flush(run)
 
+    def _add_attributes(self, item: _Item) -> None:
+        """A tag outside every sentence: its attribute values are segments of the template."""
+        for start, end, value in item.attributes:
+            self._template.add(start, end, value)
+            self._protected.append(None)
+
     def _flush(self, run: list[tuple[_Item, int]]) -> None:
+        after: list[_Item] = []
         while run and run[-1][0].kind == "inline":
-            run.pop()  # so are inline tags after the last one
+            after.insert(0, run.pop()[0])  # so are inline tags after the last one
         if not run or not needs_translation(" ".join(item.text for item, _ in run)):
+            for item, _ in run:
+                if item.kind == "inline":
+                    self._add_attributes(item)
+            for item in after:
+                self._add_attributes(item)
             return
+        index = len(self._template.segments)
         pieces: list[str] = []
         spans: list[str] = []
         for item, end in run:
             if item.kind == "text":
                 pieces.append(item.text)
             else:
+                for start, stop, value in item.attributes:  # translated inside the span at render time
+                    self._in_spans.append((index, len(spans), start - item.start, stop - item.start,
+                                           len(self._inner)))
+                    self._inner.append(value)
                 pieces.append(masking.sentinel(len(spans)))
                 spans.append(self._source[item.start:end])
         # HTML collapses whitespace anyway; the translator gets one clean line with the tags as sentinels.
@@ -140,12 +190,25 @@ class HtmlDocument(Document):
         end = last[1] - (len(raw_last) - len(raw_last.rstrip()))
         self._protected.append(masking.Protected(segment, spans))
         self._template.add(start, end, segment)
+        for item in after:
+            self._add_attributes(item)
 
     def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
-        # Escape what the translator wrote, then put the original markup back between it.
-        restored = [masking.restore(html.escape(t, quote=False), p) for t, p in zip(translations, self._protected)]
+        count = len(self._template.segments)
+        inner = [html.escape(t, quote=True) for t in translations[count:]]
+        spans = {i: list(p.spans) for i, p in enumerate(self._protected) if p is not None}
+        # Attribute values inside a sentence's inline tags, last first so the earlier offsets stay valid.
+        for segment, span, start, end, value in sorted(self._in_spans, key=lambda e: (e[0], e[1], -e[2])):
+            spans[segment][span] = spans[segment][span][:start] + inner[value] + spans[segment][span][end:]
+        # Escape what the translator wrote, then put the original markup back between it; an attribute value is
+        # escaped for its quotes too.
+        restored = [html.escape(t, quote=True) if p is None else
+                    masking.restore(html.escape(t, quote=False), masking.Protected(p.text, spans[i]))
+                    for i, (t, p) in enumerate(zip(translations[:count], self._protected))]
         # The output is UTF-8 whatever the upload was; a page that declares another charset would show mojibake.
         text = _META_CHARSET.sub(lambda m: m.group(1) + "utf-8", self._template.render(restored))
+        if target:
+            text = _ROOT_LANG.sub(lambda m: m.group(1) + target, text, count=1)
         return RenderedDocument(self._decoded.encode(text),
                                 output_filename(self.filename, ".html", target), "text/html; charset=utf-8",
                                 self._decoded.note(_NOTE))

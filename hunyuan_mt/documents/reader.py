@@ -10,6 +10,7 @@ from pathlib import PurePath
 from .. import masking
 from ..config import LimitsConfig
 from ..errors import InputTooLarge, InvalidInput, UnsupportedDocument
+from ..glossary import Glossary, has_terms
 from .base import Document, RenderedDocument, check_not_empty, check_segment_limits
 from .htmlpage import read_html
 from .markdown import read_markdown
@@ -93,14 +94,15 @@ def read_document(data: bytes, filename: str, limits: LimitsConfig) -> Document:
 
 
 def translate_document(data: bytes, filename: str, limits: LimitsConfig, translate_segments: TranslateSegments,
-                       progress: Progress | None = None, target: str | None = None) -> RenderedDocument:
+                       progress: Progress | None = None, target: str | None = None,
+                       glossary: Glossary | None = None) -> RenderedDocument:
     """Read, translate and render an upload in one call (what the web layer and the CLI use).
 
     `translate_segments(segments, progress)` is the service's `translate_segments` bound to a language pair.
     `target` names the output file (`report.es.docx`).
     """
     document = read_document(data, filename, limits)
-    translations, redone = translate_keeping_markup(document, translate_segments, progress)
+    translations, redone = translate_keeping_markup(document, translate_segments, progress, glossary)
     rendered = document.render(translations, target=target)
     if redone:
         note = (f"{redone} segment{'s' if redone > 1 else ''} whose markup came back out of order "
@@ -110,14 +112,16 @@ def translate_document(data: bytes, filename: str, limits: LimitsConfig, transla
 
 
 def translate_keeping_markup(document: Document, translate_segments: TranslateSegments,
-                             progress: Progress | None = None) -> tuple[list[str], int]:
+                             progress: Progress | None = None,
+                             glossary: Glossary | None = None) -> tuple[list[str], int]:
     """Every segment's translation, and how many had to be re-done to keep their markup.
 
     Repeated segments (table headers, running footers) are sent once. When a segment carries markup sentinels
     (`Document.sentinel_markup`) and its translation does not give them back once each and in order, the tags
     could end up swapped or badly nested (`<b>…</i>`): the text between the markup is then translated piece by
     piece and put back between the sentinels in the source's order, which keeps the markup valid whatever the
-    model does.
+    model does. So is a segment where a `glossary` term left the element it was in (`Open the <b>file</b>` coming
+    back as `Abre el <b></b> archivo`): each piece between the markup must hold its own terms.
     """
     unique = list(dict.fromkeys(document.segments))
     translated = translate_segments(unique, progress)
@@ -127,10 +131,14 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
     if document.sentinel_markup:
         for i, (source, out) in enumerate(zip(unique, translated)):
             count = masking.sentinel_count(source)
-            if count and masking.split_at_sentinels(out, count) is None:
-                pieces = masking.split_at_sentinels(source, count)
-                if pieces is not None:  # a document's own sentinels are always in order
-                    redo[i] = pieces
+            if not count:
+                continue
+            pieces = masking.split_at_sentinels(source, count)
+            if pieces is None:  # a document's own sentinels are always in order
+                continue
+            came_back = masking.split_at_sentinels(out, count)
+            if came_back is None or (glossary is not None and not _terms_stay(pieces, came_back, glossary)):
+                redo[i] = pieces
     if redo:
         texts = list(dict.fromkeys(p.strip() for pieces in redo.values() for p in pieces if p.strip()))
         done = dict(zip(texts, translate_segments(texts, None)))
@@ -138,6 +146,12 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
             translated[i] = masking.join_pieces([_around(p, done.get(p.strip(), p)) for p in pieces])
     by_source = dict(zip(unique, translated))
     return [by_source[s] for s in document.segments], len(redo)
+
+
+def _terms_stay(pieces: list[str], translated: list[str], glossary: Glossary) -> bool:
+    """Whether each translated piece holds the glossary terms of its source piece."""
+    return all(has_terms(out, glossary.targets(masking.Protected(piece, [])))
+               for piece, out in zip(pieces, translated))
 
 
 def _around(source_piece: str, translation: str) -> str:

@@ -193,7 +193,8 @@ class RestApi:
             source = detected.code
         translations, _ = translate_keeping_markup(
             document, lambda segments, _progress: self.service.translate_segments(segments, source, target,
-                                                                                 glossary=glossary))
+                                                                                 glossary=glossary),
+            glossary=glossary)
         html = document.render(translations, target).data.decode("utf-8")
         return html, detected
 
@@ -457,7 +458,8 @@ class RestApi:
         self.policy.check_chars([text])
         self.policy.spend_chars(caller, len(text))
         started = time.perf_counter()
-        results = await self._call(self.service.translate_batch, [text], source, target, alternatives=n - 1)
+        results = await self._call(functools.partial(self.service.translate_batch, alternatives=n - 1), [text],
+                                   source, target)
         self._observe(results, started, "openai")
         result = results[0]
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"

@@ -37,5 +37,5 @@ def translate_upload(service: Any, data: bytes, filename: str, source: str, targ
         used["source"] = normalize_code(src)
         return service.translate_segments(segments, src, target, progress=report, glossary=glossary)
 
-    rendered = translate_document(data, filename, limits, run, progress=progress, target=target)
+    rendered = translate_document(data, filename, limits, run, progress=progress, target=target, glossary=glossary)
     return rendered, used["source"]

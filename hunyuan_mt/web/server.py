@@ -87,8 +87,9 @@ class PageGate:
                     self.policy.page_caller(client)
                 except TranslationError as exc:
                     # The page shows an upload's refusal as "HTTP <status>: <body>": a sentence, not JSON.
+                    retry = error_response(exc).headers.get("retry-after")
                     refusal = PlainTextResponse(exc.message, status_code=exc.http_status,
-                                                headers=error_response(exc).headers)
+                                                headers={"Retry-After": retry} if retry else None)
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return

@@ -178,7 +178,8 @@ class TranslatorUI:
         if result.memory_segments:
             parts.append(f"**From memory:** {result.memory_segments} of {_count(result.segments, 'segment')}")
         if terms is not None:
-            parts.append(f"**Glossary:** {_count(len(terms), 'term')}")
+            # What was enforced in this text, not the size of the list.
+            parts.append(f"**Glossary:** {_count(result.glossary_terms, 'term')} applied, of {len(terms)}")
         return result.text, " · ".join(parts), result.source
 
     def swap(self, source: str, target: str, text: str, result: str,
@@ -323,7 +324,7 @@ def _overview_markdown(status: dict[str, Any]) -> str:
 
 def _markdown_text(text: str) -> str:
     """`text` shown as itself in Markdown: a file name like `my_final_report_.txt` must not turn italic."""
-    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>~])", r"\\\1", text)
+    return re.sub(r"([\\`*_\[\]<>~|])", r"\\\1", text)
 
 
 def clear_text_result() -> tuple[str, str]:
