@@ -23,11 +23,10 @@ from typing import Any
 
 import httpx
 
-from hunyuan_mt.config import PROJECT_ROOT
 
+from .report import write_results
 from .soak import Server, free_port
 
-RESULTS = PROJECT_ROOT / "bench" / "results"
 REPEATS = 5
 
 #: (kind, body) in the order they are sent; the demo's pinned pairs are en2es and es2en, its pivot en.
@@ -69,7 +68,7 @@ def one_run(index: int, config: str | None, sets: list[str], work: Path) -> dict
                              "ratio": round(firsts[kind] / steady[kind], 2)} for kind, _ in KINDS}}
 
 
-def render(runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
+def render(runs: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
     lines = [f"# First request after ready ÷ steady (`python -m bench.first_request --runs {args.runs}"
              + "".join(f" --set {s}" for s in args.set) + "`)", "",
              f"{len(runs)} starts of app.py; ready after {', '.join(str(r['ready_s']) for r in runs)} s.", "",
@@ -81,8 +80,8 @@ def render(runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
                      f"{statistics.median(c['steady_ms'] for c in cells):.0f} | "
                      f"**{statistics.median(c['ratio'] for c in cells):.2f}×** | "
                      f"{' '.join(format(c['ratio'], '.2f') for c in cells)} |")
-    lines += ["", f"The server's warm-up line (run 1): {runs[0]['warmup'] or '(none)'}", ""]
-    return "\n".join(lines)
+    lines += ["", f"The server's warm-up line (run 1): {runs[0]['warmup'] or '(none)'}"]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,11 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.runs):
             runs.append(one_run(i, args.config, args.set, Path(tmp)))
             print(json.dumps(runs[-1]), flush=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "first_request.json").write_text(json.dumps({"args": vars(args), "runs": runs}, indent=1))
-    report = render(runs, args)
-    (RESULTS / "first_request.md").write_text(report)
-    print(report)
+    write_results("first_request", {"args": vars(args), "runs": runs}, render(runs, args))
     return 0
 
 

@@ -21,7 +21,8 @@ from typing import Any
 from hunyuan_mt.config import PROJECT_ROOT, load_config
 from hunyuan_mt.glossary import Glossary
 
-RESULTS = PROJECT_ROOT / "bench" / "results"
+from .report import write_results
+
 #: glossary.mode values: "visible" falls back to "sentinel" for a text whose output lost a term.
 MODES = ("sentinel", "visible")
 
@@ -94,8 +95,6 @@ def main(argv: list[str] | None = None) -> int:
             entry[mode] = score(service, rows, tgt, glossary)
         results[f"en2{tgt}"] = entry
     service.close()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "glossary_quality.json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
     lines = ["# Glossary where it applies (`python -m bench.glossary_quality`)", "",
              "Held-out UI strings and help sentences in which a glossary term occurs and whose reference uses its "
              "translation; chrF against the references; tm off.", "",
@@ -107,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         kept = ", ".join(f"{entry[m]['terms_kept']}/{entry['phrases']}" for m in MODES)
         lines.append(f"| {pair} | {entry['phrases']} | {base} | " + " | ".join(cells) +
                      f" | {kept} (none: {entry['none']['terms_kept']}) |")
-    report = "\n".join(lines) + "\n"
-    (RESULTS / "glossary_quality.md").write_text(report)
-    print(report)
+    write_results("glossary_quality", results, lines)
     return 0
 
 

@@ -17,7 +17,6 @@ Results: bench/results/protected.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,8 @@ from typing import Any
 from hunyuan_mt import masking
 from hunyuan_mt.config import PROJECT_ROOT, load_config
 
-RESULTS = PROJECT_ROOT / "bench" / "results"
+from .report import write_results
+
 CORPUS = PROJECT_ROOT / "tests" / "data" / "protected_items.tsv"
 #: What issue 24 added to masking._PATTERNS; `before` masks without them.
 ADDED = (masking._KEYS, masking._PRICE, masking._PATH, masking._ISO_DATE, masking._OPAQUE, masking._SYMBOLS)
@@ -109,8 +109,6 @@ def main(argv: list[str] | None = None) -> int:
     rows = read_corpus()
     results = [run(service, rows, way) for way in ("before", "restore", "protect")]
     service.close()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "protected.json").write_text(json.dumps(results, indent=1))
     lines = ["# Protected items (`python -m bench.protected`)", "",
              f"{len(rows)} strings of tests/data/protected_items.tsv, every reachable direction among en, es, de, fr, "
              "zh; embedded demo model.", "",
@@ -119,9 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         lines.append(f"| {r['way']} | {r['kept']}/{r['items']} ({100 * r['kept'] / r['items']:.1f} %) | "
                      f"{r['whole']}/{r['strings']} | {r['chrf_rest']} |")
-    report = "\n".join(lines) + "\n"
-    (RESULTS / "protected.md").write_text(report)
-    print(report)
+    write_results("protected", {"results": results}, lines)
     return 0
 
 

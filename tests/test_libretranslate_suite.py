@@ -16,7 +16,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
 
 from web_server import LiveServer
 
@@ -30,7 +29,6 @@ import json
 import os
 
 import httpx
-import pytest
 
 
 class Response:
