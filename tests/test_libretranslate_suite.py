@@ -29,6 +29,7 @@ import json
 import os
 
 import httpx
+import pytest
 
 
 class Response:
