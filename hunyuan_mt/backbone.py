@@ -58,8 +58,9 @@ _NLLB = {
 }
 
 
-#: Tokens a prompt may add around a segment (Hunyuan's instruction and chat template), for `fits`' shortcut.
-_PROMPT_TOKENS = 96
+#: Tokens a prompt may add around a segment, for `fits`' shortcut: Hunyuan's instruction and chat template for a
+#: decoder-only model; a language tag and the end token for an encoder-decoder.
+_PROMPT_TOKENS = {DECODER_ONLY: 96, ENCODER_DECODER: 8}
 
 
 @dataclass(frozen=True)
@@ -438,7 +439,7 @@ class Backbone:
         plus the prompt's own)."""
         limits = [n for n in (self.max_input_tokens, budget) if n is not None]
         limit = min(limits) if limits else None
-        if limit is None or len(text) * 4 + _PROMPT_TOKENS < limit:
+        if limit is None or len(text) * 4 + _PROMPT_TOKENS.get(self.arch, 96) < limit:
             return True
         return len(self._encode(PromptRow(text, src, tgt))) <= limit
 

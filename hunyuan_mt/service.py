@@ -10,6 +10,7 @@ original layout.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 import threading
@@ -353,6 +354,7 @@ class TranslationService:
         # of up to MIN_CUT_TOKENS is never cut, whatever a small max_new_tokens says.
         budget = max(MIN_CUT_TOKENS, int(self.cfg.limits.max_new_tokens * 0.8))
 
+        @functools.lru_cache(maxsize=None)  # the splitter and the filter below ask about the same segments
         def fits(segment: str) -> bool:
             return self.backbone.fits(segment, first.src, first.tgt, budget)
 
