@@ -12,6 +12,7 @@ import struct
 import zipfile
 import zlib
 from dataclasses import replace
+from pathlib import Path
 
 import docx
 import pytest
@@ -820,3 +821,56 @@ def test_markdown_markers_that_are_not_certain_stay_text(text: str) -> None:
     from hunyuan_mt.documents.markdown import mask_inline
 
     assert mask_inline(text) is None
+
+
+# ---------------------------------------------------------------------------------------------------- gettext
+
+GETTEXT_FIXTURE = Path(__file__).resolve().parent / "data" / "gdk-pixbuf.es.po"
+
+
+def test_gettext_catalogue_round_trip_fills_untranslated_entries_fuzzy_and_keeps_the_rest():
+    import polib
+
+    source = GETTEXT_FIXTURE.read_bytes()
+    before = polib.pofile(source.decode("utf-8"))
+    sent: list[str] = []
+
+    def record(segments, progress=None):
+        sent.extend(segments)
+        return upper(segments)
+
+    rendered = translate_document(source, GETTEXT_FIXTURE.name, LIMITS, record, target="es")
+    assert rendered.filename == "gdk-pixbuf.es.es.po" and rendered.media_type == "text/x-gettext-translation"
+    after = polib.pofile(rendered.data.decode("utf-8"))
+    # The same entries, in the same order, with the same contexts, ids, references, comments and obsolete ones.
+    assert [(e.msgctxt, e.msgid, e.msgid_plural, e.occurrences, e.comment, e.obsolete) for e in before] == \
+        [(e.msgctxt, e.msgid, e.msgid_plural, e.occurrences, e.comment, e.obsolete) for e in after]
+    assert before.metadata == after.metadata
+    for old, new in zip(before, after):
+        if old.obsolete:
+            assert new.msgstr == old.msgstr
+        elif old.msgstr or any(old.msgstr_plural.values()):  # a translator's work, fuzzy included, stays as it was
+            assert (new.msgstr, new.flags) == (old.msgstr, old.flags)
+        elif old.msgid_plural:
+            assert new.msgstr_plural == {0: old.msgid.upper(), 1: old.msgid_plural.upper()}
+            assert new.flags == ["fuzzy"] + old.flags
+        else:
+            assert new.msgstr == old.msgid.upper() and new.flags == ["fuzzy"] + old.flags
+    untranslated = [e for e in before if not e.obsolete and not e.msgstr and not any(e.msgstr_plural.values())]
+    assert len(sent) == len(untranslated) + sum(1 for e in untranslated if e.msgid_plural)
+    assert "c-format" in after[4].flags and "fuzzy" in after[4].flags
+
+
+def test_a_pot_template_comes_back_as_a_po_for_the_target_language():
+    import polib
+
+    pot = b'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\nmsgctxt "menu"\nmsgid "Open %s"\nmsgstr ""\n'
+    rendered = translate_document(pot, "app.pot", LIMITS, upper, target="de")
+    catalogue = polib.pofile(rendered.data.decode("utf-8"))
+    assert rendered.filename == "app.de.po" and catalogue.metadata["Language"] == "de"
+    assert [(e.msgctxt, e.msgid, e.msgstr, e.flags) for e in catalogue] == [("menu", "Open %s", "OPEN %S", ["fuzzy"])]
+    with pytest.raises(InvalidInput, match="not a readable gettext catalogue"):
+        read_document(b'msgid "a"\nmsgstr "b"\ngarbage line\n', "bad.po", LIMITS)
+    # An upload whose content names a file on the server is read as content, never as that file.
+    with pytest.raises(InvalidInput, match="not a readable gettext catalogue"):
+        read_document(str(GETTEXT_FIXTURE).encode(), "path.po", LIMITS)

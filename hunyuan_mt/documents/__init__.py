@@ -1,4 +1,4 @@
-"""Documents: one reader/writer per format (txt, md, srt, docx, pdf, html), plus upload checks and limits.
+"""Documents: one reader/writer per format (txt, md, srt, docx, pdf, html, po/pot), plus upload checks and limits.
 
     document = read_document(data, "report.docx", limits)   # segments to translate, in order
     rendered = document.render(translations)                  # RenderedDocument(data, filename, media_type, note)
@@ -7,7 +7,7 @@ or in one call, with the service's `translate_segments` bound to a pair: `transl
 """
 
 from .base import Document, RenderedDocument
-from .reader import SUPPORTED_EXTENSIONS, read_document, translate_document, translate_keeping_markup
+from .reader import LISTED_EXTENSIONS, SUPPORTED_EXTENSIONS, read_document, translate_document, translate_keeping_markup
 
-__all__ = ["Document", "RenderedDocument", "SUPPORTED_EXTENSIONS", "read_document", "translate_document",
+__all__ = ["Document", "LISTED_EXTENSIONS", "RenderedDocument", "SUPPORTED_EXTENSIONS", "read_document", "translate_document",
            "translate_keeping_markup"]

@@ -12,6 +12,7 @@ from ..config import LimitsConfig
 from ..errors import InputTooLarge, InvalidInput, UnsupportedDocument
 from ..glossary import Glossary, has_terms
 from .base import Document, RenderedDocument, check_not_empty, check_segment_limits
+from .gettext import read_gettext
 from .htmlpage import read_html
 from .markdown import read_markdown
 from .pdf import read_pdf
@@ -41,10 +42,14 @@ _FORMATS: dict[str, _Format] = {
     ".pdf": _Format("a PDF", read_pdf, "pdf"),
     ".html": _Format("an HTML page", read_html, "text"),
     ".htm": _Format("an HTML page", read_html, "text"),
+    ".po": _Format("a gettext catalogue", read_gettext, "text"),
+    ".pot": _Format("a gettext template", read_gettext, "text"),
 }
 
 #: Extensions the upload widgets accept, in the order they are listed to users.
 SUPPORTED_EXTENSIONS: tuple[str, ...] = tuple(_FORMATS)
+#: The same without the aliases (.markdown, .htm): what the page, the CLI and the API summary name.
+LISTED_EXTENSIONS: tuple[str, ...] = tuple(ext for ext in _FORMATS if ext not in (".markdown", ".htm"))
 
 
 def _extension(filename: str) -> str:

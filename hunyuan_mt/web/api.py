@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .. import __version__
 from ..adapters.request import Pair
 from ..config import Config
+from ..documents import LISTED_EXTENSIONS
 from ..errors import FeatureDisabled, InputTooLarge, InvalidInput, RateLimited, TranslationError, UnreachablePair, http_status
 from ..glossary import Glossary, GlossaryStore
 from ..languages import LANGUAGES, normalize_code, parse_hunyuan_prompt
@@ -590,7 +591,7 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
     app.add_api_route("/languages", api.languages, methods=["GET"], tags=["LibreTranslate"],
                       summary="Languages and the targets each one can reach")
     app.add_api_route("/translate_file", api.translate_file, methods=["POST"], tags=["LibreTranslate"],
-                      summary="Translate a document (.txt .md .srt .docx .pdf .html)",
+                      summary=f"Translate a document ({' '.join(LISTED_EXTENSIONS)})",
                       openapi_extra=_body_doc({"type": "object", "required": ["file", "target"], "properties": {
                           "file": {"type": "string", "format": "binary"}, "source": {"type": "string"},
                           "target": {"type": "string"}, "glossary": {"type": "string"},

@@ -22,6 +22,7 @@ import gradio as gr
 import pandas as pd
 
 from ..config import Config
+from ..documents import LISTED_EXTENSIONS
 from ..errors import TranslationError
 from ..glossary import GlossaryStore
 from ..languages import LANGUAGES
@@ -33,7 +34,7 @@ from .metrics import WebMetrics
 log = logging.getLogger(__name__)
 
 AUTO = "auto"
-DOC_TYPES = [".txt", ".md", ".srt", ".docx", ".pdf", ".html"]
+DOC_TYPES = list(LISTED_EXTENSIONS)
 #: Rendered documents older than this are removed from the UI's output folder (Gradio keeps its own copy).
 _OUTPUT_TTL_S = 600.0
 
@@ -206,7 +207,7 @@ class TranslatorUI:
                            request: gr.Request | None = None,
                            progress: gr.Progress = gr.Progress()) -> tuple[str, str]:
         if not path:
-            raise gr.Error("Drop a document first (.txt .md .srt .docx .pdf .html).", print_exception=False)
+            raise gr.Error(f"Drop a document first ({' '.join(DOC_TYPES)}).", print_exception=False)
         caller = _run(self.policy.page_caller, _address(request))
         upload = Path(path)
         limits = self.cfg.limits
@@ -498,7 +499,8 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
 
         with gr.Tab("Document", id="document"):
             gr.Markdown(
-                f"Drop a **.txt, .md, .srt, .docx, .pdf or .html** file (up to {limits.max_file_bytes // 2**20} MiB, "
+                f"Drop a **{', '.join(DOC_TYPES[:-1])} or {DOC_TYPES[-1]}** file "
+                f"(up to {limits.max_file_bytes // 2**20} MiB, "
                 f"{limits.max_doc_chars:,} characters, {limits.max_segments:,} segments). The result keeps the "
                 f"format; a PDF's text layer comes back as a .docx."
             )

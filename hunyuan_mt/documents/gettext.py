@@ -1,0 +1,90 @@
+"""gettext catalogues (.po, .pot): untranslated entries get a machine translation, marked fuzzy for review.
+
+Read and written with polib, the library translate-toolkit and Weblate's tooling rest on, so what comes back is a
+catalogue `msgfmt` takes: the header, every entry's order, `msgctxt`, comments, references, flags and obsolete
+entries stay as they were. An entry already translated is left alone (a translator's work is never overwritten); an
+entry the model fills gets the `fuzzy` flag, which is how gettext says "check me" (msgfmt leaves fuzzy entries out
+of the compiled catalogue until someone removes the flag). A plural entry gets its singular's translation in
+msgstr[0] and its plural's in every other form the header's Plural-Forms asks for (2 without one). Placeholders
+(`%s`, `{name}`, `%(count)d`) travel as masking spans like everywhere else. A .pot comes back as a .po whose
+header names the target language.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+
+import polib
+
+from ..config import LimitsConfig
+from ..errors import InvalidInput
+from .base import Document, RenderedDocument, needs_translation, output_filename
+from .encoding import decode_text
+
+_NOTE = ("Entries the model translated are marked fuzzy for review; entries already translated, contexts, "
+         "comments and flags are kept.")
+_NPLURALS = re.compile(r"nplurals\s*=\s*(\d+)")
+
+
+class GettextDocument(Document):
+    kind = "po"
+
+    def __init__(self, filename: str, text: str) -> None:
+        try:
+            self._catalogue = _parse(text)
+        except (OSError, ValueError) as exc:
+            raise InvalidInput(f"{filename}: not a readable gettext catalogue ({str(exc)[:160]})") from None
+        self._template = filename.lower().endswith(".pot")
+        self._plurals = self._nplurals()
+        segments: list[str] = []
+        #: (entry, its singular's segment index or None, its plural's segment index or None)
+        self._todo: list[tuple[polib.POEntry, int | None, int | None]] = []
+        for entry in self._catalogue:
+            # Left alone: obsolete entries, the header, and any entry that has a translation, fuzzy ones included
+            # (a stale translation is still a translator's draft).
+            if entry.obsolete or not entry.msgid or not needs_translation(entry.msgid) or entry.msgstr or any(
+                    (entry.msgstr_plural or {}).values()):
+                continue
+            singular = len(segments)
+            segments.append(entry.msgid)
+            plural = None
+            if entry.msgid_plural and needs_translation(entry.msgid_plural):
+                plural = len(segments)
+                segments.append(entry.msgid_plural)
+            self._todo.append((entry, singular, plural))
+        super().__init__(filename, segments)
+
+    def _nplurals(self) -> int:
+        match = _NPLURALS.search(self._catalogue.metadata.get("Plural-Forms", ""))
+        return max(1, int(match.group(1))) if match else 2
+
+    def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
+        for entry, singular, plural in self._todo:
+            if singular is None:
+                continue
+            if entry.msgid_plural:
+                other = translations[plural] if plural is not None else entry.msgid_plural
+                entry.msgstr_plural = {i: translations[singular] if i == 0 else other for i in range(self._plurals)}
+            else:
+                entry.msgstr = translations[singular]
+            if "fuzzy" not in entry.flags:
+                entry.flags.insert(0, "fuzzy")  # first, as msgmerge writes it: "#, fuzzy, c-format"
+        if target and (self._template or not self._catalogue.metadata.get("Language")):
+            self._catalogue.metadata["Language"] = target
+        data = self._catalogue.__unicode__().encode("utf-8")
+        return RenderedDocument(data, output_filename(self.filename, ".po", target), "text/x-gettext-translation",
+                                _NOTE)
+
+
+def _parse(text: str) -> polib.POFile:
+    """polib.pofile reads its argument as a path when a file of that name exists: an upload whose whole content
+    is "/etc/passwd" would be read from the disk. Give it a file of our own instead, removed at once."""
+    with tempfile.NamedTemporaryFile("w", suffix=".po", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        return polib.pofile(handle.name, wrapwidth=78, encoding="utf-8")
+
+
+def read_gettext(data: bytes, filename: str, limits: LimitsConfig) -> GettextDocument:
+    return GettextDocument(filename, decode_text(data, filename).text)
