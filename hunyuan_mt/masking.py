@@ -83,6 +83,8 @@ _PATTERNS: tuple[str, ...] = (
     r"%\d+",                                                   # Qt-style %1
     r"%%",                                                     # literal percent in format strings
     r"\$\{[^{}\s]+\}",                                         # ${var}
+    r"%\{[\w.-]+\}",                                            # %{name} (Ruby, Rails i18n)
+    r"\{\{\s*[\w.-]+\s*\}\}",                                   # {{count}} (i18next, Handlebars, Jinja)
     r"\{\{|\}\}",                                              # escaped braces of str.format
     r"\{[\w.\[\]]*(?:![rsa])?(?::[^{}]*)?\}",                  # {0}, {name}, {name:>8}, {}
     _KEYS,                                                     # Ctrl+S, Alt+F4, ⌘Q, Strg+Umschalt+N, F5

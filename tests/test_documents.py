@@ -874,3 +874,77 @@ def test_a_pot_template_comes_back_as_a_po_for_the_target_language():
     # An upload whose content names a file on the server is read as content, never as that file.
     with pytest.raises(InvalidInput, match="not a readable gettext catalogue"):
         read_document(str(GETTEXT_FIXTURE).encode(), "path.po", LIMITS)
+
+
+# ---------------------------------------------------------------------------------------------------- JSON and YAML
+
+I18N_JSON = """{
+  "menu": {
+    "open": "Open file",
+    "count": "{{count}} files selected",
+    "size": 12,
+    "visible": true,
+    "icon": null
+  },
+  "@menu": {"description": "ARB metadata stays as it is"},
+  "toolbar": ["Save", "42", "Quit"]
+}
+"""
+
+RAILS_YAML = """# Rails-style UI strings
+en:
+  greeting: "Hello, %{name}!"   # the placeholder stays
+  save: &save Save the file
+  again: *save
+  close: 'Close'
+  count: 3
+  enabled: yes
+  help: >
+    A long help text
+    over two lines.
+"""
+
+
+def _shape(node):
+    """The tree with every string leaf replaced by its type name: what must not change."""
+    if isinstance(node, dict):
+        return {k: _shape(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_shape(v) for v in node]
+    return "str" if isinstance(node, str) else node
+
+
+def test_json_strings_are_translated_and_everything_else_kept():
+    import json
+
+    rendered = translate_document(I18N_JSON.encode(), "en.json", LIMITS, upper, target="es")
+    before, after = json.loads(I18N_JSON), json.loads(rendered.data)
+    assert rendered.filename == "en.es.json" and _shape(after) == _shape(before)
+    assert after["menu"]["open"] == "OPEN FILE" and after["toolbar"] == ["SAVE", "42", "QUIT"]
+    assert after["@menu"] == before["@menu"]
+    assert rendered.data.decode().startswith('{\n  "menu": {\n    "open"')  # the file's own two-space indent
+    with pytest.raises(InvalidInput, match=r"not valid JSON \(line 1, column"):
+        read_document(b'{"a": }', "bad.json", LIMITS)
+
+
+def test_yaml_strings_are_translated_with_comments_anchors_and_quotes_kept():
+    from ruamel.yaml import YAML
+
+    rendered = translate_document(RAILS_YAML.encode(), "en.yml", LIMITS, upper, target="es")
+    text = rendered.data.decode()
+    before, after = YAML(typ="safe").load(RAILS_YAML), YAML(typ="safe").load(text)
+    assert rendered.filename == "en.es.yml" and _shape(after) == _shape(before)
+    assert after["en"]["save"] == after["en"]["again"] == "SAVE THE FILE"
+    assert after["en"]["help"] == "A LONG HELP TEXT OVER TWO LINES.\n"  # the folded block keeps its newline
+    for kept in ("# Rails-style UI strings", "# the placeholder stays", "&save", "again: *save", "close: 'CLOSE'",
+                 'greeting: "HELLO, %{NAME}!"', "count: 3", "enabled: yes"):
+        assert kept in text, kept
+    with pytest.raises(InvalidInput, match="not valid YAML"):
+        read_document(b"a: [unclosed\n", "bad.yaml", LIMITS)
+
+
+def test_placeholders_of_i18n_files_are_single_spans():
+    from hunyuan_mt.masking import protect
+
+    assert protect("{{count}} files selected").spans == ["{{count}}"]
+    assert protect("Hello, %{name}!").spans == ["%{name}"]

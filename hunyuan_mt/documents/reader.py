@@ -16,6 +16,7 @@ from .gettext import read_gettext
 from .htmlpage import read_html
 from .markdown import read_markdown
 from .pdf import read_pdf
+from .structured import read_json, read_yaml
 from .plaintext import read_text
 from .sniff import describe_text_content, magic_kind
 from .subtitles import read_subtitles
@@ -44,12 +45,15 @@ _FORMATS: dict[str, _Format] = {
     ".htm": _Format("an HTML page", read_html, "text"),
     ".po": _Format("a gettext catalogue", read_gettext, "text"),
     ".pot": _Format("a gettext template", read_gettext, "text"),
+    ".json": _Format("a JSON file", read_json, "text"),
+    ".yaml": _Format("a YAML file", read_yaml, "text"),
+    ".yml": _Format("a YAML file", read_yaml, "text"),
 }
 
 #: Extensions the upload widgets accept, in the order they are listed to users.
 SUPPORTED_EXTENSIONS: tuple[str, ...] = tuple(_FORMATS)
 #: The same without the aliases (.markdown, .htm): what the page, the CLI and the API summary name.
-LISTED_EXTENSIONS: tuple[str, ...] = tuple(ext for ext in _FORMATS if ext not in (".markdown", ".htm"))
+LISTED_EXTENSIONS: tuple[str, ...] = tuple(ext for ext in _FORMATS if ext not in (".markdown", ".htm", ".yml"))
 
 
 def _extension(filename: str) -> str:

@@ -1,0 +1,162 @@
+"""JSON and YAML string files (.json, .yaml, .yml): the string values are translated; keys, numbers, booleans,
+nulls, structure and order are kept.
+
+These are how web and mobile apps keep their UI strings (i18next, Rails, Symfony, Flutter's ARB): nested objects
+whose leaves are the texts. A leaf with no letter (a URL is still a string with letters, so it goes to the model,
+whose masking keeps it verbatim) or a key starting with "@" (ARB's metadata) is left alone. Placeholders
+(`{{count}}`, `%{name}`, `{name}`) are masking spans like everywhere else.
+
+JSON is read and written with the standard library, with the file's own indentation. YAML goes through
+ruamel.yaml in round-trip mode, the YAML library that keeps comments, anchors and aliases, key order and each
+string's quoting style (PyYAML drops comments and expands aliases); an anchored string is translated once and
+every alias follows it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ..config import LimitsConfig
+from ..errors import InvalidInput
+from .base import Document, RenderedDocument, needs_translation, output_filename, split_outer_whitespace
+from .encoding import decode_text
+
+_NOTE = "Only the string values were translated; keys, numbers and structure are kept."
+_INDENT = re.compile(r"^\{\s*\n([ \t]+)\S", re.M)
+
+
+#: Plain YAML scalars that YAML 1.1 readers (Ruby's Psych, so Rails; PyYAML) take as booleans: not text.
+_YAML11_BOOLEANS = {"yes", "no", "on", "off", "y", "n", "true", "false"}
+
+
+def _leaves(node: Any, skip_key: Callable[[Any], bool],
+            skip_value: Callable[[str], bool] = lambda value: False) -> Iterator[tuple[Any, Any]]:
+    """(container, key or index) of every string leaf that needs translating, depth first in document order;
+    a string object met twice (a YAML alias) is given once."""
+    seen: set[int] = set()
+
+    def walk(value: Any) -> Iterator[tuple[Any, Any]]:
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, child in items:
+            if isinstance(value, dict) and skip_key(key):
+                continue
+            if isinstance(child, str):
+                if needs_translation(child) and not skip_value(child) and id(child) not in seen:
+                    seen.add(id(child))
+                    yield value, key
+            else:
+                yield from walk(child)
+
+    return walk(node)
+
+
+class _StringsDocument(Document):
+    """A tree whose string leaves are the segments; subclasses read and write the tree."""
+
+    extension = ".json"
+    media_type = "application/json"
+
+    def __init__(self, filename: str, tree: Any) -> None:
+        self._tree = tree
+        self._places = list(_leaves(tree, lambda key: isinstance(key, str) and key.startswith("@"), self._not_text))
+        # The translator gets each text without its outer whitespace (a folded YAML block ends in a newline),
+        # which goes back around the translation.
+        self._outer = [split_outer_whitespace(container[key]) for container, key in self._places]
+        super().__init__(filename, [core for _, core, _ in self._outer])
+
+    def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
+        originals = {id(container[key]): lead + translation.strip() + trail for (container, key), translation,
+                     (lead, _, trail) in zip(self._places, translations, self._outer)}
+        self._replace(self._tree, originals, {})
+        return RenderedDocument(self._dump(self._tree).encode("utf-8"),
+                                output_filename(self.filename, self.extension, target), self.media_type, _NOTE)
+
+    def _replace(self, node: Any, translated: dict[int, str], made: dict[int, Any]) -> None:
+        """Every leaf in `translated` replaced; one new object per original, so a YAML alias and its anchor stay
+        one object."""
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, child in list(items):
+            if isinstance(child, str):
+                if id(child) in translated:
+                    if id(child) not in made:
+                        made[id(child)] = self._string(child, translated[id(child)])
+                    node[key] = made[id(child)]
+            else:
+                self._replace(child, translated, made)
+
+    def _string(self, original: Any, translation: str) -> Any:
+        return translation
+
+    @staticmethod
+    def _not_text(value: str) -> bool:
+        return False
+
+    def _dump(self, tree: Any) -> str:
+        raise NotImplementedError
+
+
+class JsonDocument(_StringsDocument):
+    kind = "json"
+
+    def __init__(self, filename: str, text: str) -> None:
+        try:
+            tree = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"{filename}: not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                               f"{exc.msg})") from None
+        indent = _INDENT.search(text)
+        self._indent = indent.group(1) if indent else None
+        super().__init__(filename, tree)
+
+    def _dump(self, tree: Any) -> str:
+        return json.dumps(tree, ensure_ascii=False, indent=self._indent) + "\n"
+
+
+class YamlDocument(_StringsDocument):
+    kind = "yaml"
+    media_type = "application/yaml"
+
+    def __init__(self, filename: str, text: str) -> None:
+        from ruamel.yaml import YAML
+        from ruamel.yaml.error import YAMLError
+
+        self._yaml = YAML(typ="rt")
+        self._yaml.preserve_quotes = True
+        self._yaml.width = 4096  # never re-wrap a translated line
+        try:
+            tree = self._yaml.load(text)
+        except YAMLError as exc:
+            raise InvalidInput(f"{filename}: not valid YAML ({str(exc).splitlines()[0][:160]})") from None
+        self.extension = ".yml" if filename.lower().endswith(".yml") else ".yaml"
+        super().__init__(filename, tree)
+
+    @staticmethod
+    def _not_text(value: str) -> bool:
+        # `enabled: yes` is true to Rails; a quoted "Yes" is a string of every reader, and is translated.
+        return type(value) is str and value.lower() in _YAML11_BOOLEANS
+
+    def _string(self, original: Any, translation: str) -> Any:
+        # Keep the original's quoting style (and its anchor, for the aliases that point at it).
+        kind = type(original)
+        value = kind(translation) if kind is not str else translation
+        anchor = getattr(original, "anchor", None)
+        if anchor is not None and getattr(anchor, "value", None) and hasattr(value, "yaml_set_anchor"):
+            value.yaml_set_anchor(anchor.value, always_dump=True)
+        return value
+
+    def _dump(self, tree: Any) -> str:
+        out = io.StringIO()
+        self._yaml.dump(tree, out)
+        return out.getvalue()
+
+
+def read_json(data: bytes, filename: str, limits: LimitsConfig) -> JsonDocument:
+    return JsonDocument(filename, decode_text(data, filename).text)
+
+
+def read_yaml(data: bytes, filename: str, limits: LimitsConfig) -> YamlDocument:
+    return YamlDocument(filename, decode_text(data, filename).text)
