@@ -466,7 +466,7 @@ def test_ui_text_handler_messages(ui: Any, limits: LimitsConfig, live_server: Li
     assert note == "Auto-detect has no language to swap to yet: choose the source language, or translate once."
     assert all(u == {"__type__": "update"} for u in unchanged), unchanged
     assert ui_error(lambda: ui.translate_document(None, "en", "es", progress=_no_progress)) == (
-        "Drop a document first (.txt .md .srt .docx .pdf .html .po .pot .json .yaml).")
+        "Drop a document first (.txt .md .srt .docx .pdf .html .po .pot .json .yaml .xlf).")
 
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("secret detail at /srv/private/path.py")

@@ -948,3 +948,95 @@ def test_placeholders_of_i18n_files_are_single_spans():
 
     assert protect("{{count}} files selected").spans == ["{{count}}"]
     assert protect("Hello, %{name}!").spans == ["%{name}"]
+
+
+# ---------------------------------------------------------------------------------------------------- XLIFF
+
+XLIFF_12 = b"""<?xml version="1.0" encoding="UTF-8"?>
+<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
+  <file source-language="en" datatype="plaintext" original="src/app/app.component.html">
+    <body>
+      <trans-unit id="greet" datatype="html">
+        <source>Hello <g id="START_BOLD" ctype="x-b">dear</g> user,<x id="LINE_BREAK" ctype="lb"/>welcome &amp; enjoy.</source>
+        <note priority="1" from="description">Shown on the start page</note>
+      </trans-unit>
+      <trans-unit id="lines"><source>Line one<ph id="0">&lt;br/&gt;</ph>line two</source></trans-unit>
+      <trans-unit id="brand" translate="no"><source>ACME Cloud</source></trans-unit>
+      <trans-unit id="done"><source>Save</source><target state="translated">Guardar</target></trans-unit>
+      <trans-unit id="app"><source>Open <mrk mtype="protected">Settings.app</mrk> now</source><target state="new"/></trans-unit>
+    </body>
+  </file>
+</xliff>
+"""
+
+XLIFF_20 = b"""<?xml version="1.0" encoding="UTF-8"?>
+<xliff xmlns="urn:oasis:names:tc:xliff:document:2.0" version="2.0" srcLang="en">
+  <file id="f1">
+    <unit id="u1">
+      <notes><note>A call to action</note></notes>
+      <segment><source>Click <pc id="1" dataRefStart="d1">here</pc> to <ph id="2" dataRef="d2"/> continue.</source></segment>
+      <ignorable><source> </source></ignorable>
+      <segment><source>It takes <sc id="3"/>one<ec startRef="3"/> minute.</source></segment>
+    </unit>
+    <unit id="u2" translate="no"><segment><source>ACME</source></segment></unit>
+  </file>
+</xliff>
+"""
+
+
+def _codes(element) -> list[tuple[str, dict]]:
+    from lxml import etree
+
+    return [(etree.QName(e).localname, dict(e.attrib)) for e in element.iterdescendants()]
+
+
+def test_xliff_12_targets_keep_every_inline_code_and_leave_translated_units_alone():
+    from lxml import etree
+
+    ns = {"x": "urn:oasis:names:tc:xliff:document:1.2"}
+    rendered = translate_document(XLIFF_12, "messages.xlf", LIMITS, upper, target="es")
+    before, after = etree.fromstring(XLIFF_12), etree.fromstring(rendered.data)
+    assert rendered.filename == "messages.es.xlf"
+    assert after.find("x:file", ns).get("target-language") == "es"
+    units = {u.get("id"): u for u in after.iterfind(".//x:trans-unit", ns)}
+    assert list(units) == [u.get("id") for u in before.iterfind(".//x:trans-unit", ns)]
+    for unit_id in ("greet", "lines", "app"):
+        source, target = units[unit_id].find("x:source", ns), units[unit_id].find("x:target", ns)
+        assert _codes(target) == _codes(source), unit_id  # the same codes, same ids, same order
+        assert (target.get("state"), target.get("state-qualifier")) == ("needs-review-translation", "mt-suggestion")
+    greet = units["greet"].find("x:target", ns)
+    assert "".join(greet.itertext()) == "HELLO DEAR USER,WELCOME & ENJOY."
+    assert units["lines"].find("x:target/x:ph", ns).text == "<br/>"  # native code copied whole
+    assert units["app"].find("x:target/x:mrk", ns).text == "Settings.app"  # protected text untouched
+    assert units["greet"].find("x:note", ns).text == "Shown on the start page"
+    assert units["brand"].find("x:target", ns) is None  # translate="no"
+    assert units["done"].find("x:target", ns).text == "Guardar"  # a translator's work stays
+
+
+def test_xliff_20_segments_get_targets_and_translate_no_units_none():
+    from lxml import etree
+
+    ns = {"x": "urn:oasis:names:tc:xliff:document:2.0"}
+    rendered = translate_document(XLIFF_20, "m.xliff", LIMITS, upper, target="de")
+    after = etree.fromstring(rendered.data)
+    assert rendered.filename == "m.de.xliff" and after.get("trgLang") == "de"
+    segments = after.findall(".//x:unit[@id='u1']/x:segment", ns)
+    for segment in segments:
+        assert segment.get("state") == "translated"
+        assert _codes(segment.find("x:target", ns)) == _codes(segment.find("x:source", ns))
+    assert "".join(segments[0].find("x:target", ns).itertext()) == "CLICK HERE TO  CONTINUE."
+    assert after.find(".//x:unit[@id='u1']/x:notes/x:note", ns).text == "A call to action"
+    assert after.find(".//x:unit[@id='u2']/x:segment/x:target", ns) is None
+    with pytest.raises(InvalidInput, match="not an XLIFF 1.2 or 2.x file"):
+        read_document(b"<root/>", "a.xlf", LIMITS)
+    with pytest.raises(InvalidInput, match="not well-formed XML"):
+        read_document(b"<xliff", "a.xlf", LIMITS)
+
+
+def test_xliff_external_entities_are_never_read():
+    hostile = (b'<?xml version="1.0"?><!DOCTYPE xliff [<!ENTITY secret SYSTEM "file:///etc/hostname">]>'
+               b'<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2"><file source-language="en">'
+               b'<body><trans-unit id="a"><source>Open &secret; now</source></trans-unit></body></file></xliff>')
+    out = translate_document(hostile, "a.xlf", LIMITS, identity, target="es").data.decode()
+    secret = Path("/etc/hostname").read_text().strip() if Path("/etc/hostname").exists() else "unreadable"
+    assert secret not in out.split("</source>", 1)[1]

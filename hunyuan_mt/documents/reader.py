@@ -21,6 +21,7 @@ from .plaintext import read_text
 from .sniff import describe_text_content, magic_kind
 from .subtitles import read_subtitles
 from .word import read_word
+from .xliff import read_xliff
 
 Progress = Callable[[int, int], None]
 TranslateSegments = Callable[[list[str], Progress | None], list[str]]
@@ -48,12 +49,15 @@ _FORMATS: dict[str, _Format] = {
     ".json": _Format("a JSON file", read_json, "text"),
     ".yaml": _Format("a YAML file", read_yaml, "text"),
     ".yml": _Format("a YAML file", read_yaml, "text"),
+    ".xlf": _Format("an XLIFF file", read_xliff, "text"),
+    ".xliff": _Format("an XLIFF file", read_xliff, "text"),
 }
 
 #: Extensions the upload widgets accept, in the order they are listed to users.
 SUPPORTED_EXTENSIONS: tuple[str, ...] = tuple(_FORMATS)
 #: The same without the aliases (.markdown, .htm): what the page, the CLI and the API summary name.
-LISTED_EXTENSIONS: tuple[str, ...] = tuple(ext for ext in _FORMATS if ext not in (".markdown", ".htm", ".yml"))
+LISTED_EXTENSIONS: tuple[str, ...] = tuple(ext for ext in _FORMATS
+                                          if ext not in (".markdown", ".htm", ".yml", ".xliff"))
 
 
 def _extension(filename: str) -> str:
