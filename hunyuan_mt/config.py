@@ -317,6 +317,14 @@ class TmConfig:
     dir: str = "tm"
     #: The shipped memory (the demo's, built from its training pairs); "" for none.
     shipped: str = "models/demo/memory"
+    #: A segment the memory does not know exactly gets its nearest entry at this similarity or above (0..1,
+    #: rapidfuzz's ratio of the masked texts) as a suggestion, `memoryMatches`; 0 turns suggestions off.
+    fuzzy_threshold: float = 0.75
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.fuzzy_threshold, (int, float)) and not isinstance(self.fuzzy_threshold, bool)
+               and 0 <= self.fuzzy_threshold <= 1, "tm.fuzzy_threshold", "a number from 0 to 1",
+               self.fuzzy_threshold)
 
     @property
     def resolved_dir(self) -> Path:

@@ -74,6 +74,9 @@ class TranslationResult:
     segments: int = 1
     #: How many glossary terms were found in the text and enforced (0 without a glossary).
     glossary_terms: int = 0
+    #: Near entries of the translation memory for segments it did not know exactly, best first: each with the
+    #: segment's index, the score (0..1) and the entry's source and target (tm.fuzzy_threshold).
+    memory_matches: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def route_label(self) -> str:
@@ -107,6 +110,8 @@ class _Job:
     nbest: dict[int, list[str]] = field(default_factory=dict)
     #: Segment index → its translation from the translation memory (restored), which is the answer.
     memory: dict[int, str] = field(default_factory=dict)
+    #: Segment index → the translation memory's nearest entry, when it had no exact one (tm.fuzzy_threshold).
+    matches: dict[int, Any] = field(default_factory=dict)
     #: The target term of each glossary term found in the text: the output must hold them.
     required: list[str] = field(default_factory=list)
     #: Whether the terms were written into the source as themselves (glossary.mode "visible").
@@ -297,7 +302,7 @@ class TranslationService:
                 text=job.render(job.current), source=source, target=target, detected=detection,
                 route=job.plan.route, route_kind=job.plan.kind, adapters=job.plan.adapters, timings_ms=timings,
                 alternatives=_alternatives(job, alternatives), memory_segments=len(job.memory),
-                glossary_terms=job.terms,
+                glossary_terms=job.terms, memory_matches=_matches(job),
                 segments=len(job.current)))
         if not _warmup:  # the warm-up's requests are nobody's: they stay out of the counts and latencies
             self._record(total_ms, sum(len(j.todo) for j in jobs), sum(len(t) for t in cleaned), len(texts), "text")
@@ -372,6 +377,7 @@ class TranslationService:
                 if (p.has_words if p is not None else _LETTER.search(seg))
                 and fits(seg)]
         memory: dict[int, str] = {}
+        matches: dict[int, Any] = {}
         for i in list(todo):
             hit = self.tm.lookup(plan.src, plan.tgt, protected[i]) if protected[i] is not None else None
             if hit is not None:  # the memory's translation, with this segment's own spans put back
@@ -379,8 +385,12 @@ class TranslationService:
                 if not model_too:
                     current[i] = memory[i]
                     todo.remove(i)
+            elif protected[i] is not None:
+                near = self.tm.suggest(plan.src, plan.tgt, protected[i], self.cfg.tm.fuzzy_threshold)
+                if near is not None:
+                    matches[i] = near
         return _Job(plan, layout, protected, current, todo, memory=memory, required=required,
-                    visible=visible and bool(required))
+                    visible=visible and bool(required), matches=matches)
 
     def _check_alternatives(self, alternatives: Any) -> None:
         limit = self.cfg.limits.max_alternatives
@@ -528,6 +538,17 @@ class TranslationService:
             "counts": counts,
             "history": history,
         }
+
+
+def _matches(job: _Job) -> list[dict[str, Any]]:
+    """The job's fuzzy memory matches for display, best first: the entry's spans are the segment's own where the
+    counts agree (as an exact hit's are), so "Delete ⟦0⟧ files" shows the query's number."""
+    out = []
+    for i, near in job.matches.items():
+        spans = job.protected[i]
+        out.append({"segment": i, "score": near.score, "source": _masking.restore(near.source, spans),
+                    "target": _masking.restore(near.target, spans)})
+    return sorted(out, key=lambda m: (-m["score"], m["segment"]))
 
 
 def _alternatives(job: _Job, limit: int) -> list[str]:

@@ -33,16 +33,75 @@ def memory_key(masked: str, fold: bool = True) -> str:
     return key.casefold() if fold else key
 
 
+@dataclass(frozen=True)
+class FuzzyMatch:
+    """A near entry: its masked source and target, and how alike the sources are (0..1, rapidfuzz's ratio)."""
+
+    source: str
+    target: str
+    score: float
+
+
+#: Words that pick the candidates of a fuzzy lookup (3+ letters or digits; sentinels' digits are too short).
+_WORD = re.compile(r"[^\W_]{3,}")
+#: The rarest query words whose entries are compared, and how many candidates at most.
+_FUZZY_WORDS = 3
+_FUZZY_CANDIDATES = 3000
+
+
 @dataclass
 class _Entries:
     """One pair's memory: keys as written ("Unknown error") and case-folded ("unknown error") → masked target."""
 
     exact: dict[str, str] = field(default_factory=dict)
     folded: dict[str, str] = field(default_factory=dict)
+    #: For fuzzy lookups, built on first use: the keys as written, case-folded, and word → indices of the keys.
+    _keys: list[str] | None = None
+    _folded_keys: list[str] | None = None
+    _words: dict[str, list[int]] | None = None
 
     def put(self, source: str, target: str) -> None:
         self.exact[memory_key(source, fold=False)] = target
         self.folded[memory_key(source)] = target
+        self._keys = self._folded_keys = self._words = None  # the fuzzy index is rebuilt when next asked
+
+    def index(self) -> None:
+        """Build the fuzzy lookup's word index if it is not there (about 0.2 s at 50k entries: the warm-up does
+        it, not a request)."""
+        if self._keys is not None and self._folded_keys is not None and self._words is not None:
+            return
+        keys = list(self.exact)
+        folded = [key.casefold() for key in keys]
+        words: dict[str, list[int]] = {}
+        for i, key in enumerate(folded):
+            for word in set(_WORD.findall(key)):
+                words.setdefault(word, []).append(i)
+        self._keys, self._folded_keys, self._words = keys, folded, words
+
+    def nearest(self, source: str, threshold: float) -> FuzzyMatch | None:
+        """The entry most like `source` at `threshold` or above. Only entries that share one of the query's
+        rarest words are compared: 0.16 ms a lookup at 53k entries against 3.69 ms for all of them, with the same
+        best score in 298 of 300 queries (`python -m bench.tm_fuzzy`)."""
+        from rapidfuzz import fuzz, process
+
+        self.index()
+        assert self._keys is not None and self._folded_keys is not None and self._words is not None
+        query = memory_key(source)
+        found = sorted(set(_WORD.findall(query)), key=lambda w: len(self._words.get(w, ())))  # rarest first
+        candidates: dict[int, None] = {}
+        for word in found[:_FUZZY_WORDS]:
+            candidates.update(dict.fromkeys(self._words.get(word, ())))
+            if len(candidates) >= _FUZZY_CANDIDATES:
+                break
+        if not candidates:
+            return None
+        ids = list(candidates)
+        best = process.extractOne(query, [self._folded_keys[i] for i in ids], scorer=fuzz.ratio,
+                                  score_cutoff=threshold * 100)
+        if best is None:
+            return None
+        key = self._keys[ids[best[2]]]
+        return FuzzyMatch(key, self.exact[key], round(best[1] / 100, 3))
 
     def get(self, source: str) -> str | None:
         target = self.exact.get(memory_key(source, fold=False))
@@ -122,11 +181,22 @@ class TranslationMemory:
                 self.hits += 1
         return target
 
-    def preload(self, pairs: list[str]) -> None:
-        """Read these pairs' entries now (at start, for the pinned pairs)."""
+    def suggest(self, src: str, tgt: str, segment: Protected, threshold: float) -> FuzzyMatch | None:
+        """The nearest entry to `segment` (masked) at `threshold` or above, or None (also when disabled)."""
+        if not self.enabled or threshold <= 0:
+            return None
+        entries = self._entries(f"{src}2{tgt}")
+        with self._lock:
+            return entries.nearest(segment.text, threshold)
+
+    def preload(self, pairs: list[str], fuzzy: bool = False) -> None:
+        """Read these pairs' entries now (at start), and with `fuzzy` build their fuzzy lookup's index too."""
         for pair in pairs:
             if self.enabled:
-                self._entries(pair)
+                entries = self._entries(pair)
+                if fuzzy:
+                    with self._lock:
+                        entries.index()
 
     def stats(self) -> dict[str, int]:
         """Entries per pair read so far."""

@@ -56,7 +56,7 @@ def warm_service(service: Any, detector_timeout_s: float = 300.0) -> WarmupRepor
     # (37k entries) took 220 ms of the first en→de request, 180-270 ms against 15-20 ms steady.
     pairs = list(dict.fromkeys([p.key for p in pinned] + sorted(p.key for p in service.registry.usable_pairs())))
     if service.tm.enabled and pairs:
-        service.tm.preload(pairs)
+        service.tm.preload(pairs, fuzzy=service.cfg.tm.fuzzy_threshold > 0)
         report.ran.append(f"memories of {len(pairs)} pairs")
     try:
         detect.warm(detector_timeout_s)

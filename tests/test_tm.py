@@ -158,3 +158,28 @@ def test_the_demo_memory_keeps_each_sources_most_common_ui_translation(tmp_path:
     assert write_memory(corpus, tmp_path) == {"en2es": 2}
     lines = gzip.decompress((tmp_path / "en2es.tsv.gz").read_bytes()).decode("utf-8").splitlines()
     assert lines == ["Open\tAbrir", "Spain\tEspaña"]  # dictionary glosses stay out: one sense of several
+
+
+def test_a_near_entry_is_suggested_with_its_score_and_the_querys_own_spans(tmp_path: Path) -> None:
+    memory = TranslationMemory(tmp_path / "tm")
+    memory.add("en2es", [("Delete {0} files from the disk?", "¿Eliminar {0} archivos del disco?"),
+                         ("Open the settings", "Abrir la configuración")])
+    near = memory.suggest("en", "es", protect("Delete {0} files from this disk?"), 0.75)
+    assert near is not None and near.source == "Delete ⟦0⟧ files from the disk?" and 0.75 <= near.score < 1
+    assert near.target == "¿Eliminar ⟦0⟧ archivos del disco?"
+    assert memory.suggest("en", "es", protect("Something else entirely"), 0.75) is None
+    assert memory.suggest("en", "es", protect("Delete {0} files from this disk?"), 0) is None  # 0: off
+    assert memory.lookup("en", "es", protect("Delete {0} files from this disk?")) is None  # never an answer
+
+
+def test_rest_answers_memory_matches_as_suggestions(memory_server: LiveServer) -> None:
+    service = memory_server.service
+    service.tm.add("en2es", [("The disk is full.", "El disco está lleno."), ("Delete %s files?", "¿Eliminar %s archivos?")])
+    body = requests.post(memory_server.url + "/translate", json={"q": "Delete 12 old files?", "source": "en",
+                                                                 "target": "es"}, timeout=60).json()
+    match = body["memoryMatches"][0]
+    assert match["segment"] == 0 and match["source"] == "Delete 12 files?" and match["target"] == "¿Eliminar 12 archivos?"
+    assert 0.75 <= match["score"] < 1 and body["translatedText"] != match["target"]
+    exact = requests.post(memory_server.url + "/translate", json={"q": "The disk is full.", "source": "en",
+                                                                  "target": "es"}, timeout=60).json()
+    assert exact == {"translatedText": "El disco está lleno.", "memorySegments": 1}  # no suggestion beside a hit

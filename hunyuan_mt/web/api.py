@@ -229,6 +229,7 @@ class RestApi:
                 detected = [d for _, d in pairs]
                 others: list[list[str]] = [[] for _ in texts]  # markup has no alternatives (nor in LibreTranslate)
                 memory = [0 for _ in texts]
+                near = [[] for _ in texts]
             else:
                 results = await self._call(functools.partial(self.service.translate_batch, texts, source, target,
                                                              alternatives=alternatives, glossary=glossary))
@@ -237,12 +238,16 @@ class RestApi:
                 detected = [r.detected for r in results]
                 others = [list(r.alternatives) for r in results]
                 memory = [r.memory_segments for r in results]
+                near = [list(r.memory_matches) for r in results]
         finally:
             await request.close()
         body: dict[str, Any] = {"translatedText": translated if as_list else translated[0]}
         if any(memory):
             # Beyond LibreTranslate's shape (its clients ignore it): how many segments the memory answered.
             body["memorySegments"] = memory if as_list else memory[0]
+        if any(near):
+            # Near entries of the memory for segments it did not know exactly: suggestions with their score.
+            body["memoryMatches"] = near if as_list else near[0]
         if source == "auto":
             found = [detection_json(d) if d else {"confidence": 0.0, "language": None} for d in detected]
             body["detectedLanguage"] = found if as_list else found[0]

@@ -178,6 +178,10 @@ class TranslatorUI:
         parts.append(f"**Latency:** {total_ms:.0f} ms")
         if result.memory_segments:
             parts.append(f"**From memory:** {result.memory_segments} of {_count(result.segments, 'segment')}")
+        if result.memory_matches:
+            best = result.memory_matches[0]
+            parts.append(f"**Memory suggestion ({best['score']:.0%}):** {_markdown_text(best['source'])} → "
+                         f"{_markdown_text(best['target'])}")
         if terms is not None:
             # What was enforced in this text, not the size of the list.
             parts.append(f"**Glossary:** {_count(result.glossary_terms, 'term')} applied, of {len(terms)}")
