@@ -40,7 +40,12 @@ def assert_error(response: httpx.Response, status: int, contains: str) -> None:
 def test_translate_json_returns_the_services_translation(client: httpx.Client, live_server: LiveServer) -> None:
     response = client.post("/translate", json={"q": "Open the file.", "source": "en", "target": "es"})
     assert response.status_code == 200, response.text
-    assert response.json() == {"translatedText": live_server.reference("Open the file.", "en", "es")}
+    body = response.json()
+    assert body["translatedText"] == live_server.reference("Open the file.", "en", "es")
+    # Beside it, only the memory's near entries for segments it did not know (suggestions, tm.fuzzy_threshold).
+    reference = live_server.service.translate_batch(["Open the file."], "en", "es")[0]
+    assert body == {"translatedText": reference.text, **({"memoryMatches": reference.memory_matches}
+                                                         if reference.memory_matches else {})}
 
 
 def test_translate_form_body_is_accepted(client: httpx.Client, live_server: LiveServer) -> None:

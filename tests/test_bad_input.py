@@ -74,7 +74,8 @@ def healthy(client: httpx.Client, good_reference: str) -> None:
     """After any refusal: /health ok and the next good request served with its reference."""
     assert client.get("/health").json()["status"] == "ok"
     response = client.post("/translate", json={"q": GOOD, "source": "en", "target": "es"})
-    assert response.status_code == 200 and response.json() == {"translatedText": good_reference}
+    assert response.status_code == 200 and response.json()["translatedText"] == good_reference
+    assert set(response.json()) <= {"translatedText", "memoryMatches"}  # suggestions may come beside it
 
 
 def ui_error(call: Callable[[], Any]) -> str:
@@ -240,7 +241,7 @@ def test_wrong_content_types(client: httpx.Client, good_reference: str) -> None:
         "Unsupported Content-Type 'application/x-www-form-urlencoded'")  # OpenAI's error shape under /v1
     # curl -d '{...}' sends no Content-Type at all: a JSON object is still understood.
     headerless = _json_post(client, b'{"q": "Open the file.", "source": "en", "target": "es"}', ctype=None)
-    assert headerless.json() == {"translatedText": good_reference}
+    assert headerless.json()["translatedText"] == good_reference
     healthy(client, good_reference)
 
 
