@@ -149,7 +149,8 @@ class TranslationService:
         self.started_at = time.time()
         self.startup_s = time.perf_counter() - t0
         self._latency: deque[float] = deque(maxlen=1000)
-        self._history: deque[tuple[float, float, float | None]] = deque(maxlen=500)
+        #: (unix time, latency ms, cache hit rate or None, "text" | "document") per request, for the status plots.
+        self._history: deque[tuple[float, float, float | None, str]] = deque(maxlen=500)
         self._counts = {"requests": 0, "errors": 0, "segments": 0, "characters": 0}
         self._lock = threading.Lock()
         #: What the warm-up ran (warmup.py), once it has.
@@ -236,9 +237,6 @@ class TranslationService:
 
     def resolve_source(self, text: str, src: Any) -> tuple[str, Detection | None]:
         """(source code, detection or None) for a cleaned text and a source that may be "auto"."""
-        return self._resolve_source(text, src)
-
-    def _resolve_source(self, text: str, src: Any) -> tuple[str, Detection | None]:
         if isinstance(src, str) and src.strip().lower() == AUTO:
             among = self.detect_among()
             found = detect_language(text, among=among, top=1)
@@ -279,7 +277,7 @@ class TranslationService:
             cleaned = [self.clean_text(t) for t in texts]
             target = self._code(tgt, "target")
             t_detect = time.perf_counter()
-            sources = [self._resolve_source(t, src) for t in cleaned]
+            sources = [self.resolve_source(t, src) for t in cleaned]
             detect_ms = (time.perf_counter() - t_detect) * 1000
             plans = [self.router.plan(s, target) for s, _ in sources]
             # With alternatives, segments the memory knows still go to the model: its n best are the alternatives.
@@ -319,7 +317,7 @@ class TranslationService:
         texts = [_CONTROL.sub("", _SURROGATE.sub("\ufffd", s)) if isinstance(s, str) else "" for s in segments]
         if isinstance(src, str) and src.strip().lower() == AUTO:
             sample = "\n".join(t for t in texts if t.strip())[:2000]
-            source, _ = self._resolve_source(sample, AUTO) if sample.strip() else (target, None)
+            source, _ = self.resolve_source(sample, AUTO) if sample.strip() else (target, None)
         else:
             source = self._code(src, "source")
         plan = self.router.plan(source, target)
@@ -331,7 +329,8 @@ class TranslationService:
         t0 = time.perf_counter()
         for start in range(0, total, _DOC_CHUNK):
             chunk = todo[start:start + _DOC_CHUNK]
-            jobs = [self._job(texts[i], plan, glossary) for i in chunk]
+            # Documents report no memory suggestions: nobody would read them.
+            jobs = [self._job(texts[i], plan, glossary, suggest=False) for i in chunk]
             jobs = self._run_enforcing(jobs, [texts[i] for i in chunk], glossary)
             for i, job in zip(chunk, jobs):
                 out[i] = job.render(job.current)
@@ -341,7 +340,7 @@ class TranslationService:
         return out
 
     def _job(self, text: str, plan: RoutePlan, glossary: Glossary | None = None, model_too: bool = False,
-             visible: bool | None = None) -> _Job:
+             visible: bool | None = None, suggest: bool = True) -> _Job:
         if plan.kind == "identity":
             return _Job(plan, None, [], [text], [])
         if visible is None:
@@ -385,7 +384,7 @@ class TranslationService:
                 if not model_too:
                     current[i] = memory[i]
                     todo.remove(i)
-            elif protected[i] is not None:
+            elif suggest and protected[i] is not None:
                 near = self.tm.suggest(plan.src, plan.tgt, protected[i], self.cfg.tm.fuzzy_threshold)
                 if near is not None:
                     matches[i] = near
@@ -410,10 +409,13 @@ class TranslationService:
         missed = [n for n, job in enumerate(jobs) if job.visible and not has_terms(job.render(job.current),
                                                                                    job.required)]
         if missed:
-            again = [self._job(texts[n], jobs[n].plan, glossary, model_too, visible=False) for n in missed]
+            # The same text and memory: its suggestions are the first run's, not looked up again.
+            again = [self._job(texts[n], jobs[n].plan, glossary, model_too, visible=False, suggest=False)
+                     for n in missed]
             self._run_jobs(again, n_best=n_best)
             for n, job in zip(missed, again):
                 job.current = [job.memory.get(i, text) for i, text in enumerate(job.current)]
+                job.matches = jobs[n].matches
                 jobs[n] = job
         return jobs
 

@@ -211,7 +211,7 @@ class TranslationMemory:
         file twice changes nothing. A pair given as text is parsed like every pair name (`Pair.parse`), so what
         names the file is always a pair key, never a path. InvalidInput when no row can be used."""
         key = (pair if isinstance(pair, Pair) else Pair.parse(pair)).key
-        kept: dict[str, tuple[str, str]] = {}
+        kept: dict[str, tuple[str, str, tuple[str, str]]] = {}  # masked key → (source, target, masked pair)
         skipped = 0
         for source, target in rows:
             source, target = " ".join(source.split()), " ".join(target.split())  # no tabs or line breaks
@@ -219,7 +219,7 @@ class TranslationMemory:
             if masked is None:
                 skipped += 1
                 continue
-            kept[memory_key(masked[0], fold=False)] = (source, target)
+            kept[memory_key(masked[0], fold=False)] = (source, target, masked)
         if not kept:
             raise InvalidInput(f"No entry to import for {key}: the file has no rows" if not rows else
                                f"No entry to import for {key}: none of its {len(rows)} rows has the same "
@@ -229,15 +229,13 @@ class TranslationMemory:
         with self._lock:
             existing = _user_rows(path)
             added = sum(1 for k in kept if k not in existing)
-            existing.update(kept)
+            existing.update({k: (s, t) for k, (s, t, _) in kept.items()})
             self.user_dir.mkdir(parents=True, exist_ok=True)
             partial = path.with_suffix(".tsv.partial")
             partial.write_text("".join(f"{s}\t{t}\n" for s, t in existing.values()), encoding="utf-8")
             partial.replace(path)  # readers never see half a file
-            for source, target in kept.values():
-                masked = protect_pair(source, target)
-                assert masked is not None
-                entries.put(masked[0], masked[1])
+            for _, _, (masked_source, masked_target) in kept.values():
+                entries.put(masked_source, masked_target)
         return ImportResult(key, added, len(kept) - added, skipped, len(entries))
 
 

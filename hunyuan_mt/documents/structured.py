@@ -33,6 +33,11 @@ _INDENT = re.compile(r"^\{\s*\n([ \t]+)\S", re.M)
 _YAML11_BOOLEANS = {"yes", "no", "on", "off", "y", "n", "true", "false"}
 
 
+def _children(node: Any) -> list[tuple[Any, Any]]:
+    """(key or index, value) of a mapping's or a list's children; none for a leaf."""
+    return list(node.items()) if isinstance(node, dict) else list(enumerate(node)) if isinstance(node, list) else []
+
+
 def _leaves(node: Any, skip_key: Callable[[Any], bool],
             skip_value: Callable[[str], bool] = lambda value: False) -> Iterator[tuple[Any, Any]]:
     """(container, key or index) of every string leaf that needs translating, depth first in document order;
@@ -40,8 +45,7 @@ def _leaves(node: Any, skip_key: Callable[[Any], bool],
     seen: set[int] = set()
 
     def walk(value: Any) -> Iterator[tuple[Any, Any]]:
-        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-        for key, child in items:
+        for key, child in _children(value):
             if isinstance(value, dict) and skip_key(key):
                 continue
             if isinstance(child, str):
@@ -78,8 +82,7 @@ class _StringsDocument(Document):
     def _replace(self, node: Any, translated: dict[int, str], made: dict[int, Any]) -> None:
         """Every leaf in `translated` replaced; one new object per original, so a YAML alias and its anchor stay
         one object."""
-        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-        for key, child in list(items):
+        for key, child in _children(node):
             if isinstance(child, str):
                 if id(child) in translated:
                     if id(child) not in made:

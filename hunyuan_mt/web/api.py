@@ -80,10 +80,16 @@ def error_response(exc: BaseException, openai_style: bool = False) -> JSONRespon
     if openai_style:
         kind = "invalid_request_error" if status < 500 else "server_error"
         body = {"error": {"message": message, "type": kind, "code": status}}
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, RateLimited) else None
-    if isinstance(exc, TranslationError) and exc.retryable and headers is None:
-        headers = {"Retry-After": "1"}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=retry_headers(exc))
+
+
+def retry_headers(exc: BaseException) -> dict[str, str] | None:
+    """`Retry-After` for a refusal the caller may simply repeat: the rate limit's own wait, else one second."""
+    if isinstance(exc, RateLimited):
+        return {"Retry-After": str(exc.retry_after_s)}
+    if isinstance(exc, TranslationError) and exc.retryable:
+        return {"Retry-After": "1"}
+    return None
 
 
 def detection_json(detection: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import Config
 from ..errors import TranslationError
-from .api import create_app, error_response
+from .api import create_app, retry_headers
 from .auth import AccessPolicy
 from .downloads import OwnedPaths
 from .metrics import WebMetrics
@@ -87,9 +87,8 @@ class PageGate:
                     self.policy.page_caller(client)
                 except TranslationError as exc:
                     # The page shows an upload's refusal as "HTTP <status>: <body>": a sentence, not JSON.
-                    retry = error_response(exc).headers.get("retry-after")
                     refusal = PlainTextResponse(exc.message, status_code=exc.http_status,
-                                                headers={"Retry-After": retry} if retry else None)
+                                                headers=retry_headers(exc))
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return

@@ -399,7 +399,7 @@ def _history_frame(status: dict[str, Any], field: str, now: float | None = None)
     now = time.time() if now is None else now
     rows = []
     for point in status.get("history") or []:
-        if field == "latency_ms" and len(point) > 3 and point[3] == "document":
+        if field == "latency_ms" and _is_document(point):
             continue
         stamp, value = point[0], point[column]
         if isinstance(value, (int, float)) and isinstance(stamp, (int, float)) and 0 <= now - stamp <= PLOT_WINDOW_S:
@@ -428,8 +428,12 @@ def _plot_caption(frame: pd.DataFrame, field: str, documents: list[float] | None
     return (f"{_count(count, 'request')} in the last {minutes} minutes; slowest {frame[field].max():,.0f} ms.{docs}")
 
 
+def _is_document(point: list[Any]) -> bool:
+    return len(point) > 3 and point[3] == "document"
+
+
 def _document_latencies(status: dict[str, Any], now: float) -> list[float]:
-    return [float(p[1]) for p in status.get("history") or [] if len(p) > 3 and p[3] == "document"
+    return [float(p[1]) for p in status.get("history") or [] if _is_document(p)
             and isinstance(p[0], (int, float)) and 0 <= now - p[0] <= PLOT_WINDOW_S]
 
 
