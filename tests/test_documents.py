@@ -26,7 +26,7 @@ from hunyuan_mt.config import LimitsConfig
 from hunyuan_mt.documents import SUPPORTED_EXTENSIONS, read_document, translate_document
 from hunyuan_mt.documents.base import needs_translation
 from hunyuan_mt.documents.pdf import paragraphs_of
-from hunyuan_mt.documents.word import distribute
+from hunyuan_mt.documents.runs import distribute
 from hunyuan_mt.errors import InputTooLarge, InvalidInput, UnsupportedDocument
 
 LIMITS = LimitsConfig()
@@ -597,7 +597,7 @@ def test_zip_that_is_not_a_word_document():
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         zf.writestr("xl/workbook.xml", "<workbook/>")
-    with pytest.raises(UnsupportedDocument, match="no word/document.xml .it is an Excel workbook"):
+    with pytest.raises(UnsupportedDocument, match=r"not a Word document \(it is an Excel workbook; save it as \.docx or upload it as \.xlsx\)"):
         read_document(buf.getvalue(), "sheet.docx", LIMITS)
 
 

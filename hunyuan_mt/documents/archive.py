@@ -1,0 +1,65 @@
+"""Zip-based uploads (docx, pptx, xlsx, OpenDocument, epub): refuse bombs and wrong kinds before parsing."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+from ..config import LimitsConfig
+from ..errors import InputTooLarge, UnsupportedDocument
+
+#: More zip members than any real document has; refused before anything is unpacked.
+MAX_ZIP_MEMBERS = 10_000
+
+
+def _kind(names: set[str], mimetype: str) -> str | None:
+    if "word/document.xml" in names:
+        return "docx"
+    if "ppt/presentation.xml" in names:
+        return "pptx"
+    if "xl/workbook.xml" in names:
+        return "xlsx"
+    for kind, media in _ODF_MEDIA.items():
+        if mimetype == media:
+            return kind
+    if mimetype == "application/epub+zip":
+        return "epub"
+    return None
+
+
+_ODF_MEDIA = {"odt": "application/vnd.oasis.opendocument.text",
+              "ods": "application/vnd.oasis.opendocument.spreadsheet",
+              "odp": "application/vnd.oasis.opendocument.presentation"}
+
+_DESCRIBED = {"docx": "a Word document", "pptx": "a PowerPoint presentation", "xlsx": "an Excel workbook",
+              "odt": "an OpenDocument text", "ods": "an OpenDocument spreadsheet",
+              "odp": "an OpenDocument presentation", "epub": "an EPUB book"}
+
+
+def check_zip(data: bytes, filename: str, limits: LimitsConfig, kind: str) -> None:
+    """Refuse zip bombs from the central directory's declared sizes, before any member is decompressed, and an
+    archive that is not a `kind` file (saying what it is instead).
+
+    zipfile never yields more than a member's declared size (a member that inflates further fails its CRC check),
+    so the declared total bounds what parsing can unpack.
+    """
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            infos = zf.infolist()
+            names = {info.filename for info in infos}
+            if len(infos) <= MAX_ZIP_MEMBERS and "mimetype" in names and zf.getinfo("mimetype").file_size < 200:
+                mimetype = zf.read("mimetype").decode("ascii", "replace").strip()
+            else:
+                mimetype = ""
+    except (zipfile.BadZipFile, OSError, ValueError, KeyError):
+        raise UnsupportedDocument(f"{filename}: the .{kind} is damaged (not a readable zip archive)") from None
+    if len(infos) > MAX_ZIP_MEMBERS:
+        raise InputTooLarge(f"{filename}: the archive holds {len(infos)} files, the limit is {MAX_ZIP_MEMBERS}")
+    total = sum(info.file_size for info in infos)
+    if total > limits.max_unzipped_bytes:
+        raise InputTooLarge(f"{filename}: unpacks to {total} bytes, the limit is {limits.max_unzipped_bytes} bytes")
+    actual = _kind(names, mimetype)
+    if actual != kind:
+        what = f"it is {_DESCRIBED[actual]}; save it as .{kind} or upload it as .{actual}" if actual else \
+            "it is some other zip archive"
+        raise UnsupportedDocument(f"{filename}: not {_DESCRIBED[kind]} ({what})")
