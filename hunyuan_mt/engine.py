@@ -50,11 +50,12 @@ from .decode import RunningBatch
 from .decode.static import FP8
 from .decode import Sequence as DecodeSequence
 from .decode.guard import LoopGuard, output_cap
-from .errors import Busy, InputTooLarge, InvalidInput, OutOfMemory, TranslationError
+from .errors import Busy, Cancelled, InputTooLarge, InvalidInput, OutOfMemory, TranslationError
 from .lora import BASE_SLOT
 from .memory import QUANTIZED_KV_KWARGS, quantized_kv_support
 
 if TYPE_CHECKING:
+    from .ticket import Ticket
     from .adapters.cache import AdapterCache, Lease
     from .adapters.request import Pair
     from .backbone import Backbone, Encoded
@@ -102,6 +103,18 @@ class _Pending:
     guarded: bool = False
     #: Whether max_new comes from the cap relative to the source (limits.max_output_ratio).
     capped: bool = False
+    #: The caller's handle (cancel, background priority, token listener), shared by the rows of one submit.
+    ticket: "Ticket | None" = None
+    #: The row's position in its submit (what the ticket's listener is told).
+    index: int = 0
+
+    @property
+    def background(self) -> bool:
+        return self.ticket is not None and self.ticket.background
+
+    @property
+    def cancelled(self) -> bool:
+        return self.ticket is not None and self.ticket.cancelled
 
     @property
     def tokens(self) -> int:
@@ -141,6 +154,12 @@ class EngineStats:
     #: their source without ending.
     loops_cut: int = 0
     length_capped: int = 0
+    #: Rows taken out because their ticket was cancelled (a client went away, a job was cancelled): queued rows,
+    #: and rows that left the running batch mid-decode.
+    cancelled: int = 0
+    cancelled_running: int = 0
+    #: Background (document) rows sent back to the queue to make room for interactive ones.
+    yielded: int = 0
     max_rows_seen: int = 0
     max_distinct_nonpinned: int = 0
     step_ms: deque = field(default_factory=lambda: deque(maxlen=2000))
@@ -235,9 +254,10 @@ class BatchEngine:
 
     # ------------------------------------------------------------------ public
 
-    def submit(self, rows: Sequence[Row]) -> list[Future]:
+    def submit(self, rows: Sequence[Row], ticket: "Ticket | None" = None) -> list[Future]:
         """Queue rows; each future resolves to the translation or raises that row's error. The rows are tokenized
-        here, in the caller's thread."""
+        here, in the caller's thread. `ticket` (one for all the rows) can cancel them, marks them background, and
+        hears their tokens after each step (see ticket.py)."""
         now = time.monotonic()
         with self._cv:
             # An idle loop holds its first forward while a submit is under way (see _loop).
@@ -255,7 +275,7 @@ class BatchEngine:
             chunk = max(1, self.max_rows)
             for start in range(0, len(order), chunk):
                 part = order[start:start + chunk]
-                prepared = self._prepare([rows[i] for i in part], now)
+                prepared = self._prepare([rows[i] for i in part], now, ticket, part)
                 for i, (fut, _) in zip(part, prepared):
                     futures[i] = fut
                 entering = sorted((p for _, p in prepared if p is not None), key=lambda p: p.tokens)
@@ -279,10 +299,11 @@ class BatchEngine:
                     self._cv.notify_all()
         return [fut for fut in futures if fut is not None]
 
-    def _prepare(self, rows: Sequence[Row], now: float) -> list[tuple[Future, "_Pending | None"]]:
+    def _prepare(self, rows: Sequence[Row], now: float, ticket: "Ticket | None",
+                 indices: Sequence[int]) -> list[tuple[Future, "_Pending | None"]]:
         """Tokenize and check each row; a row that cannot run gets its future failed (or answered) here."""
         prepared: list[tuple[Future, _Pending | None]] = []
-        for row in rows:
+        for row, index in zip(rows, indices):
             fut: Future = Future()
             if not row.text.strip():
                 # Nothing to translate (e.g. a pivot's first hop produced nothing); models cannot encode an
@@ -319,13 +340,14 @@ class BatchEngine:
                     continue
                 max_new = min(max_new, width - encoded.tokens)
             guarded = self.guard.enabled and not self.guard.has_loop(list(encoded.input_ids))
-            prepared.append((fut, _Pending(row, fut, 0, encoded, max_new, now, guarded=guarded, capped=capped)))
+            prepared.append((fut, _Pending(row, fut, 0, encoded, max_new, now, guarded=guarded, capped=capped,
+                                           ticket=ticket, index=index)))
         return prepared
 
-    def run(self, rows: Sequence[Row], timeout: float | None = None) -> list[str]:
+    def run(self, rows: Sequence[Row], timeout: float | None = None, ticket: "Ticket | None" = None) -> list[str]:
         """Translate `rows` (shared batches with concurrent callers). Raises the first failing row's error.
         A row with `n_best` > 1 answers a list of translations, best first, in place of a string."""
-        futures = self.submit(rows)
+        futures = self.submit(rows, ticket)
         return [f.result(timeout=timeout) for f in futures]
 
     def run_each(self, rows: Sequence[Row], timeout: float | None = None) -> list[str | BaseException]:
@@ -399,6 +421,7 @@ class BatchEngine:
             "max_rows_seen": s.max_rows_seen, "max_distinct_nonpinned": s.max_distinct_nonpinned,
             "oom_splits": s.oom_splits, "oom_failures": s.oom_failures, "error_splits": s.error_splits,
             "preempted": s.preempted, "loops_cut": s.loops_cut, "length_capped": s.length_capped,
+            "cancelled": s.cancelled, "cancelled_running": s.cancelled_running, "yielded": s.yielded,
             "generate_ms_p50": _pct(steps, 0.5), "generate_ms_p95": _pct(steps, 0.95),
             "queue_ms_p50": _pct(queue, 0.5), "queue_ms_p95": _pct(queue, 0.95),
             "queued": self.queued(), "running": self.running(), "light_mode": self.light,
@@ -442,6 +465,7 @@ class BatchEngine:
 
     def _iterate(self) -> bool:
         """One round of the loop. False when nothing could run (rows wait for slots)."""
+        self._reap_cancelled()
         if self._kv_switch is not None:
             dtype, rows = self._kv_switch
             batch: Any = self._batch
@@ -476,10 +500,11 @@ class BatchEngine:
 
     def _admit(self) -> list[_Pending]:
         """Take rows from the queue into the batch, each with its lease. Rows that cannot enter stay queued."""
-        live = len(self._running)
-        if not live:
+        if not self._running:
             self._drain, self._oom_cap = False, None
         cap = self.max_rows if self._oom_cap is None else min(self.max_rows, self._oom_cap)
+        urgent = not self._drain and self._make_room(cap)
+        live = len(self._running)
         room = cap - live
         if self._drain:
             room = 0
@@ -488,9 +513,11 @@ class BatchEngine:
             self._expire_blocked(now)
             if room <= 0 or not self._queue:
                 return []
-            if live and not self._time_to_join(live):
+            # Gathering rows into fewer prefills trades a few steps of waiting for throughput: not for an
+            # interactive row beside a document's rows.
+            if live and not urgent and not self._time_to_join(live):
                 return []
-            if live and len(self._queue) > room and room < min(self.cfg.join_min_rows, cap):
+            if live and not urgent and len(self._queue) > room and room < min(self.cfg.join_min_rows, cap):
                 return []  # a backlog: let a group of rows finish, then refill them in one prefill
             pinned = set(self.cache.pinned())
             resident = set(self.cache.lru_order())
@@ -500,9 +527,14 @@ class BatchEngine:
                 return a is None or a.key in pinned or a.key in resident
 
             bound = self.cfg.fairness_max_skips
-            starved = sorted((p for p in self._queue if p.skips >= bound), key=lambda p: p.seq)
-            rest = [p for p in self._queue if p.skips < bound]
-            order = starved + [p for p in rest if cheap(p)] + [p for p in rest if not cheap(p)]
+            order = []
+            # Interactive rows first, then background (document) rows; within each, the starved, then the rows
+            # whose adapter needs no load.
+            for background in (False, True):
+                queue = [p for p in self._queue if p.background == background]
+                starved = sorted((p for p in queue if p.skips >= bound), key=lambda p: p.seq)
+                rest = [p for p in queue if p.skips < bound]
+                order += starved + [p for p in rest if cheap(p)] + [p for p in rest if not cheap(p)]
         longest = max((p.tokens for p in self._running.values()), default=0)
         admitted: list[_Pending] = []
         refused: list[tuple[_Pending, BaseException]] = []
@@ -534,11 +566,12 @@ class BatchEngine:
             admitted.append(p)
             longest = max(longest, p.tokens)
         taken = {id(p) for p in admitted} | {id(p) for p, _ in refused}
-        youngest = max((p.seq for p in admitted), default=-1)
+        # Per class: an interactive row going ahead of a document's is by design, not a skip.
+        youngest = {bg: max((p.seq for p in admitted if p.background == bg), default=-1) for bg in (False, True)}
         with self._cv:
             self._queue = [p for p in self._queue if id(p) not in taken]
             for p in self._queue:
-                if p.seq < youngest:
+                if p.seq < youngest[p.background]:
                     p.skips += 1  # a younger row went ahead of it
         for p, exc in refused:
             self._finish(p, error=exc)
@@ -546,6 +579,47 @@ class BatchEngine:
         for p in admitted:
             self.stats.queue_ms.append((now - p.enqueued) * 1000)
         return admitted
+
+    def _make_room(self, cap: int) -> bool:
+        """Background rows give their places up to interactive rows that wait: the newest of them go back to the
+        queue (they start again later; greedy output is the same) when the batch has no room for the waiting
+        interactive rows. True when interactive rows wait beside running background rows: they join at once."""
+        if self._batch is None:
+            return False
+        with self._cv:
+            waiting = sum(1 for p in self._queue if not p.background)
+        if not waiting:
+            return False
+        background = [p for p in self._running.values() if p.background]
+        if not background:
+            return False
+        short = waiting - (cap - len(self._running))
+        if short > 0:
+            newest = sorted(background, key=lambda p: p.seq, reverse=True)[:short]
+            self._batch.drop({p.seq for p in newest})
+            self.stats.yielded += len(newest)
+            self._requeue(newest, preempted=False)
+        return True
+
+    def _reap_cancelled(self) -> None:
+        """Rows whose ticket was cancelled leave the queue and the running batch now, with their leases."""
+        with self._cv:
+            gone = [p for p in self._queue if p.cancelled]
+            if gone:
+                self._queue = [p for p in self._queue if not p.cancelled]
+        running = [p for p in self._running.values() if p.cancelled]
+        if running:
+            if self._batch is not None:
+                self._batch.drop({p.seq for p in running})
+            for p in running:
+                self._running.pop(p.seq, None)
+        for p in gone + running:
+            assert p.ticket is not None
+            self._finish(p, error=Cancelled(f"Cancelled: {p.ticket.reason or 'cancelled'}."))
+        if gone or running:
+            self.stats.cancelled += len(gone) + len(running)
+            self.stats.cancelled_running += len(running)
+            log.info("engine: %d rows cancelled (%d of them mid-decode)", len(gone) + len(running), len(running))
 
     def _time_to_join(self, live: int) -> bool:
         """Whether waiting rows should be prefilled now, while `live` rows decode (caller holds _cv).
@@ -697,7 +771,7 @@ class BatchEngine:
         self._requeue(newest, preempted=True)
 
     def _collect(self) -> None:
-        """Answer the rows that finished."""
+        """Answer the rows that finished; tell the listening tickets what the others generated so far."""
         assert self._batch is not None
         for live in self._batch.pop_finished():
             p = self._running.pop(live.seq.tag, None)
@@ -707,7 +781,23 @@ class BatchEngine:
                 elif p.capped and len(live.generated) >= p.max_new and live.generated[-1] not in \
                         self._batch.picker.eos:
                     self.stats.length_capped += 1
+                self._tell(p, live.output, True)
                 self._finish(p, result=self.backbone.decode(live.output))
+        if any(p.ticket is not None and p.ticket.on_tokens is not None for p in self._running.values()):
+            for live in self._batch.live:
+                p = self._running.get(live.seq.tag)
+                if p is not None:
+                    self._tell(p, live.generated, False)
+
+    @staticmethod
+    def _tell(p: _Pending, ids: list[int], done: bool) -> None:
+        listener = p.ticket.on_tokens if p.ticket is not None else None
+        if listener is None:
+            return
+        try:
+            listener(p.index, list(ids), done)
+        except Exception:  # noqa: BLE001 - a listener's bug must not stop the loop or the other rows
+            log.exception("engine: a token listener failed")
 
     # ------------------------------------------------------------------ static batches
 

@@ -111,6 +111,13 @@ class FeatureDisabled(TranslationError):
     http_status = 403
 
 
+class Cancelled(TranslationError):
+    """The request was cancelled (its client disconnected, or a job was cancelled) before it was done. Nobody is
+    usually left to read this; 499 is nginx's "client closed request"."""
+
+    http_status = 499
+
+
 class RateLimited(TranslationError):
     http_status = 429
     retryable = True

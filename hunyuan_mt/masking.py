@@ -149,7 +149,18 @@ def restore(translated: str, protected: Protected) -> str:
     appended where it stood relative to the end in the source: before the final punctuation when the source had
     it there, else at the end.
     """
+    result, seen = _put_back(translated, protected.spans)
     spans = protected.spans
+    if len(_FOUND.findall(translated)) > len(seen):
+        result = _collapse_spaces(result)
+    for index, span in enumerate(spans):
+        if index not in seen:
+            result = _append(result, span, protected.text, index)
+    return result
+
+
+def _put_back(translated: str, spans: list[str]) -> tuple[str, set[int]]:
+    """Each sentinel's span, at its first occurrence; repeated and invented sentinels removed."""
     seen: set[int] = set()
 
     def put_back(match: re.Match[str]) -> str:
@@ -159,13 +170,20 @@ def restore(translated: str, protected: Protected) -> str:
         seen.add(index)
         return spans[index]
 
-    result = _FOUND.sub(put_back, translated)
-    if len(_FOUND.findall(translated)) > len(seen):
-        result = _collapse_spaces(result)
-    for index, span in enumerate(spans):
-        if index not in seen:
-            result = _append(result, span, protected.text, index)
-    return result
+    return _FOUND.sub(put_back, translated), seen
+
+
+# The start of a sentinel the model is still writing, at the end of a partial output.
+_UNFINISHED = re.compile(r"(?:⟦|\[\[?|［［?)\s*\d{0,3}\s*$")
+
+
+def restore_prefix(partial: str, protected: Protected) -> str:
+    """What can be shown of a translation still being generated: its complete sentinels put back (each once), an
+    unfinished one at the end held back, and nothing appended (spans it has not reached yet may still come)."""
+    cut = _UNFINISHED.search(partial)
+    if cut is not None:
+        partial = partial[:cut.start()]
+    return _put_back(partial, protected.spans)[0]
 
 
 def _append(result: str, span: str, masked_source: str, index: int) -> str:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from .adapters.cache import AdapterCache
 from .adapters.registry import AdapterRegistry
@@ -34,6 +34,8 @@ from .languages import LANGUAGES, normalize_code
 from .memory import MemoryMonitor, MemoryPolicy
 from .router import RoutePlan, Router
 from .segment import split_text
+from .streaming import TextStream
+from .ticket import Ticket
 
 try:  # written by another part of the project; the service works without it (no masking) until it is there
     from . import masking as _masking
@@ -261,14 +263,15 @@ class TranslationService:
         return self.translate_batch([text], src, tgt, glossary=glossary, _single=True)[0]
 
     def translate_batch(self, texts: Sequence[str], src: str, tgt: str, *, alternatives: int = 0,
-                        glossary: Glossary | None = None, _single: bool = False,
-                        _warmup: bool = False) -> list[TranslationResult]:
+                        glossary: Glossary | None = None, ticket: Ticket | None = None, _single: bool = False,
+                        _warmup: bool = False, _listen: Callable[..., None] | None = None) -> list[TranslationResult]:
         """Translate several texts at once; all their sentences share engine batches.
 
         `alternatives` > 0 also asks for up to that many other translations of each text: the last hop's
         sentences are searched again with beam search, and the k-th alternative puts each sentence's k-th best
         output that differs from the main translation in place. The main translation is the one a request without
-        alternatives gets. `glossary` terms found in a text come out as the glossary's target terms."""
+        alternatives gets. `glossary` terms found in a text come out as the glossary's target terms. `ticket`
+        cancels the request's rows (the edges cancel it when the client goes away)."""
         t0 = time.perf_counter()
         try:
             self._check_alternatives(alternatives)
@@ -282,9 +285,12 @@ class TranslationService:
             plans = [self.router.plan(s, target) for s, _ in sources]
             # With alternatives, segments the memory knows still go to the model: its n best are the alternatives.
             jobs = [self._job(text, plan, glossary, model_too=bool(alternatives)) for text, plan in zip(cleaned, plans)]
+            if _listen is not None:
+                for job in jobs:
+                    _listen(job, -1, [], False)
             t_run = time.perf_counter()
             jobs = self._run_enforcing(jobs, cleaned, glossary, bool(alternatives),
-                                       alternatives + 1 if alternatives else 1)
+                                       alternatives + 1 if alternatives else 1, ticket, _listen)
             run_ms = (time.perf_counter() - t_run) * 1000
         except Exception:
             with self._lock:
@@ -306,13 +312,45 @@ class TranslationService:
             self._record(total_ms, sum(len(j.todo) for j in jobs), sum(len(t) for t in cleaned), len(texts), "text")
         return results
 
+    def translate_stream(self, text: str, src: str, tgt: str, *, glossary: Glossary | None = None,
+                         ticket: Ticket | None = None) -> Iterator[str | TranslationResult]:
+        """Translate one text, yielding it as it grows (str: the text so far, see streaming.py), then the
+        TranslationResult. Closing the generator early (a client that went away) cancels the rows at the
+        engine's next step."""
+        ticket = ticket or Ticket()
+        stream = TextStream(self.backbone.decode)
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                box["result"] = self.translate_batch([text], src, tgt, glossary=glossary, ticket=ticket,
+                                                     _single=True, _listen=stream.listen)[0]
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer's thread
+                box["error"] = exc
+            finally:
+                stream.close()
+
+        worker = threading.Thread(target=work, name="hmt-stream", daemon=True)
+        worker.start()
+        try:
+            yield from stream.snapshots()
+            worker.join()
+            if "error" in box:
+                raise box["error"]
+            yield box["result"]
+        finally:
+            if worker.is_alive():
+                ticket.cancel("the stream was closed before the end")
+
     def translate_segments(self, segments: Sequence[str], src: str, tgt: str,
                            progress: Callable[[int, int], None] | None = None,
-                           glossary: Glossary | None = None) -> list[str]:
+                           glossary: Glossary | None = None, ticket: Ticket | None = None) -> list[str]:
         """Documents: translate each segment (already split by the document reader), keeping its layout.
 
-        Whitespace-only segments come back unchanged. `progress(done, total)` is called as chunks finish.
+        Whitespace-only segments come back unchanged. `progress(done, total)` is called as chunks finish. The
+        rows are background rows (they yield to interactive requests); `ticket` can cancel them.
         """
+        ticket = ticket or Ticket(background=True)
         target = self._code(tgt, "target")
         texts = [_CONTROL.sub("", _SURROGATE.sub("\ufffd", s)) if isinstance(s, str) else "" for s in segments]
         if isinstance(src, str) and src.strip().lower() == AUTO:
@@ -331,7 +369,7 @@ class TranslationService:
             chunk = todo[start:start + _DOC_CHUNK]
             # Documents report no memory suggestions: nobody would read them.
             jobs = [self._job(texts[i], plan, glossary, suggest=False) for i in chunk]
-            jobs = self._run_enforcing(jobs, [texts[i] for i in chunk], glossary)
+            jobs = self._run_enforcing(jobs, [texts[i] for i in chunk], glossary, ticket=ticket)
             for i, job in zip(chunk, jobs):
                 out[i] = job.render(job.current)
             if progress:
@@ -400,10 +438,11 @@ class TranslationService:
                                "(limits.max_alternatives).")
 
     def _run_enforcing(self, jobs: list[_Job], texts: list[str], glossary: Glossary | None, model_too: bool = False,
-                       n_best: int = 1) -> list[_Job]:
+                       n_best: int = 1, ticket: Ticket | None = None,
+                       listen: Callable[..., None] | None = None) -> list[_Job]:
         """Run `jobs` (memory answers merged in); a text whose glossary terms went in visible and did not all come
         out is translated again with sentinels, which cannot lose a term. Returns the jobs that answer."""
-        self._run_jobs(jobs, n_best=n_best)
+        self._run_jobs(jobs, n_best, ticket, listen)
         for job in jobs:
             job.current = [job.memory.get(i, text) for i, text in enumerate(job.current)]
         missed = [n for n, job in enumerate(jobs) if job.visible and not has_terms(job.render(job.current),
@@ -412,16 +451,18 @@ class TranslationService:
             # The same text and memory: its suggestions are the first run's, not looked up again.
             again = [self._job(texts[n], jobs[n].plan, glossary, model_too, visible=False, suggest=False)
                      for n in missed]
-            self._run_jobs(again, n_best=n_best)
+            self._run_jobs(again, n_best, ticket, listen)
             for n, job in zip(missed, again):
                 job.current = [job.memory.get(i, text) for i, text in enumerate(job.current)]
                 job.matches = jobs[n].matches
                 jobs[n] = job
         return jobs
 
-    def _run_jobs(self, jobs: list[_Job], n_best: int = 1) -> None:
+    def _run_jobs(self, jobs: list[_Job], n_best: int = 1, ticket: Ticket | None = None,
+                  listen: Callable[..., None] | None = None) -> None:
         """Run every hop of every job; hop k of all jobs goes to the engine together (one round per hop).
-        With `n_best` > 1, each segment's last hop is also searched for its n best outputs (`_Job.nbest`)."""
+        With `n_best` > 1, each segment's last hop is also searched for its n best outputs (`_Job.nbest`).
+        `listen(job, segment, ids, done)` hears the last hop's tokens as they are decoded (streaming.py)."""
         hops = max((len(j.plan.hops) for j in jobs), default=0)
         for k in range(hops):
             rows: list[Row] = []
@@ -437,7 +478,8 @@ class TranslationService:
                 continue
             last = [n for n, (job, _) in enumerate(where) if n_best > 1 and k == len(job.plan.hops) - 1]
             # The n-best rows go in the same round as the plain ones: the engine runs both together.
-            outs = self.engine.run(rows + [dataclasses.replace(rows[n], n_best=n_best) for n in last])
+            outs = self.engine.run(rows + [dataclasses.replace(rows[n], n_best=n_best) for n in last],
+                                   ticket=self._round_ticket(ticket, listen, where, k))
             for (job, i), text in zip(where, outs):
                 job.current[i] = text
             for n, hypotheses in zip(last, outs[len(rows):]):
@@ -451,6 +493,21 @@ class TranslationService:
                     job.current[i] = _masking.restore(job.current[i], prot)
                     if i in job.nbest:
                         job.nbest[i] = [_masking.restore(h, prot) for h in job.nbest[i]]
+
+    @staticmethod
+    def _round_ticket(ticket: Ticket | None, listen: Callable[..., None] | None, where: list[tuple[_Job, int]],
+                      k: int) -> Ticket | None:
+        """The ticket for hop `k`'s rows: the request's, with a listener for the rows on their last hop."""
+        if listen is None:
+            return ticket
+
+        def heard(index: int, ids: list[int], done: bool) -> None:
+            if index < len(where):  # the n-best rows that follow are not streamed
+                job, i = where[index]
+                if k == len(job.plan.hops) - 1:
+                    listen(job, i, ids, done)
+
+        return (ticket or Ticket()).with_listener(heard)
 
     # ------------------------------------------------------------------ admin
 

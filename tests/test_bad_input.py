@@ -307,8 +307,8 @@ def _upload_cases(limits: LimitsConfig) -> dict[str, tuple[str, Callable[[], byt
     supported = ", ".join(SUPPORTED_EXTENSIONS)
     bomb = limits.max_unzipped_bytes + (1 << 20)
     return {
-        "unsupported-extension": ("table.xlsx", lambda: b"a,b\n1,2\n", 415,
-                                  f"table.xlsx: unsupported file type '.xlsx'; supported: {supported}"),
+        "unsupported-extension": ("table.csv", lambda: b"a,b\n1,2\n", 415,
+                                  f"table.csv: unsupported file type '.csv'; supported: {supported}"),
         "no-extension": ("README", lambda: b"Open the file.", 415, "README: unsupported file type (no extension)"),
         "executable": ("virus.exe", lambda: b"MZ\x90\x00" + bytes(64), 415, "virus.exe: unsupported file type '.exe'"),
         "pdf-named-docx": ("report.docx", lambda: make_pdf([["Hello."]]), 415,
@@ -467,7 +467,8 @@ def test_ui_text_handler_messages(ui: Any, limits: LimitsConfig, live_server: Li
     assert note == "Auto-detect has no language to swap to yet: choose the source language, or translate once."
     assert all(u == {"__type__": "update"} for u in unchanged), unchanged
     assert ui_error(lambda: ui.translate_document(None, "en", "es", progress=_no_progress)) == (
-        "Drop a document first (.txt .md .srt .docx .pdf .html .po .pot .json .yaml .xlf).")
+        "Drop a document first (.txt .md .srt .docx .pptx .xlsx .odt .ods .odp .epub .pdf .html .po .pot .json .yaml "
+        ".xlf).")
 
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("secret detail at /srv/private/path.py")

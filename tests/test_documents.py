@@ -567,8 +567,8 @@ def test_translate_document_sends_repeats_once_and_passes_progress():
 
 def test_unsupported_extension_lists_supported_ones():
     with pytest.raises(UnsupportedDocument) as err:
-        read_document(b"a,b\n1,2\n", "table.xlsx", LIMITS)
-    assert err.value.message == ("table.xlsx: unsupported file type '.xlsx'; supported: "
+        read_document(b"a,b\n1,2\n", "table.csv", LIMITS)
+    assert err.value.message == ("table.csv: unsupported file type '.csv'; supported: "
                                  + ", ".join(SUPPORTED_EXTENSIONS))
     assert ".docx" in err.value.message and ".srt" in err.value.message
     with pytest.raises(UnsupportedDocument, match=r"unsupported file type \(no extension\)"):
@@ -583,6 +583,10 @@ def test_unsupported_extension_lists_supported_ones():
     ("paper.pdf", b"just some text pretending", "the file's content is text, not a PDF as its .pdf extension says"),
     ("letter.docx", b"plain text, no zip", "the file's content is text, not a Word document"),
     ("old.docx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(64), "legacy Word .doc file, not a .docx"),
+    ("old.xlsx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(64), "legacy Excel .xls file, not a .xlsx"),
+    ("old.pptx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(64), "legacy PowerPoint .ppt file, not a .pptx"),
+    ("old.odt", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(64),
+     "the file's content is a legacy Office file (.doc/.xls/.ppt), not an OpenDocument text document"),
 ])
 def test_extension_that_lies_about_the_content(name, data, says):
     if data is None:

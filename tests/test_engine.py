@@ -28,7 +28,8 @@ from hunyuan_mt.decode import Sequence as DecodeSequence
 from hunyuan_mt.decode.guard import LoopGuard
 from hunyuan_mt.engine import BatchEngine, Row, StepRecord
 from hunyuan_mt.lora import BASE_SLOT
-from hunyuan_mt.errors import AdapterUnusable, Busy, InputTooLarge, OutOfMemory
+from hunyuan_mt.errors import AdapterUnusable, Busy, Cancelled, InputTooLarge, OutOfMemory
+from hunyuan_mt.ticket import Ticket
 from tiny_models import UNGUARDED
 
 TEXTS = ["Hello world, how are you today?", "Open the file, save the document.", "Hola mundo.",
@@ -813,3 +814,118 @@ def test_the_output_cap_follows_the_source_length(make_engine, marian_dir: Path,
     tokens = engine.backbone.encode(PromptRow(text, "en", "es")).tokens
     assert decode_steps_alone(engine, row(None, text)) == math.ceil(0.5 * tokens) + 2 - 1  # the first token is the
     assert engine.status()["length_capped"] == 1                                           # prefill's
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Tickets: cancel, background rows yield, token listeners.
+
+
+def leases(engine: BatchEngine) -> int:
+    return sum(r.leases for r in engine.cache.stats().resident)
+
+
+def test_cancelled_rows_leave_the_running_batch_at_the_next_step(arch: str, model_and_adapters, make_engine) -> None:
+    """A client that goes away mid-decode: its rows are in the step during which it cancelled, in none after it,
+    their leases are back before the next step, and the row that stays gives its output alone."""
+    model_dir, adapters = model_and_adapters
+    engine = make_engine(model_dir, adapters, max_new_tokens=40)
+    keep = row("en2de", TEXTS[1], max_new=40)
+    gone = [row("en2es", TEXTS[0], max_new=40), row("en2fr", TEXTS[3], max_new=40)]
+    ref = references(engine, [keep])
+    ticket = Ticket()
+    seen = {"n": 0}
+    reached, go = threading.Event(), threading.Event()
+    at_next: dict[str, Any] = {}
+
+    def seam(rows: list[Row]) -> None:
+        if keep in rows:
+            seen["n"] += 1
+            if seen["n"] == 6:
+                reached.set()
+                assert go.wait(30)
+            elif seen["n"] == 7:
+                at_next.update(leases=leases(engine), rows=list(rows))
+
+    engine.before_generate = seam
+    start = len(engine.history)
+    f_keep = engine.submit([keep])
+    f_gone = engine.submit(gone, ticket)
+    assert reached.wait(30)
+    assert leases(engine) == 3
+    ticket.cancel("client disconnected")
+    go.set()
+    assert f_keep[0].result(timeout=60) == ref[0]
+    for f in f_gone:
+        with pytest.raises(Cancelled, match="client disconnected"):
+            f.result(timeout=60)
+    with_keep = [h for h in since(engine, start) if "en2de" in h.pairs]
+    cancelled_during = with_keep[5]
+    assert {"en2es", "en2fr"} <= set(cancelled_during.pairs)
+    after = list(engine.history)[list(engine.history).index(cancelled_during) + 1:]
+    assert after and not any({"en2es", "en2fr"} & set(h.pairs) for h in after)
+    assert at_next["rows"] == [keep] and at_next["leases"] == 1
+    assert leases(engine) == 0
+    assert (engine.stats.cancelled, engine.stats.cancelled_running) == (2, 2)
+
+
+def test_a_queued_row_of_a_cancelled_ticket_never_runs(marian_dir: Path, marian_adapters: Path, make_engine) -> None:
+    engine = make_engine(marian_dir, marian_adapters)
+    ticket = Ticket()
+    gate = Gate()
+    engine.before_generate = gate
+    blocker = engine.submit([row(None, "blocker", max_new=1)])
+    assert gate.entered.wait(30)
+    start = len(engine.history)
+    queued = engine.submit([row("en2es", TEXTS[0])], ticket)
+    ticket.cancel("job cancelled")
+    gate.release.set()
+    blocker[0].result(timeout=60)
+    with pytest.raises(Cancelled, match="job cancelled"):
+        queued[0].result(timeout=60)
+    assert not any("en2es" in h.pairs for h in since(engine, start))
+    assert (engine.stats.cancelled, engine.stats.cancelled_running) == (1, 0)
+
+
+def test_a_ticket_hears_each_rows_tokens_after_every_step(arch: str, model_and_adapters, make_engine) -> None:
+    model_dir, adapters = model_and_adapters
+    engine = make_engine(model_dir, adapters, max_new_tokens=12)
+    rows = [row("en2es", TEXTS[0], max_new=12), row(None, TEXTS[2], max_new=5)]
+    heard: dict[int, list[list[int]]] = {0: [], 1: []}
+    finals: dict[int, list[bool]] = {0: [], 1: []}
+
+    def listen(i: int, ids: list[int], done: bool) -> None:
+        heard[i].append(ids)
+        finals[i].append(done)
+
+    outs = engine.run(rows, ticket=Ticket(on_tokens=listen))
+    for i, r in enumerate(rows):
+        snapshots = heard[i]
+        lengths = [len(s) for s in snapshots]
+        assert lengths == list(range(lengths[0], lengths[0] + len(lengths))), lengths  # one more token each step
+        assert lengths[-1] == r.max_new_tokens
+        assert all(b[:len(a)] == a for a, b in zip(snapshots, snapshots[1:]))
+        assert engine.backbone.decode(snapshots[-1]) == outs[i]
+        assert finals[i] == [False] * (len(snapshots) - 1) + [True]
+
+
+def test_background_rows_give_their_places_to_an_interactive_row(marian_dir: Path, marian_adapters: Path,
+                                                                 make_engine) -> None:
+    """A full batch of document rows: an interactive row enters at the very next forward, the newest document
+    row goes back to the queue for it, and every document row still gives its output alone."""
+    engine = make_engine(marian_dir, marian_adapters, max_rows=4, max_new_tokens=30)
+    docs = [row(None, t, max_new=30) for t in TEXTS]
+    short = row("en2es", "Hola mundo.", max_new=5)
+    ref_docs, ref_short = references(engine, docs), references(engine, [short])
+    reached, go = pause_before_forward(engine, docs[2], 4)
+    start = len(engine.history)
+    f_docs = engine.submit(docs, Ticket(background=True))
+    assert reached.wait(30)
+    f_short = engine.submit([short])
+    go.set()
+    assert f_short[0].result(timeout=60) == ref_short[0]
+    assert [f.result(timeout=60) for f in f_docs] == ref_docs
+    records = since(engine, start)
+    held_at = [n for n, h in enumerate(records) if h.rows == 4 and h.kind == "decode"][2]
+    assert records[held_at + 1].kind == "prefill" and records[held_at + 1].pairs == ("en2es",)
+    assert all(h.rows <= 4 for h in records)
+    assert engine.stats.yielded == 1

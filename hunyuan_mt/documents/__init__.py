@@ -1,5 +1,5 @@
-"""Documents: one reader/writer per format (txt, md, srt, docx, pdf, html, po/pot, json, yaml, xliff), plus upload
-checks and limits.
+"""Documents: one reader/writer per format (txt, md, srt, docx, pptx, xlsx, odt, ods, odp, epub, pdf, html, po/pot,
+json, yaml, xliff), plus upload checks and limits.
 
     document = read_document(data, "report.docx", limits)   # segments to translate, in order
     rendered = document.render(translations)                  # RenderedDocument(data, filename, media_type, note)

@@ -63,3 +63,27 @@ def check_zip(data: bytes, filename: str, limits: LimitsConfig, kind: str) -> No
         what = f"it is {_DESCRIBED[actual]}; save it as .{kind} or upload it as .{actual}" if actual else \
             "it is some other zip archive"
         raise UnsupportedDocument(f"{filename}: not {_DESCRIBED[kind]} ({what})")
+
+
+def _member_info(info: zipfile.ZipInfo) -> zipfile.ZipInfo:
+    """A fresh header for a copied member: same name, date, compression, permissions and comment; `mimetype` stored
+    with no extra field, as OpenDocument and EPUB require of it."""
+    out = zipfile.ZipInfo(info.filename, info.date_time)
+    out.compress_type = zipfile.ZIP_STORED if info.filename == "mimetype" else info.compress_type
+    out.external_attr = info.external_attr
+    out.create_system = info.create_system
+    out.comment = info.comment
+    return out
+
+
+def rewrite_zip(original: bytes, replaced: dict[str, bytes]) -> bytes:
+    """The package with the `replaced` members' new bytes and every other member's bytes unchanged, in the same
+    order, except that `mimetype` goes first (stored) whatever the upload did."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(original)) as zin, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zout:
+        infos = sorted(zin.infolist(), key=lambda info: info.filename != "mimetype")  # stable: the rest keep order
+        for info in infos:
+            data = replaced[info.filename] if info.filename in replaced else zin.read(info)
+            zout.writestr(_member_info(info), data)
+        zout.comment = zin.comment
+    return out.getvalue()

@@ -12,10 +12,14 @@ from ..config import LimitsConfig
 from ..errors import InputTooLarge, InvalidInput, UnsupportedDocument
 from ..glossary import Glossary, has_terms
 from .base import Document, RenderedDocument, check_not_empty, check_segment_limits
+from .ebook import read_epub
 from .gettext import read_gettext
 from .htmlpage import read_html
 from .markdown import read_markdown
+from .opendocument import read_odp, read_ods, read_odt
 from .pdf import read_pdf
+from .presentation import read_presentation
+from .spreadsheet import read_spreadsheet
 from .structured import read_json, read_yaml
 from .plaintext import read_text
 from .sniff import describe_text_content, magic_kind
@@ -41,6 +45,12 @@ _FORMATS: dict[str, _Format] = {
     ".markdown": _Format("a Markdown file", read_markdown, "text"),
     ".srt": _Format("an SRT subtitle file", read_subtitles, "text"),
     ".docx": _Format("a Word document", read_word, "zip"),
+    ".pptx": _Format("a PowerPoint presentation", read_presentation, "zip"),
+    ".xlsx": _Format("an Excel workbook", read_spreadsheet, "zip"),
+    ".odt": _Format("an OpenDocument text document", read_odt, "zip"),
+    ".ods": _Format("an OpenDocument spreadsheet", read_ods, "zip"),
+    ".odp": _Format("an OpenDocument presentation", read_odp, "zip"),
+    ".epub": _Format("an EPUB book", read_epub, "zip"),
     ".pdf": _Format("a PDF", read_pdf, "pdf"),
     ".html": _Format("an HTML page", read_html, "text"),
     ".htm": _Format("an HTML page", read_html, "text"),
@@ -60,6 +70,10 @@ LISTED_EXTENSIONS: tuple[str, ...] = tuple(ext for ext in _FORMATS
                                           if ext not in (".markdown", ".htm", ".yml", ".xliff"))
 
 
+# The binary Office formats that people rename to the new extension.
+_LEGACY = {".docx": (".doc", "Word"), ".pptx": (".ppt", "PowerPoint"), ".xlsx": (".xls", "Excel")}
+
+
 def _extension(filename: str) -> str:
     return PurePath(filename.replace("\\", "/")).suffix.lower()
 
@@ -74,8 +88,9 @@ def _check_content(data: bytes, filename: str, ext: str, fmt: _Format) -> None:
         ok = data.startswith(b"PK\x03\x04")
         if actual is None:
             actual = "text" if describe_text_content(data) is None else "binary data"
-        if actual.startswith("a legacy Office"):
-            raise UnsupportedDocument(f"{filename}: this is a legacy Word .doc file, not a .docx; save it as .docx "
+        if actual.startswith("a legacy Office") and ext in _LEGACY:
+            old, app = _LEGACY[ext]
+            raise UnsupportedDocument(f"{filename}: this is a legacy {app} {old} file, not a {ext}; save it as {ext} "
                                       "and upload it again")
     else:
         ok = actual == "a PDF document"

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 from ..adapters.request import Pair
 from ..config import Config
 from ..detect import Detection
-from ..errors import InputTooLarge, InvalidInput, ReplicaUnavailable
+from ..errors import Cancelled, InputTooLarge, InvalidInput, ReplicaUnavailable
 from ..languages import normalize_code
 from .health import GroupHealth
 from .settings import ServeSettings, group_for, settings_from_args
@@ -213,7 +213,9 @@ class RemoteService:
             served.extend(replicas)
 
     def translate_batch(self, texts: list[str], src: str, tgt: str, *, alternatives: int = 0,
-                        glossary: Any = None) -> list[Any]:
+                        glossary: Any = None, ticket: Any = None) -> list[Any]:
+        # `ticket` is not sent to the replica (an event does not cross processes): a text's rows decode to the
+        # end there even when its client has gone away.
         from ..service import TranslationResult
 
         dicts = self._run(self.atranslate(texts, src, tgt, alternatives, glossary))
@@ -223,9 +225,21 @@ class RemoteService:
     def translate(self, text: str, src: str, tgt: str) -> Any:
         return self.translate_batch([text], src, tgt)[0]
 
+    def translate_stream(self, text: str, src: str, tgt: str, *, glossary: Any = None,
+                         ticket: Any = None) -> Any:
+        """The whole translation as one piece: replicas do not stream their tokens back through Serve yet."""
+        yield self.translate_batch([text], src, tgt, glossary=glossary)[0]
+
     def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None,
-                           glossary: Any = None) -> list[str]:
-        texts, replicas = self._run(self.atranslate_segments(segments, src, tgt, progress, glossary))
+                           glossary: Any = None, ticket: Any = None) -> list[str]:
+        """A document, one chunk per replica call; a cancelled `ticket` stops it between two chunks."""
+        def report(done: int, total: int) -> None:
+            if ticket is not None and ticket.cancelled:
+                raise Cancelled(f"Cancelled: {ticket.reason}.")
+            if progress is not None:
+                progress(done, total)
+
+        texts, replicas = self._run(self.atranslate_segments(segments, src, tgt, report, glossary))
         self._served(*replicas)
         return texts
 

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 import uuid
-from typing import Any, AsyncIterator, Protocol, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Protocol, Sequence
 from urllib.parse import quote
 
 import anyio
@@ -31,6 +31,7 @@ from ..documents import LISTED_EXTENSIONS
 from ..errors import FeatureDisabled, InputTooLarge, InvalidInput, RateLimited, TranslationError, UnreachablePair, http_status
 from ..glossary import Glossary, GlossaryStore
 from ..languages import LANGUAGES, normalize_code, parse_hunyuan_prompt
+from ..ticket import Ticket
 from .auth import AccessPolicy, Caller
 from .doctranslate import translate_upload
 from .downloads import DownloadStore, safe_filename
@@ -52,9 +53,11 @@ FRONTEND_TIMEOUT_MS = 500
 
 class TranslationServiceLike(Protocol):  # the parts of service.TranslationService the web layer calls
     def translate_batch(self, texts: list[str], src: str, tgt: str, *, alternatives: int = 0,
-                        glossary: Any = None) -> list[Any]: ...
+                        glossary: Any = None, ticket: Ticket | None = None) -> list[Any]: ...
     def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None,
-                           glossary: Any = None) -> list[str]: ...
+                           glossary: Any = None, ticket: Ticket | None = None) -> list[str]: ...
+    def translate_stream(self, text: str, src: str, tgt: str, *, glossary: Any = None,
+                         ticket: Ticket | None = None) -> Iterator[Any]: ...
     def detect(self, text: str) -> list[Any]: ...
     def languages(self) -> list[Any]: ...
     def status(self) -> dict[str, Any]: ...
@@ -150,6 +153,28 @@ class RestApi:
             self._limiter = anyio.CapacityLimiter(REST_THREADS)
         return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter)
 
+    async def _watched(self, request: Request, ticket: Ticket, front: str, fn: Callable[[], Any]) -> Any:
+        """`fn()` in the thread pool, cancelling `ticket` if the client disconnects first: its rows then leave
+        the engine at the next decode step instead of decoding for nobody. The body must have been read."""
+        async with anyio.create_task_group() as group:
+            async def watch() -> None:
+                await wait_disconnected(request)
+                ticket.cancel("client disconnected")
+                self.metrics.count_cancelled(front)
+
+            group.start_soon(watch)
+            try:
+                value = await self._call(fn)
+            except Exception as exc:  # noqa: BLE001 - raised below, outside the group (not as an ExceptionGroup)
+                error: Exception | None = exc
+            else:
+                error = None
+            finally:
+                group.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        return value
+
     # ------------------------------------------------------------------ helpers
 
     @staticmethod
@@ -185,8 +210,8 @@ class RestApi:
             self.metrics.observe_translation(result.source, result.target, result.route_kind,
                                              elapsed / max(1, len(results)), front)
 
-    def _translate_html(self, text: str, source: str, target: str,
-                        glossary: Glossary | None = None) -> tuple[str, Any]:
+    def _translate_html(self, text: str, source: str, target: str, glossary: Glossary | None = None,
+                        ticket: Ticket | None = None) -> tuple[str, Any]:
         """format=html: translate the text nodes only; tags and attributes come back untouched."""
         from ..documents import read_document, translate_keeping_markup
 
@@ -199,8 +224,9 @@ class RestApi:
             detected = detections[0]
             source = detected.code
         translations, _ = translate_keeping_markup(
-            document, lambda segments, _progress: self.service.translate_segments(segments, source, target,
-                                                                                 glossary=glossary),
+            # An interactive request's markup: its rows do not yield to documents.
+            document, lambda segments, _progress: self.service.translate_segments(
+                segments, source, target, glossary=glossary, ticket=ticket or Ticket()),
             glossary=glossary)
         html = document.render(translations, target).data.decode("utf-8")
         return html, detected
@@ -229,16 +255,19 @@ class RestApi:
             self.policy.check_chars(texts)
             self.policy.spend_chars(caller, sum(len(t) for t in texts))
             started = time.perf_counter()
+            ticket = Ticket()
             if fmt == "html":
-                pairs = [await self._call(self._translate_html, t, source, target, glossary) for t in texts]
+                pairs = [await self._watched(request, ticket, "rest", functools.partial(
+                    self._translate_html, t, source, target, glossary, ticket)) for t in texts]
                 translated = [html for html, _ in pairs]
                 detected = [d for _, d in pairs]
                 others: list[list[str]] = [[] for _ in texts]  # markup has no alternatives (nor in LibreTranslate)
                 memory = [0 for _ in texts]
                 near = [[] for _ in texts]
             else:
-                results = await self._call(functools.partial(self.service.translate_batch, texts, source, target,
-                                                             alternatives=alternatives, glossary=glossary))
+                results = await self._watched(request, ticket, "rest", functools.partial(
+                    self.service.translate_batch, texts, source, target, alternatives=alternatives,
+                    glossary=glossary, ticket=ticket))
                 self._observe(results, started, "rest")
                 translated = [r.text for r in results]
                 detected = [r.detected for r in results]
@@ -325,8 +354,10 @@ class RestApi:
         finally:
             await request.close()  # removes python-multipart's spooled temp file
         charge = functools.partial(self.policy.spend_chars, caller)
-        rendered, _ = await self._call(translate_upload, self.service, data, filename, source, target,
-                                       self.cfg.limits, None, charge, glossary)
+        ticket = Ticket(background=True)
+        rendered, _ = await self._watched(request, ticket, "file", functools.partial(
+            translate_upload, self.service, data, filename, source, target, self.cfg.limits, None, charge, glossary,
+            ticket))
         owner = caller if self.policy.downloads_owned else None
         token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type, owner)
         # Starlette puts path parameters in as they are: a name with spaces or non-ASCII letters made a link that
@@ -470,15 +501,25 @@ class RestApi:
         self.policy.check_chars([text])
         self.policy.spend_chars(caller, len(text))
         started = time.perf_counter()
-        results = await self._call(functools.partial(self.service.translate_batch, alternatives=n - 1), [text],
-                                   source, target)
-        self._observe(results, started, "openai")
-        result = results[0]
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
+        ticket = Ticket()
         if fields.get("stream"):
-            return StreamingResponse(_stream_chunks(completion_id, created, model, result.text),
+            stream = self.service.translate_stream(text, source, target, ticket=ticket)
+            # The first item comes once the request is checked and planned: a refusal is still an HTTP error,
+            # not an event inside a 200 stream.
+            try:
+                first = await self._call(next, stream)
+            except BaseException:
+                stream.close()
+                raise
+            chunks = _ChatChunks(completion_id, created, model)
+            return StreamingResponse(self._stream_events(stream, first, chunks, ticket, started),
                                      media_type="text/event-stream")
+        results = await self._watched(request, ticket, "openai", functools.partial(
+            self.service.translate_batch, [text], source, target, alternatives=n - 1, ticket=ticket))
+        self._observe(results, started, "openai")
+        result = results[0]
         usage = {"prompt_tokens": len(text.split()), "completion_tokens": len(result.text.split())}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         # n choices: the translation, then the beam search's other outputs (fewer when it finds fewer distinct).
@@ -491,6 +532,35 @@ class RestApi:
             "route": result.route_label,
         })
 
+    async def _stream_events(self, stream: Iterator[Any], first: Any, chunks: "_ChatChunks", ticket: Ticket,
+                             started: float) -> AsyncIterator[bytes]:
+        """Server-sent events for one streamed chat completion: each new piece of the translation as it grows.
+        Starlette closes this generator when the client goes away; the rows are cancelled then."""
+        finished = False
+        try:
+            yield chunks.chunk({"role": "assistant", "content": ""}, None)
+            item = first
+            while True:
+                if isinstance(item, str):
+                    piece = chunks.advance(item)
+                    if piece:
+                        yield chunks.chunk({"content": piece}, None)
+                else:
+                    self._observe([item], started, "openai")
+                    rest = chunks.advance(item.text)
+                    if rest:
+                        yield chunks.chunk({"content": rest}, None)
+                    yield chunks.chunk({}, "stop")
+                    yield b"data: [DONE]\n\n"
+                    finished = True
+                    return
+                item = await self._call(next, stream)
+        finally:
+            if not finished:
+                ticket.cancel("client disconnected")
+                self.metrics.count_cancelled("openai-stream")
+            stream.close()
+
     async def models(self) -> JSONResponse:
         infos = await self._call(self.service.languages)
         ids: list[str] = []
@@ -501,16 +571,34 @@ class RestApi:
             {"id": model_id, "object": "model", "created": 0, "owned_by": "hunyuan-mt"} for model_id in ids]})
 
 
-async def _stream_chunks(completion_id: str, created: int, model: str, text: str) -> AsyncIterator[bytes]:
-    def chunk(delta: dict[str, Any], finish: str | None) -> bytes:
-        payload = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+class _ChatChunks:
+    """OpenAI's chat.completion.chunk events for one completion, and the text already sent as deltas."""
+
+    def __init__(self, completion_id: str, created: int, model: str) -> None:
+        self.completion_id, self.created, self.model = completion_id, created, model
+        self.sent = ""
+
+    def chunk(self, delta: dict[str, Any], finish: str | None) -> bytes:
+        payload = {"id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,
+                   "model": self.model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
         return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode("utf-8")
 
-    yield chunk({"role": "assistant", "content": ""}, None)
-    yield chunk({"content": text}, None)
-    yield chunk({}, "stop")
-    yield b"data: [DONE]\n\n"
+    def advance(self, text: str) -> str:
+        """The part of `text` not sent yet. Deltas only append, so a text that no longer extends what was sent
+        (rare: the final clean-up changed an earlier word) sends nothing more, and is logged."""
+        if not text.startswith(self.sent):
+            log.warning("chat stream %s: the final text differs from what was streamed", self.completion_id)
+            return ""
+        piece, self.sent = text[len(self.sent):], text
+        return piece
+
+
+async def wait_disconnected(request: Request) -> None:
+    """Return once the client has gone away (its body already read: the next ASGI message is the disconnect)."""
+    while True:
+        message = await request.receive()
+        if message.get("type") == "http.disconnect":
+            return
 
 
 _TRANSLATE_SCHEMA = {

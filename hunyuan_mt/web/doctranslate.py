@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from ..config import LimitsConfig
 from ..documents import RenderedDocument, translate_document
-from ..errors import InvalidInput
+from ..errors import Cancelled, InvalidInput
 from ..languages import normalize_code
 
 #: Characters of the document shown to the language detector; enough for a confident guess.
@@ -16,11 +16,12 @@ _DETECT_SAMPLE = 2000
 def translate_upload(service: Any, data: bytes, filename: str, source: str, target: str, limits: LimitsConfig,
                      progress: Callable[[int, int], None] | None = None,
                      charge: Callable[[int], None] | None = None,
-                     glossary: Any = None) -> tuple[RenderedDocument, str]:
+                     glossary: Any = None, ticket: Any = None) -> tuple[RenderedDocument, str]:
     """(rendered document, source code actually used). `source` may be "auto".
 
     `charge(characters)` is called once the document is read, before anything is translated: the caller's
-    character budget (`AccessPolicy.spend_chars`) refuses a document that does not fit.
+    character budget (`AccessPolicy.spend_chars`) refuses a document that does not fit. `ticket` (background,
+    see ticket.py) lets the caller cancel the document's rows.
     """
     target = normalize_code(target)
     used = {"source": source}
@@ -35,7 +36,9 @@ def translate_upload(service: Any, data: bytes, filename: str, source: str, targ
                 raise InvalidInput("Could not detect the document's language; choose the source language.")
             src = detections[0].code
         used["source"] = normalize_code(src)
-        return service.translate_segments(segments, src, target, progress=report, glossary=glossary)
+        if ticket is not None and ticket.cancelled:
+            raise Cancelled(f"Cancelled: {ticket.reason}.")
+        return service.translate_segments(segments, src, target, progress=report, glossary=glossary, ticket=ticket)
 
     rendered = translate_document(data, filename, limits, run, progress=progress, target=target, glossary=glossary)
     return rendered, used["source"]

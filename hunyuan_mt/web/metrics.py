@@ -117,7 +117,11 @@ class ServiceCollector(Collector):
                                ("oom_failures", "Single rows that still did not fit."),
                                ("loops_cut", "Rows stopped in a repetition loop and cut to one copy of it."),
                                ("length_capped", "Rows that reached the cap relative to their source without "
-                                                 "ending.")):
+                                                 "ending."),
+                               ("cancelled", "Rows cancelled (their client went away, their job was cancelled)."),
+                               ("cancelled_running", "Cancelled rows that left the running batch mid-decode."),
+                               ("yielded", "Document rows sent back to the queue to make room for interactive "
+                                           "rows.")):
             if _num(engine.get(key)) is not None:
                 yield CounterMetricFamily(f"hmt_engine_{key}", help_text, value=float(engine[key]))
         yield from _gauge("hmt_engine_queued_rows", "Rows waiting to join the running batch.", engine.get("queued"))
@@ -165,6 +169,13 @@ class WebMetrics:
                                     ["pair", "route_kind", "front"], registry=self.registry)
         self.translation_seconds = Histogram("hmt_translation_seconds", "End-to-end translation latency by pair.",
                                              ["pair"], buckets=_LATENCY_BUCKETS, registry=self.registry)
+
+        self.cancelled_requests = Counter("hmt_cancelled_requests",
+                                          "Requests whose client went away before the answer, by front.",
+                                          ["front"], registry=self.registry)
+
+    def count_cancelled(self, front: str) -> None:
+        self.cancelled_requests.labels(front).inc()
 
     def observe_translation(self, source: str, target: str, route_kind: str, seconds: float, front: str) -> None:
         pair = f"{source}2{target}"
