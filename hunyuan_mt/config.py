@@ -336,6 +336,22 @@ class TmConfig:
 
 
 @dataclass
+class JobsConfig:
+    #: Documents translated at once (the others wait, queued); they share the engine with live traffic either way.
+    workers: int = 2
+    #: Jobs (and their translated files) are kept this long after they end, then forgotten.
+    ttl_s: float = 3600.0
+    #: Jobs kept at once (queued, running and finished but not expired); more are refused as busy.
+    max_jobs: int = 64
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.workers, int) and self.workers >= 1, "jobs.workers", "an integer >= 1", self.workers)
+        _check(self.ttl_s > 0, "jobs.ttl_s", "a number > 0", self.ttl_s)
+        _check(isinstance(self.max_jobs, int) and self.max_jobs >= 1, "jobs.max_jobs", "an integer >= 1",
+               self.max_jobs)
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
@@ -347,6 +363,7 @@ class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     glossary: GlossaryConfig = field(default_factory=GlossaryConfig)
     tm: TmConfig = field(default_factory=TmConfig)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
     #: Free-form profile name, shown in the status tab.
     name: str = "custom"
 

@@ -492,6 +492,7 @@ class BatchEngine:
             return bool(admitted) or bool(nbest)
         if admitted:
             self._prefill(admitted)
+            self._reap_cancelled()  # a client that left during the prefill does not get its first decode step
         if self._running:
             self._decode()
         return bool(admitted) or bool(nbest) or bool(self._running)
@@ -783,10 +784,11 @@ class BatchEngine:
                     self.stats.length_capped += 1
                 self._tell(p, live.output, True)
                 self._finish(p, result=self.backbone.decode(live.output))
-        if any(p.ticket is not None and p.ticket.on_tokens is not None for p in self._running.values()):
+        if any(p.ticket is not None and p.ticket.on_tokens is not None and not p.ticket.final_only
+               for p in self._running.values()):
             for live in self._batch.live:
                 p = self._running.get(live.seq.tag)
-                if p is not None:
+                if p is not None and not p.ticket.final_only:  # type: ignore[union-attr]
                     self._tell(p, live.generated, False)
 
     @staticmethod

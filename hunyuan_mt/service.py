@@ -365,11 +365,14 @@ class TranslationService:
         if progress:
             progress(0, total)
         t0 = time.perf_counter()
+        counted = _RowCounter(progress, total) if progress else None
         for start in range(0, total, _DOC_CHUNK):
             chunk = todo[start:start + _DOC_CHUNK]
             # Documents report no memory suggestions: nobody would read them.
             jobs = [self._job(texts[i], plan, glossary, suggest=False) for i in chunk]
-            jobs = self._run_enforcing(jobs, [texts[i] for i in chunk], glossary, ticket=ticket)
+            if counted is not None:
+                counted.limit = start + len(chunk)
+            jobs = self._run_enforcing(jobs, [texts[i] for i in chunk], glossary, ticket=ticket, listen=counted)
             for i, job in zip(chunk, jobs):
                 out[i] = job.render(job.current)
             if progress:
@@ -507,7 +510,7 @@ class TranslationService:
                 if k == len(job.plan.hops) - 1:
                     listen(job, i, ids, done)
 
-        return (ticket or Ticket()).with_listener(heard)
+        return (ticket or Ticket()).with_listener(heard, final_only=getattr(listen, "final_only", False))
 
     # ------------------------------------------------------------------ admin
 
@@ -597,6 +600,30 @@ class TranslationService:
             "counts": counts,
             "history": history,
         }
+
+
+class _RowCounter:
+    """A document's progress per segment: rows that finish their last hop, counted on the engine's thread and
+    reported at most every `interval` seconds (a chunk's end reports too). Never past the current chunk's end
+    (`limit`): a glossary retry's rows finish twice."""
+
+    #: Only finished rows are of interest (the engine then skips the per-step calls).
+    final_only = True
+
+    def __init__(self, progress: Callable[[int, int], None], total: int, interval: float = 0.2) -> None:
+        self.progress, self.total, self.interval = progress, total, interval
+        self.limit = 0
+        self._finished = 0
+        self._last = 0.0
+
+    def __call__(self, job: Any, index: int, ids: list[int], done: bool) -> None:
+        if not done:
+            return
+        self._finished += 1
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._last = now
+            self.progress(min(self._finished, self.limit), self.total)
 
 
 def _matches(job: _Job) -> list[dict[str, Any]]:

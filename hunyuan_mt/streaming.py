@@ -3,9 +3,10 @@
 The engine tells a ticket's listener each row's tokens after every step (ticket.py); `TextStream` keeps the latest
 ids per segment and wakes its reader, which builds the text on its own thread. What it shows is always a prefix in
 reading order: the segments before the first unfinished one whole (the translation memory's at once, since they
-need no model), then that one's words so far. The last word of an unfinished segment is held back (the next token
-may still change how it reads), and so is a do-not-translate marker the model is still writing; complete markers
-show as the text they stand for.
+need no model), then that one's tokens so far. A tokenizer's decoding of more tokens extends its decoding of fewer
+(SentencePiece pieces append; byte-level BPE may leave a character half-written, which is held back), so each text
+extends the last. A do-not-translate marker the model is still writing is held back too; complete markers show as
+the text they stand for.
 """
 
 from __future__ import annotations
@@ -81,16 +82,8 @@ def partial_text(job: Any, rows: dict[int, tuple[list[int], bool]], decode: Call
         if done:
             texts.append(masking.restore(out, protected) if protected is not None else out)
             continue
-        if " " in out.strip():
-            out = out[:out.rstrip().rfind(" ")]  # the last word may still change
-        elif out and not _spaceless(out):
-            out = ""
+        out = out.rstrip("\ufffd")  # a character whose bytes are not all generated yet
         texts.append((masking.restore_prefix(out, protected) if protected is not None else out) + _CUT)
         break
     texts += [""] * (len(job.current) - len(texts))
     return job.render(texts).split(_CUT, 1)[0]
-
-
-def _spaceless(text: str) -> bool:
-    """Whether `text` is in a script written without spaces (Chinese, Japanese, Thai...): no last word to hold."""
-    return any(ord(ch) >= 0x2E80 for ch in text)

@@ -33,6 +33,8 @@ class _Cancel:
 class Ticket:
     background: bool = False
     on_tokens: TokenListener | None = None
+    #: Tell `on_tokens` only when a row is done (a document's progress), not after every step.
+    final_only: bool = False
     _cancel: _Cancel = field(default_factory=_Cancel, repr=False)
 
     def cancel(self, reason: str = "cancelled") -> None:
@@ -49,7 +51,7 @@ class Ticket:
     def reason(self) -> str:
         return self._cancel.reason
 
-    def with_listener(self, on_tokens: TokenListener | None) -> "Ticket":
+    def with_listener(self, on_tokens: TokenListener | None, final_only: bool = False) -> "Ticket":
         """The same cancellation and priority with another token listener (one per engine submit: a pivot's two
         hops, or a stream's rows)."""
-        return Ticket(self.background, on_tokens, self._cancel)
+        return Ticket(self.background, on_tokens, final_only, self._cancel)

@@ -121,15 +121,16 @@ def read_document(data: bytes, filename: str, limits: LimitsConfig) -> Document:
     return document
 
 
-def translate_document(data: bytes, filename: str, limits: LimitsConfig, translate_segments: TranslateSegments,
-                       progress: Progress | None = None, target: str | None = None,
-                       glossary: Glossary | None = None) -> RenderedDocument:
-    """Read, translate and render an upload in one call (what the web layer and the CLI use).
+def translate_document(data: bytes | Document, filename: str, limits: LimitsConfig,
+                       translate_segments: TranslateSegments, progress: Progress | None = None,
+                       target: str | None = None, glossary: Glossary | None = None) -> RenderedDocument:
+    """Read, translate and render an upload in one call (what the web layer and the CLI use). `data` may be a
+    document `read_document` already read (a job checks the upload before it answers with an id).
 
     `translate_segments(segments, progress)` is the service's `translate_segments` bound to a language pair.
     `target` names the output file (`report.es.docx`).
     """
-    document = read_document(data, filename, limits)
+    document = data if isinstance(data, Document) else read_document(data, filename, limits)
     translations, redone = translate_keeping_markup(document, translate_segments, progress, glossary)
     rendered = document.render(translations, target=target)
     if redone:
@@ -137,6 +138,11 @@ def translate_document(data: bytes, filename: str, limits: LimitsConfig, transla
                 f"{'were' if redone > 1 else 'was'} translated piece by piece, between the tags.")
         rendered = dataclasses.replace(rendered, note=f"{rendered.note} {note}".strip())
     return rendered
+
+
+def distinct_segments(document: Document) -> int:
+    """How many segments a translation sends (repeated ones go once): a document job's `total`."""
+    return len(set(document.segments))
 
 
 def translate_keeping_markup(document: Document, translate_segments: TranslateSegments,

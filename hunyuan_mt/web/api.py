@@ -7,6 +7,7 @@ serves the Gradio UI. Errors are typed below this layer and rendered here, once,
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -28,8 +29,10 @@ from .. import __version__
 from ..adapters.request import Pair
 from ..config import Config
 from ..documents import LISTED_EXTENSIONS
-from ..errors import FeatureDisabled, InputTooLarge, InvalidInput, RateLimited, TranslationError, UnreachablePair, http_status
+from ..errors import Cancelled, FeatureDisabled, InputTooLarge, InvalidInput, RateLimited, TranslationError, UnreachablePair, http_status
+from ..documents import distinct_segments, read_document
 from ..glossary import Glossary, GlossaryStore
+from ..jobs import DocumentJobs, JobView, check_job_id
 from ..languages import LANGUAGES, normalize_code, parse_hunyuan_prompt
 from ..ticket import Ticket
 from .auth import AccessPolicy, Caller
@@ -144,14 +147,17 @@ class RestApi:
         self.metrics = metrics
         self.policy = policy or AccessPolicy(cfg.server, cfg.limits)
         self.downloads = DownloadStore()
+        #: Document jobs, shared with the web page (web.server.build_app hands them to build_ui).
+        self.jobs = DocumentJobs(cfg.jobs)
         self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms)
         self._limiter: anyio.CapacityLimiter | None = None  # made on first use: it needs the running loop
 
-    async def _call(self, fn: Any, *args: Any) -> Any:
+    async def _call(self, fn: Any, *args: Any, abandon_on_cancel: bool = False) -> Any:
         """Run a blocking service call in the REST thread pool."""
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(REST_THREADS)
-        return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter)
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter,
+                                              abandon_on_cancel=abandon_on_cancel)
 
     async def _watched(self, request: Request, ticket: Ticket, front: str, fn: Callable[[], Any]) -> Any:
         """`fn()` in the thread pool, cancelling `ticket` if the client disconnects first: its rows then leave
@@ -369,6 +375,83 @@ class RestApi:
             body["note"] = rendered.note
         return JSONResponse(body)
 
+    # ------------------------------------------------------------------ document jobs
+
+    async def _upload(self, request: Request) -> tuple[Caller, Any, str, str, Any]:
+        """A document upload's fields, checked: (caller, the document read, source, target, glossary)."""
+        try:
+            fields = await read_fields(request, allow=(MULTIPART,))
+            caller = self._authorize(request, fields)
+            upload = fields.get("file")
+            if not isinstance(upload, UploadFile):
+                raise InvalidInput("Invalid request: missing file parameter")
+            source = _source_field(fields)
+            target = normalize_code(text_field(fields, "target"))
+            glossary = self.glossaries.resolve(fields.get("glossary"), source, target)
+            data = await upload.read(self.cfg.limits.max_file_bytes + 1)
+            if len(data) > self.cfg.limits.max_file_bytes:
+                raise InputTooLarge(f"File too large: more than {self.cfg.limits.max_file_bytes} bytes "
+                                    f"(limit {self.cfg.limits.max_file_bytes}).")
+            filename = safe_filename(upload.filename or "document.txt")
+        finally:
+            await request.close()
+        # Read now: a file the server cannot take is refused here, not found out later as a failed job.
+        document = await self._call(read_document, data, filename, self.cfg.limits)
+        return caller, document, source, target, glossary
+
+    def _may(self, request: Request) -> Callable[[Any], bool]:
+        """Whether this request may see a job: its uploader's key or address, as for downloads."""
+        key, address = self._api_key(request), client_address(request)
+        return lambda owner: self.policy.may_fetch(owner, key, address)
+
+    def _job_body(self, request: Request, view: JobView) -> dict[str, Any]:
+        body = view.to_dict()
+        if view.state == "done":
+            body["result_url"] = str(request.url_for("document_result", job_id=view.id))
+        return body
+
+    async def submit_document(self, request: Request) -> JSONResponse:
+        caller, document, source, target, glossary = await self._upload(request)
+        self.policy.spend_chars(caller, sum(len(s) for s in document.segments))
+
+        def work(progress: Callable[[int, int], None], ticket: Ticket) -> Any:
+            return translate_upload(self.service, document, document.filename, source, target, self.cfg.limits,
+                                    progress, None, glossary, ticket)
+
+        view = self.jobs.submit(work, document.filename, source, target, distinct_segments(document),
+                                caller if self.policy.downloads_owned else None)
+        url = str(request.url_for("document_job", job_id=view.id))
+        return JSONResponse(self._job_body(request, view), status_code=202, headers={"Location": url})
+
+    async def document_job(self, request: Request, job_id: str) -> JSONResponse:
+        """A job's state; `?wait=S` holds the answer up to S seconds (at most 30) until it changes: a long poll."""
+        check_job_id(job_id)
+        wait = request.query_params.get("wait")
+        may = self._may(request)
+        if wait is None:
+            view = self.jobs.view(job_id, may)
+        else:
+            try:
+                seconds = min(30.0, max(0.0, float(wait)))
+            except ValueError:
+                raise InvalidInput("Invalid request: wait must be a number of seconds (at most 30).") from None
+            before = self.jobs.view(job_id, may)
+            view = await self._call(functools.partial(self.jobs.wait, job_id, may, seconds, before))
+        return JSONResponse(self._job_body(request, view))
+
+    async def document_result(self, request: Request, job_id: str) -> Response:
+        check_job_id(job_id)
+        rendered = self.jobs.result(job_id, self._may(request))
+        disposition = f"attachment; filename*=UTF-8''{quote(safe_filename(rendered.filename))}"
+        return Response(rendered.data, media_type=rendered.media_type, headers={"Content-Disposition": disposition})
+
+    async def cancel_document(self, request: Request, job_id: str) -> JSONResponse:
+        check_job_id(job_id)
+        return JSONResponse(self._job_body(request, self.jobs.cancel(job_id, self._may(request))))
+
+    async def document_jobs(self, request: Request) -> JSONResponse:
+        return JSONResponse({"jobs": [self._job_body(request, v) for v in self.jobs.list(self._may(request))]})
+
     async def download_file(self, request: Request, token: str, filename: str) -> Response:
         stored = self.downloads.get(token)
         # Someone else's file answers exactly as a missing one: the link's existence is not confirmed.
@@ -514,7 +597,7 @@ class RestApi:
                 stream.close()
                 raise
             chunks = _ChatChunks(completion_id, created, model)
-            return StreamingResponse(self._stream_events(stream, first, chunks, ticket, started),
+            return StreamingResponse(self._stream_events(request, stream, first, chunks, ticket, started),
                                      media_type="text/event-stream")
         results = await self._watched(request, ticket, "openai", functools.partial(
             self.service.translate_batch, [text], source, target, alternatives=n - 1, ticket=ticket))
@@ -532,10 +615,17 @@ class RestApi:
             "route": result.route_label,
         })
 
-    async def _stream_events(self, stream: Iterator[Any], first: Any, chunks: "_ChatChunks", ticket: Ticket,
-                             started: float) -> AsyncIterator[bytes]:
+    async def _stream_events(self, request: Request, stream: Iterator[Any], first: Any, chunks: "_ChatChunks",
+                             ticket: Ticket, started: float) -> AsyncIterator[bytes]:
         """Server-sent events for one streamed chat completion: each new piece of the translation as it grows.
-        Starlette closes this generator when the client goes away; the rows are cancelled then."""
+
+        A client that goes away cancels the rows: seen by a watcher at once (Starlette itself may only notice at
+        the next write, and none comes while the rows wait), or when Starlette closes this generator."""
+        async def watch() -> None:
+            await wait_disconnected(request)
+            ticket.cancel("client disconnected")
+
+        watcher = asyncio.ensure_future(watch())
         finished = False
         try:
             yield chunks.chunk({"role": "assistant", "content": ""}, None)
@@ -554,12 +644,15 @@ class RestApi:
                     yield b"data: [DONE]\n\n"
                     finished = True
                     return
-                item = await self._call(next, stream)
+                # Abandoned when the client goes away: the thread returns at the engine's next step.
+                item = await self._call(next, stream, abandon_on_cancel=True)
+        except Cancelled:
+            return  # the watcher cancelled the rows: nobody is left to read an error
         finally:
+            watcher.cancel()
             if not finished:
                 ticket.cancel("client disconnected")
                 self.metrics.count_cancelled("openai-stream")
-            stream.close()
 
     async def models(self) -> JSONResponse:
         infos = await self._call(self.service.languages)
@@ -593,6 +686,12 @@ class _ChatChunks:
         return piece
 
 
+def _openai_path(path: str) -> bool:
+    """The OpenAI-compatible routes answer errors in OpenAI's shape; every other route (documents under /v1 too)
+    in LibreTranslate's."""
+    return path.startswith(("/v1/chat/", "/v1/models"))
+
+
 async def wait_disconnected(request: Request) -> None:
     """Return once the client has gone away (its body already read: the next ASGI message is the disconnect)."""
     while True:
@@ -614,6 +713,20 @@ _TRANSLATE_SCHEMA = {
                          "description": "How many other translations to return as well (limits.max_alternatives)."},
         "glossary": {"description": "Terms to enforce: the id of a stored glossary, an object {source: target}, "
                                     "a list of [source, target] pairs, or lines 'source = target'."},
+        "api_key": {"type": "string"},
+    },
+}
+
+
+_DOCUMENT_SCHEMA = {
+    "type": "object",
+    "required": ["file", "target"],
+    "properties": {
+        "file": {"type": "string", "format": "binary", "description": "The document (see /frontend/settings for the "
+                                                                      "file types)."},
+        "source": {"type": "string", "default": "auto"},
+        "target": {"type": "string"},
+        "glossary": {"description": "Terms to enforce, as for /translate."},
         "api_key": {"type": "string"},
     },
 }
@@ -641,9 +754,10 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
     app.add_middleware(BodyLimitMiddleware, limits={
         "/translate": json_cap, "/detect": json_cap, "/v1": json_cap, "/admin": _JSON_OVERHEAD,
         "/suggest": _JSON_OVERHEAD, "/translate_file": file_cap, "/admin/memory": file_cap,
+        "/v1/documents": file_cap,
     })
     if cfg.server.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(cfg.server.cors_origins), allow_methods=["GET", "POST"],
+        app.add_middleware(CORSMiddleware, allow_origins=list(cfg.server.cors_origins), allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["*"])
 
     @app.middleware("http")
@@ -659,7 +773,7 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
 
     @app.exception_handler(TranslationError)
     async def on_translation_error(request: Request, exc: TranslationError) -> JSONResponse:
-        return error_response(exc, openai_style=request.url.path.startswith("/v1/"))
+        return error_response(exc, openai_style=_openai_path(request.url.path))
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -679,7 +793,7 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(exc, openai_style=request.url.path.startswith("/v1/"))
+        return error_response(exc, openai_style=_openai_path(request.url.path))
 
     app.add_api_route("/translate", api.translate, methods=["POST"], tags=["LibreTranslate"],
                       summary="Translate text", openapi_extra=_body_doc(_TRANSLATE_SCHEMA))
@@ -730,6 +844,17 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
                           summary=f"{action.capitalize()} (needs the X-Admin-Key header)",
                           openapi_extra=None if action == "rescan" else memory_doc if action == "memory" else pair_doc)
 
+    app.add_api_route("/v1/documents", api.submit_document, methods=["POST"], tags=["Documents"], status_code=202,
+                      summary="Translate a document as a job: answers at once with its id",
+                      openapi_extra=_body_doc(_DOCUMENT_SCHEMA, (MULTIPART,)))
+    app.add_api_route("/v1/documents", api.document_jobs, methods=["GET"], tags=["Documents"],
+                      summary="Your document jobs")
+    app.add_api_route("/v1/documents/{job_id}", api.document_job, methods=["GET"], tags=["Documents"],
+                      name="document_job", summary="A job's state, progress and seconds remaining (?wait=S: long poll)")
+    app.add_api_route("/v1/documents/{job_id}", api.cancel_document, methods=["DELETE"], tags=["Documents"],
+                      summary="Cancel a job")
+    app.add_api_route("/v1/documents/{job_id}/result", api.document_result, methods=["GET"], tags=["Documents"],
+                      name="document_result", summary="Download a finished job's document")
     app.add_api_route("/v1/chat/completions", api.chat_completions, methods=["POST"], tags=["OpenAI"],
                       summary="Translate the last user message; model = target ('es') or pair ('en2es')")
     app.add_api_route("/v1/models", api.models, methods=["GET"], tags=["OpenAI"], summary="Targets and pairs")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..config import LimitsConfig
-from ..documents import RenderedDocument, translate_document
+from ..documents import Document, RenderedDocument, translate_document
 from ..errors import Cancelled, InvalidInput
 from ..languages import normalize_code
 
@@ -13,11 +13,12 @@ from ..languages import normalize_code
 _DETECT_SAMPLE = 2000
 
 
-def translate_upload(service: Any, data: bytes, filename: str, source: str, target: str, limits: LimitsConfig,
+def translate_upload(service: Any, data: bytes | Document, filename: str, source: str, target: str, limits: LimitsConfig,
                      progress: Callable[[int, int], None] | None = None,
                      charge: Callable[[int], None] | None = None,
                      glossary: Any = None, ticket: Any = None) -> tuple[RenderedDocument, str]:
-    """(rendered document, source code actually used). `source` may be "auto".
+    """(rendered document, source code actually used). `source` may be "auto". `data` may be the upload already
+    read (`documents.read_document`).
 
     `charge(characters)` is called once the document is read, before anything is translated: the caller's
     character budget (`AccessPolicy.spend_chars`) refuses a document that does not fit. `ticket` (background,

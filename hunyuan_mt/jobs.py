@@ -1,0 +1,302 @@
+"""Document jobs: an upload answers at once with an id; the document translates in the background.
+
+A job is queued, then translating (with `done`/`total` segments and `seconds_remaining` from the rate measured so
+far, or from the last documents' rate before its first segment is done), then done, error or cancelled. The
+result is kept until the job expires (`jobs.ttl_s` after it ended). A job's rows are background rows (ticket.py):
+they yield to interactive requests, and cancelling a job takes them out of the engine at its next step.
+
+The store is in memory: jobs do not survive a restart, which a client finds out as a 404 for the id.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import JobsConfig
+from .documents import RenderedDocument
+from .errors import Busy, Cancelled, InvalidInput, TranslationError, http_status
+from .ticket import Ticket
+
+log = logging.getLogger(__name__)
+
+STATES = ("queued", "translating", "done", "error", "cancelled")
+ENDED = ("done", "error", "cancelled")
+
+#: A job's work: translate its document, reporting progress(done, total), under the job's ticket → (the translated
+#: document, the source language used).
+Work = Callable[[Callable[[int, int], None], Ticket], tuple[RenderedDocument, str]]
+
+
+#: Whether the caller asking may see a job uploaded by `owner` (None: anyone with the id).
+Access = Callable[[Any], bool] | None
+
+
+class JobNotFound(TranslationError):
+    """No such job for this caller (never existed, expired, or someone else's: all answer the same)."""
+
+    http_status = 404
+
+
+class JobNotReady(TranslationError):
+    http_status = 409
+
+
+@dataclass(eq=False)
+class Job:
+    id: str
+    filename: str
+    source: str
+    target: str
+    #: Who uploaded it (the REST caller, the page's visitor), for the `may` check of every later call.
+    owner: Any
+    created: float
+    state: str = "queued"
+    done: int = 0
+    total: int = 0
+    started: float | None = None
+    #: When the first segment was done: the rate is measured from there (reading the file is not translating).
+    first_done: float | None = None
+    ended: float | None = None
+    detected_source: str | None = None
+    result: RenderedDocument | None = None
+    error: str | None = None
+    error_status: int | None = None
+    ticket: Ticket = field(default_factory=lambda: Ticket(background=True))
+    #: Ordinal of submission, for the queue position.
+    seq: int = 0
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What a client is told about a job (the REST body, the page's progress)."""
+
+    id: str
+    state: str
+    filename: str
+    source: str
+    target: str
+    done: int
+    total: int
+    seconds_remaining: float | None
+    queue_position: int | None
+    error: str | None
+    note: str
+    result_filename: str | None
+    expires_in_s: float | None
+
+    @property
+    def progress(self) -> float:
+        if self.state == "done":
+            return 1.0
+        return round(self.done / self.total, 4) if self.total else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        body = {"id": self.id, "state": self.state, "filename": self.filename, "source": self.source,
+                "target": self.target, "progress": self.progress, "done": self.done, "total": self.total,
+                "seconds_remaining": self.seconds_remaining}
+        if self.queue_position is not None:
+            body["queue_position"] = self.queue_position
+        if self.error is not None:
+            body["error"] = self.error
+        if self.note:
+            body["note"] = self.note
+        if self.result_filename is not None:
+            body["result_filename"] = self.result_filename
+        if self.expires_in_s is not None:
+            body["expires_in_s"] = round(self.expires_in_s)
+        return body
+
+
+class DocumentJobs:
+    """Jobs by id: submit, look up, download, cancel; `workers` run at once, ended jobs expire after `ttl_s`."""
+
+    def __init__(self, cfg: JobsConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.cfg = cfg
+        self._clock = clock
+        self._jobs: dict[str, Job] = {}
+        self._lock = threading.Condition()
+        self._seq = itertools.count()
+        # Daemon threads: a job left running does not hold the process at exit (the engine it waits on closes).
+        self._queue: queue.Queue[tuple[Job, Work] | None] = queue.Queue()
+        self._workers = [threading.Thread(target=self._work, name=f"hmt-job-{n}", daemon=True)
+                         for n in range(cfg.workers)]
+        for worker in self._workers:
+            worker.start()
+        #: Segments per second of the last documents (an exponential average): the estimate before a job's own.
+        self._rate: float | None = None
+
+    # ------------------------------------------------------------------ public
+
+    def submit(self, work: Work, filename: str, source: str, target: str, total: int, owner: Any = None) -> JobView:
+        """Queue a document already read and checked (`total` segments to translate); returns at once. Busy when
+        `max_jobs` jobs are kept."""
+        now = self._clock()
+        with self._lock:
+            self._expire(now)
+            if len(self._jobs) >= self.cfg.max_jobs:
+                raise Busy(f"{len(self._jobs)} document jobs are queued or kept (jobs.max_jobs); try again when one "
+                           "has finished or expired.")
+            job = Job(secrets.token_hex(12), filename, source, target, owner, now, total=total, seq=next(self._seq))
+            self._jobs[job.id] = job
+        self._queue.put((job, work))
+        log.info("job %s: %s queued (%s→%s, %d segments)", job.id, filename, source, target, total)
+        return self.view(job.id)
+
+    def view(self, job_id: str, may: Access = None) -> JobView:
+        with self._lock:
+            return self._view(self._get(job_id, may), self._clock())
+
+    def wait(self, job_id: str, may: Access = None, timeout: float | None = None,
+             after: JobView | None = None) -> JobView:
+        """The job once it has changed from `after` (or ended), at most `timeout` seconds later: a long poll."""
+        deadline = None if timeout is None else self._clock() + timeout
+        with self._lock:
+            while True:
+                job = self._get(job_id, may)
+                current = self._view(job, self._clock())
+                if job.state in ENDED or after is None or (current.state, current.done) != (after.state, after.done):
+                    return current
+                left = None if deadline is None else deadline - self._clock()
+                if left is not None and left <= 0:
+                    return current
+                self._lock.wait(left)
+
+    def result(self, job_id: str, may: Access = None) -> RenderedDocument:
+        with self._lock:
+            job = self._get(job_id, may)
+            if job.state != "done" or job.result is None:
+                raise JobNotReady(f"Job {job_id} is {job.state}; its document can be downloaded once it is done.")
+            return job.result
+
+    def cancel(self, job_id: str, may: Access = None) -> JobView:
+        """Cancel a queued or running job (its rows leave the engine at the next step); an ended job is left as
+        it is. Returns the job."""
+        with self._lock:
+            job = self._get(job_id, may)
+            if job.state not in ENDED:
+                job.ticket.cancel("job cancelled")
+                if job.state == "queued":
+                    self._end(job, "cancelled", self._clock())
+            return self._view(job, self._clock())
+
+    def list(self, may: Access = None) -> list[JobView]:
+        with self._lock:
+            now = self._clock()
+            self._expire(now)
+            return [self._view(j, now) for j in sorted(self._jobs.values(), key=lambda j: j.seq)
+                    if may is None or may(j.owner)]
+
+    def close(self) -> None:
+        with self._lock:
+            for job in self._jobs.values():
+                if job.state not in ENDED:
+                    job.ticket.cancel("server shutting down")
+        for _ in self._workers:
+            self._queue.put(None)
+
+    # ------------------------------------------------------------------ the work
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            self._run(*item)
+
+    def _run(self, job: Job, work: Work) -> None:
+        with self._lock:
+            if job.state != "queued":  # cancelled while it waited
+                return
+            job.state, job.started = "translating", self._clock()
+            self._lock.notify_all()
+
+        def progress(done: int, total: int) -> None:
+            with self._lock:
+                if done > 0 and job.first_done is None:
+                    job.first_done = self._clock()
+                job.done, job.total = max(job.done, done), total
+                self._lock.notify_all()
+
+        try:
+            rendered, used = work(progress, job.ticket)
+        except Cancelled:
+            with self._lock:
+                self._end(job, "cancelled", self._clock())
+            return
+        except TranslationError as exc:
+            with self._lock:
+                job.error, job.error_status = exc.message, http_status(exc)
+                self._end(job, "error", self._clock())
+            log.info("job %s: %s", job.id, exc.message)
+            return
+        except Exception as exc:  # noqa: BLE001 - a job's failure is reported in the job, the worker goes on
+            log.exception("job %s failed", job.id)
+            with self._lock:
+                job.error, job.error_status = f"Internal error: {type(exc).__name__}.", 500
+                self._end(job, "error", self._clock())
+            return
+        with self._lock:
+            job.result, job.detected_source = rendered, used
+            job.done = job.total
+            now = self._clock()
+            if job.started is not None and job.total and now > job.started:
+                rate = job.total / (now - job.started)
+                self._rate = rate if self._rate is None else 0.5 * self._rate + 0.5 * rate
+            self._end(job, "cancelled" if job.ticket.cancelled else "done", now)
+        log.info("job %s: done, %d segments", job.id, job.total)
+
+    # ------------------------------------------------------------------ bookkeeping (caller holds _lock)
+
+    def _end(self, job: Job, state: str, now: float) -> None:
+        job.state, job.ended = state, now
+        self._lock.notify_all()
+
+    def _get(self, job_id: str, may: Access) -> Job:
+        self._expire(self._clock())
+        job = self._jobs.get(job_id) if isinstance(job_id, str) else None
+        if job is None or (may is not None and not may(job.owner)):
+            raise JobNotFound(f"No job {str(job_id)[:40]!r}: it does not exist, has expired, or is not yours.")
+        return job
+
+    def _expire(self, now: float) -> None:
+        gone = [k for k, j in self._jobs.items() if j.ended is not None and now - j.ended > self.cfg.ttl_s]
+        for k in gone:
+            del self._jobs[k]
+
+    def _view(self, job: Job, now: float) -> JobView:
+        position = None
+        if job.state == "queued":
+            position = sum(1 for j in self._jobs.values() if j.state == "queued" and j.seq < job.seq) + 1
+        note = ""
+        if job.state == "done" and job.result is not None:
+            note = job.result.note
+        source = job.detected_source or job.source
+        return JobView(job.id, job.state, job.filename, source, job.target, job.done, job.total,
+                       self._remaining(job, now), position, job.error, note,
+                       job.result.filename if job.result is not None else None,
+                       None if job.ended is None else max(0.0, self.cfg.ttl_s - (now - job.ended)))
+
+    def _remaining(self, job: Job, now: float) -> float | None:
+        """Seconds left, from the job's own rate once a segment is done, else the last documents' rate."""
+        if job.state in ENDED:
+            return 0.0 if job.state == "done" else None
+        if job.state == "translating" and job.first_done is not None and job.done and job.started is not None:
+            rate = job.done / max(now - job.started, 1e-6)
+            return round((job.total - job.done) / rate, 1)
+        if self._rate is None:
+            return None
+        # Before its own rate is known: the jobs running ahead of it and its own segments, at the last rate.
+        ahead = 0 if job.state == "translating" else sum(
+            j.total - j.done for j in self._jobs.values() if j.state == "translating")
+        return round((ahead + job.total - job.done) / self._rate, 1)
+
+
+def check_job_id(job_id: str) -> str:
+    if not isinstance(job_id, str) or not (1 <= len(job_id) <= 64) or not job_id.isalnum():
+        raise InvalidInput("Invalid request: a job id is letters and digits.")
+    return job_id
