@@ -237,8 +237,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("text", nargs="*", help="text to translate (default: read stdin)")
     p.add_argument("--src", default="auto", help="source language code, or auto (default)")
     p.add_argument("--tgt", required=True, help="target language code")
-    p.add_argument("--file", help="a document to translate (txt, md, srt, docx, pdf, html, po, pot, json, yaml, "
-                                  "xlf)")
+    # Written out: importing documents (and every format library) only for --help would slow every command.
+    p.add_argument("--file", help="a document to translate (txt, md, srt, docx, pptx, xlsx, odt, ods, odp, epub, "
+                                  "pdf, html, po, pot, json, yaml, xlf)")
     p.add_argument("--output", "-o", help="where to write a translated --file ('-' for stdout)")
     p.add_argument("--json", action="store_true", help="print the whole result (route, adapters, timings) as JSON")
     p.add_argument("--glossary", metavar="FILE_OR_ID",

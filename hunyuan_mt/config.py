@@ -221,6 +221,15 @@ class EngineConfig:
     max_seq_len: int = 1024
     #: Static cache on CUDA: capture decode steps as CUDA graphs (per batch-size bucket; eager where capture fails).
     cuda_graphs: bool = True
+    #: Document rows yield to interactive ones: they enter after them, and give up their places in a full batch.
+    #: Off, they queue like any row (what bench.live_traffic compares against).
+    documents_yield: bool = True
+    #: While interactive rows run or wait, at most this many document rows share their batch (the others wait, or
+    #: go back to the queue): a step's cost grows with its rows.
+    background_rows: int = 4
+    #: Document rows enter at most this many a prefill, so an interactive row that arrives meanwhile waits for a
+    #: small forward, not for the whole batch's refill.
+    background_prefill_rows: int = 8
 
     def __post_init__(self) -> None:
         _check(self.max_wait_ms >= 0, "engine.max_wait_ms", "a number >= 0", self.max_wait_ms)
@@ -235,6 +244,10 @@ class EngineConfig:
                self.max_seq_len)
         _check(isinstance(self.max_join_steps, int) and self.max_join_steps >= 0, "engine.max_join_steps",
                "an integer >= 0", self.max_join_steps)
+        _check(isinstance(self.background_rows, int) and self.background_rows >= 0, "engine.background_rows",
+               "an integer >= 0", self.background_rows)
+        _check(isinstance(self.background_prefill_rows, int) and self.background_prefill_rows >= 1,
+               "engine.background_prefill_rows", "an integer >= 1", self.background_prefill_rows)
 
 
 @dataclass

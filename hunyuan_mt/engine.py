@@ -108,9 +108,12 @@ class _Pending:
     #: The row's position in its submit (what the ticket's listener is told).
     index: int = 0
 
+    #: Whether background tickets are honoured (engine.documents_yield).
+    yields: bool = True
+
     @property
     def background(self) -> bool:
-        return self.ticket is not None and self.ticket.background
+        return self.yields and self.ticket is not None and self.ticket.background
 
     @property
     def cancelled(self) -> bool:
@@ -341,7 +344,7 @@ class BatchEngine:
                 max_new = min(max_new, width - encoded.tokens)
             guarded = self.guard.enabled and not self.guard.has_loop(list(encoded.input_ids))
             prepared.append((fut, _Pending(row, fut, 0, encoded, max_new, now, guarded=guarded, capped=capped,
-                                           ticket=ticket, index=index)))
+                                           ticket=ticket, index=index, yields=self.cfg.documents_yield)))
         return prepared
 
     def run(self, rows: Sequence[Row], timeout: float | None = None, ticket: "Ticket | None" = None) -> list[str]:
@@ -537,6 +540,14 @@ class BatchEngine:
                 rest = [p for p in queue if p.skips < bound]
                 order += starved + [p for p in rest if cheap(p)] + [p for p in rest if not cheap(p)]
         longest = max((p.tokens for p in self._running.values()), default=0)
+        with self._cv:
+            interactive = any(not p.background for p in self._running.values()) or any(
+                not p.background for p in self._queue)
+        # Background rows that may still enter: up to `background_prefill_rows` a prefill (an interactive row
+        # that arrives meanwhile waits for one small forward, not a refill of the whole batch), and beside
+        # interactive rows, up to `background_rows` in the batch.
+        background_room = (self.cfg.background_rows - sum(1 for p in self._running.values() if p.background)
+                           if interactive else self.cfg.background_prefill_rows)
         admitted: list[_Pending] = []
         refused: list[tuple[_Pending, BaseException]] = []
         draining = False
@@ -548,6 +559,8 @@ class BatchEngine:
                 if p.skips >= bound:
                     break  # starved and short of room: nothing younger may take the room it waits for
                 continue
+            if p.background and background_room <= 0:
+                break  # background rows come last in the order: none of the rest may enter
             needs_slot = p.row.adapter is not None and p.row.adapter.key not in pinned
             if draining and needs_slot:
                 continue  # a starved row waits for a slot to drain: do not extend any slot's lease
@@ -565,6 +578,7 @@ class BatchEngine:
             p.lease, p.slot = lease, (BASE_SLOT if lease is None else lease.slots[0])
             p.blocked_since = None
             admitted.append(p)
+            background_room -= int(p.background)
             longest = max(longest, p.tokens)
         taken = {id(p) for p in admitted} | {id(p) for p, _ in refused}
         # Per class: an interactive row going ahead of a document's is by design, not a skip.
@@ -582,25 +596,28 @@ class BatchEngine:
         return admitted
 
     def _make_room(self, cap: int) -> bool:
-        """Background rows give their places up to interactive rows that wait: the newest of them go back to the
-        queue (they start again later; greedy output is the same) when the batch has no room for the waiting
-        interactive rows. True when interactive rows wait beside running background rows: they join at once."""
+        """Background rows give way to interactive ones. While interactive rows run or wait, at most
+        `engine.background_rows` background rows share their batch, and fewer when the waiting interactive rows
+        need the room: the newest go back to the queue (they start again later, and greedy output is the same;
+        the newest have the least work to lose). A decode step's cost grows with its rows, so a short request
+        beside a document then takes about the steps it takes alone, at little more than their idle cost.
+
+        True when interactive rows wait beside running background rows: they join at once."""
         if self._batch is None:
             return False
         with self._cv:
             waiting = sum(1 for p in self._queue if not p.background)
-        if not waiting:
-            return False
         background = [p for p in self._running.values() if p.background]
-        if not background:
+        interactive = len(self._running) - len(background)
+        if not background or not (waiting or interactive):
             return False
-        short = waiting - (cap - len(self._running))
-        if short > 0:
-            newest = sorted(background, key=lambda p: p.seq, reverse=True)[:short]
+        keep = min(self.cfg.background_rows, max(0, cap - interactive - waiting))
+        if len(background) > keep:
+            newest = sorted(background, key=lambda p: p.seq, reverse=True)[:len(background) - keep]
             self._batch.drop({p.seq for p in newest})
             self.stats.yielded += len(newest)
             self._requeue(newest, preempted=False)
-        return True
+        return bool(waiting)
 
     def _reap_cancelled(self) -> None:
         """Rows whose ticket was cancelled leave the queue and the running batch now, with their leases."""

@@ -929,3 +929,29 @@ def test_background_rows_give_their_places_to_an_interactive_row(marian_dir: Pat
     assert records[held_at + 1].kind == "prefill" and records[held_at + 1].pairs == ("en2es",)
     assert all(h.rows <= 4 for h in records)
     assert engine.stats.yielded == 1
+
+
+def test_beside_an_interactive_row_only_background_rows_share_the_batch(marian_dir: Path, marian_adapters: Path,
+                                                                        make_engine) -> None:
+    """Eight document rows decode; an interactive row arrives: the four newest go back to the queue, the steps
+    it decodes in hold it and four document rows, and once it is answered the others come back."""
+    engine = make_engine(marian_dir, marian_adapters, max_rows=8, max_new_tokens=30)
+    assert (engine.cfg.background_rows, engine.cfg.background_prefill_rows) == (4, 8)
+    docs = [row(None, f"{t} ({n})", max_new=30) for n, t in enumerate(TEXTS + TEXTS[:2])]
+    short = row("en2es", "Hola mundo.", max_new=5)
+    ref_docs, ref_short = references(engine, docs), references(engine, [short])
+    reached, go = pause_before_forward(engine, docs[0], 3)
+    start = len(engine.history)
+    f_docs = engine.submit(docs, Ticket(background=True))
+    assert reached.wait(30)
+    f_short = engine.submit([short])
+    go.set()
+    assert f_short[0].result(timeout=60) == ref_short[0]
+    assert [f.result(timeout=60) for f in f_docs] == ref_docs
+    records = since(engine, start)
+    with_short = [h for h in records if "en2es" in h.pairs]
+    assert with_short[0].kind == "prefill" and with_short[0].rows == 1
+    assert [h.rows for h in with_short[1:]] == [5] * (len(with_short) - 1)  # itself and 4 document rows
+    assert engine.stats.yielded == 4
+    after = records[records.index(with_short[-1]) + 1:]
+    assert max(h.rows for h in after if h.kind == "decode") > 4  # the document rows came back
