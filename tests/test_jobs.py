@@ -261,6 +261,9 @@ def test_a_rest_client_that_goes_away_frees_its_rows_at_the_next_step(live_serve
     assert engine.stats.cancelled_running > before[0]
     assert not any(marker in r.text for rows in after for r in rows)  # not in the very next forward, nor later
     assert sum(r.leases for r in live_server.service.cache.stats().resident) == 0
+    metrics = httpx.get(live_server.url + "/metrics").text
+    assert f'hmt_cancelled_requests_total{{front="rest"}} {before[1] + 1}' in metrics
+    assert "hmt_engine_cancelled_running_total" in metrics
 
 
 def test_cancelling_a_job_over_rest_takes_its_rows_out_of_the_engine(live_server: LiveServer) -> None:
