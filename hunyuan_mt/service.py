@@ -56,6 +56,8 @@ _LETTER = re.compile(r"[^\W\d_]")
 _CLEARLY = 0.9
 #: Segments per engine round in `translate_segments`, so documents report progress as they go.
 _DOC_CHUNK = 64
+#: A stream's other sentences wait at most this long for its first one's first token (streaming: `_first_alone`).
+_STREAM_HEAD_START_S = 0.25
 
 
 @dataclass
@@ -481,8 +483,11 @@ class TranslationService:
                 continue
             last = [n for n, (job, _) in enumerate(where) if n_best > 1 and k == len(job.plan.hops) - 1]
             # The n-best rows go in the same round as the plain ones: the engine runs both together.
-            outs = self.engine.run(rows + [dataclasses.replace(rows[n], n_best=n_best) for n in last],
-                                   ticket=self._round_ticket(ticket, listen, where, k))
+            extra = [dataclasses.replace(rows[n], n_best=n_best) for n in last]
+            if listen is not None and not getattr(listen, "final_only", False) and len(rows) > 1:
+                outs = self._first_alone(rows, extra, where, k, ticket, listen)
+            else:
+                outs = self.engine.run(rows + extra, ticket=self._round_ticket(ticket, listen, where, k))
             for (job, i), text in zip(where, outs):
                 job.current[i] = text
             for n, hypotheses in zip(last, outs[len(rows):]):
@@ -496,6 +501,21 @@ class TranslationService:
                     job.current[i] = _masking.restore(job.current[i], prot)
                     if i in job.nbest:
                         job.nbest[i] = [_masking.restore(h, prot) for h in job.nbest[i]]
+
+    def _first_alone(self, rows: list[Row], extra: list[Row], where: list[tuple[_Job, int]], k: int,
+                     ticket: Ticket | None, listen: Callable[..., None]) -> list[Any]:
+        """A stream's round: its first sentence enters alone, and the others once it has its first token, so the
+        reader waits for one row's prefill before the first words, not for every row's (they join a step later)."""
+        started = threading.Event()
+
+        def first(job: _Job, i: int, ids: list[int], done: bool) -> None:
+            started.set()
+            listen(job, i, ids, done)
+
+        futures = self.engine.submit(rows[:1], self._round_ticket(ticket, first, where[:1], k))
+        started.wait(_STREAM_HEAD_START_S)
+        futures += self.engine.submit(rows[1:] + extra, self._round_ticket(ticket, listen, where[1:], k))
+        return [f.result() for f in futures]
 
     @staticmethod
     def _round_ticket(ticket: Ticket | None, listen: Callable[..., None] | None, where: list[tuple[_Job, int]],
