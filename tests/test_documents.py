@@ -1044,3 +1044,33 @@ def test_xliff_external_entities_are_never_read():
     out = translate_document(hostile, "a.xlf", LIMITS, identity, target="es").data.decode()
     secret = Path("/etc/hostname").read_text().strip() if Path("/etc/hostname").exists() else "unreadable"
     assert secret not in out.split("</source>", 1)[1]
+
+
+def test_pieces_redone_for_their_markup_are_neither_billed_nor_detected_again():
+    """A document whose markup came back out of order is translated again piece by piece: that second call keeps
+    the language detected on the whole document and is not charged a second time."""
+    from hunyuan_mt.languages import LANGUAGES
+    from hunyuan_mt.web.doctranslate import translate_upload
+
+    class Service:
+        detected: list[str] = []
+        calls: list[tuple[str, list[str]]] = []
+
+        def detect(self, text):
+            self.detected.append(text)
+            return [type("D", (), {"code": "fr" if len(self.detected) > 1 else "en"})()]
+
+        def translate_segments(self, segments, src, tgt, progress=None, glossary=None, ticket=None):
+            self.calls.append((src, list(segments)))
+            # The first call swaps the markup sentinels (⟦1⟧ before ⟦0⟧): the reader then redoes those pieces.
+            return [s.replace("⟦0⟧", "\x00").replace("⟦1⟧", "⟦0⟧").replace("\x00", "⟦1⟧") if len(self.calls) == 1
+                    else s.upper() for s in segments]
+
+    html = b"<p>Open the <b>file</b> and save the <i>document</i> now.</p>"
+    charged: list[int] = []
+    service = Service()
+    rendered, used = translate_upload(service, html, "page.html", "auto", "es", LIMITS, charge=charged.append)
+    assert used == "en" and "en" in LANGUAGES
+    assert len(service.calls) == 2 and [src for src, _ in service.calls] == ["en", "en"]
+    assert len(service.detected) == 1 and len(charged) == 1
+    assert b"<b>FILE</b>" in rendered.data

@@ -25,21 +25,24 @@ def translate_upload(service: Any, data: bytes | Document, filename: str, source
     see ticket.py) lets the caller cancel the document's rows.
     """
     target = normalize_code(target)
-    used = {"source": source}
+    # The first call has the whole document; a second one (pieces redone to keep their markup) is neither billed
+    # again nor detected again on its short pieces.
+    state: dict[str, Any] = {"source": source, "charged": False}
 
     def run(segments: list[str], report: Callable[[int, int], None] | None) -> list[str]:
-        if charge is not None:
+        if charge is not None and not state["charged"]:
             charge(sum(len(s) for s in segments))
-        src = source
-        if src == "auto":
+            state["charged"] = True
+        if state["source"] == "auto":
             detections = service.detect(" ".join(segments)[:_DETECT_SAMPLE])
             if not detections:
                 raise InvalidInput("Could not detect the document's language; choose the source language.")
-            src = detections[0].code
-        used["source"] = normalize_code(src)
+            state["source"] = detections[0].code
+        state["source"] = normalize_code(state["source"])
         if ticket is not None and ticket.cancelled:
             raise Cancelled(f"Cancelled: {ticket.reason}.")
-        return service.translate_segments(segments, src, target, progress=report, glossary=glossary, ticket=ticket)
+        return service.translate_segments(segments, state["source"], target, progress=report, glossary=glossary,
+                                          ticket=ticket)
 
     rendered = translate_document(data, filename, limits, run, progress=progress, target=target, glossary=glossary)
-    return rendered, used["source"]
+    return rendered, state["source"]
