@@ -1074,3 +1074,15 @@ def test_pieces_redone_for_their_markup_are_neither_billed_nor_detected_again():
     assert len(service.calls) == 2 and [src for src, _ in service.calls] == ["en", "en"]
     assert len(service.detected) == 1 and len(charged) == 1
     assert b"<b>FILE</b>" in rendered.data
+
+
+def test_inline_code_is_one_sentinel_of_its_sentence_and_comes_back_whole():
+    """`Call <code>f(x)</code> to write.` is one sentence with the code element as one sentinel (it used to be cut
+    into "Call" and "to write."); code blocks, kbd keys and translate="no" spans come back byte for byte."""
+    page = (b'<p>Call <code>f(x &lt; 2)</code> to write the <b>file</b>.</p><pre><code>x = 1</code></pre>'
+            b'<p>Press <kbd>Ctrl</kbd>+<kbd>C</kbd> to copy; <span translate="no">Hunyuan</span> stays.</p>')
+    doc = read_document(page, "a.html", LIMITS)
+    assert doc.segments == ["Call ⟦0⟧ to write the ⟦1⟧file⟦2⟧.", "Press ⟦0⟧+⟦1⟧ to copy; ⟦2⟧ stays."]
+    out = doc.render([s.upper() for s in doc.segments]).data.decode()
+    assert out == ('<p>CALL <code>f(x &lt; 2)</code> TO WRITE THE <b>FILE</b>.</p><pre><code>x = 1</code></pre>'
+                   '<p>PRESS <kbd>Ctrl</kbd>+<kbd>C</kbd> TO COPY; <span translate="no">Hunyuan</span> STAYS.</p>')

@@ -28,6 +28,9 @@ from .encoding import DecodedText, decode_text
 _NOTE = "Tags, attributes, scripts, styles and code are kept; only the text was translated."
 
 _KEEP_TAGS = {"script", "style", "code", "pre", "textarea", "kbd", "samp", "var", "template", "svg", "math"}
+# Kept elements that sit inside a sentence ("Call <code>f()</code> to save."): the whole element is one sentinel of
+# the sentence around it, so the sentence is translated whole and the code comes back as it was.
+_INLINE_KEEP_TAGS = {"code", "kbd", "samp", "var"}
 _VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
               "track", "wbr"}
 # Tags that sit inside a sentence; any other tag ends the segment.
@@ -59,6 +62,8 @@ class _Scanner(HTMLParser):
         self._line_starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", source)]
         self.items: list[_Item] = []
         self._stack: list[tuple[str, bool]] = []  # (tag, keeps its content untranslated)
+        #: Depth in the stack of an inline element kept whole (one item for all of it), or None.
+        self._silent_from: int | None = None
 
     def _offset(self) -> int:
         line, col = self.getpos()
@@ -68,17 +73,30 @@ class _Scanner(HTMLParser):
         return any(keep for _, keep in self._stack)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self._silent_from is not None:
+            if tag not in _VOID_TAGS:
+                self._stack.append((tag, True))
+            return
         attributes = dict(attrs)
         keep = (tag in _KEEP_TAGS or attributes.get("translate") == "no"
                 or "notranslate" in (attributes.get("class") or "").split())
-        inline = tag in _INLINE_TAGS and not keep
         start = self._offset()
+        if keep and not self._keeping() and tag not in _VOID_TAGS and (
+                tag in _INLINE_KEEP_TAGS or tag in _INLINE_TAGS):
+            # The element, its content and its end tag are one item: an inline sentinel, copied whole.
+            self.items.append(_Item(start, "inline"))
+            self._silent_from = len(self._stack)
+            self._stack.append((tag, True))
+            return
+        inline = tag in _INLINE_TAGS and not keep
         shown = () if keep or self._keeping() else self._text_attributes(start)
         self.items.append(_Item(start, "inline" if inline else "break", attributes=shown))
         if tag not in _VOID_TAGS:
             self._stack.append((tag, keep))
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self._silent_from is not None:
+            return
         start = self._offset()
         shown = () if self._keeping() else self._text_attributes(start)
         self.items.append(_Item(start, "inline" if tag in _INLINE_TAGS else "break", attributes=shown))
@@ -100,14 +118,21 @@ class _Scanner(HTMLParser):
             if self._stack[i][0] == tag:
                 del self._stack[i:]
                 break
+        if self._silent_from is not None:
+            if len(self._stack) <= self._silent_from:
+                self._silent_from = None  # the inline element kept whole has ended: its item covers it
+            return
         inline = tag in _INLINE_TAGS and not keep_before
         self.items.append(_Item(self._offset(), "inline" if inline else "break"))
 
     def handle_data(self, data: str) -> None:
+        if self._silent_from is not None:
+            return
         self.items.append(_Item(self._offset(), "text" if not self._keeping() else "break", data))
 
     def _other(self, *_: object) -> None:
-        self.items.append(_Item(self._offset(), "break"))
+        if self._silent_from is None:
+            self.items.append(_Item(self._offset(), "break"))
 
     handle_comment = handle_decl = handle_pi = unknown_decl = _other
 
