@@ -80,6 +80,40 @@ class Segmented:
 _INNER_END = re.compile(r"[.!?;:…。！？；]['\"”’)\]]*\s*[^\s.!?;:…。！？；]")
 
 
+# A dot that starts a word (".lzma", ".netrc", "./configure" after a space) is never a sentence end; pysbd
+# splits there. It is hidden from pysbd (same length, so the offsets hold) and the pieces are cut from the line.
+_WORD_DOT = re.compile(r"(?:(?<=\s)|(?<=^)|(?<=[(\[\"'“‘]))\.(?=[\w/])")
+# A piece with fewer letters than this ("OK.", "y/N?"), or one in brackets ("(y/N)", "[Y/n]"), is too short to
+# translate alone: it goes with the sentence before it (or after it, at the start of a line).
+_MIN_LETTERS = 3
+_LETTERS = re.compile(r"[^\W\d_]")
+_BRACKETED = re.compile(r"^[(\[][^()\[\]]*[)\]][.!?:]?$")
+
+
+def _too_short(piece: str) -> bool:
+    return len(_LETTERS.findall(piece)) < _MIN_LETTERS or bool(_BRACKETED.match(piece))
+
+
+def _merge_short(located: list[tuple[int, int]], body: str) -> list[tuple[int, int]]:
+    """Join each piece too short to translate alone to its neighbour (the one before, else the one after)."""
+    out: list[tuple[int, int]] = []
+    carry: int | None = None  # start of a short piece at the front, waiting for the next one
+    for a, b in located:
+        if carry is not None:
+            a, carry = carry, None
+        if _too_short(body[a:b]):
+            if out:
+                out[-1] = (out[-1][0], b)
+                continue
+            if len(located) > 1:
+                carry = a
+                continue
+        out.append((a, b))
+    if carry is not None:  # only short pieces: keep what there is
+        out.append((carry, located[-1][1]))
+    return out
+
+
 def _sentences(line: str, code: str) -> list[str]:
     if not _INNER_END.search(line):
         return [line]
@@ -140,16 +174,19 @@ def split_text(text: str, lang: str, *, sentences: bool = True, max_segment_char
             continue
         start = line.index(body)
         out._gap(line[:start])
-        pieces = _sentences(body, lang) if sentences else [body]
+        guarded = _WORD_DOT.sub("_", body)  # same length: offsets in it are offsets in body
+        pieces = _sentences(guarded, lang) if sentences else [guarded]
         cursor = 0
         located: list[tuple[int, int]] = []
         for piece in pieces:
-            pos = body.find(piece, cursor)
+            pos = guarded.find(piece, cursor)
             if pos < 0:  # pysbd changed the text (rare); keep the line whole rather than lose characters
                 located = [(0, len(body))]
                 break
             located.append((pos, pos + len(piece)))
             cursor = pos + len(piece)
+        if len(located) > 1:
+            located = _merge_short(located, body)
         prev = 0
         for i, (a, b) in enumerate(located):
             out._gap(body[prev:a])

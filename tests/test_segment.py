@@ -65,3 +65,26 @@ def test_render_checks_count() -> None:
     seg = split_text("One. Two.", "en")
     with pytest.raises(ValueError, match="expected 2 translations, got 1"):
         seg.render(["x"])
+
+
+@pytest.mark.parametrize("text,segments", [
+    # A dot that starts a word is a file name or an extension, not a sentence end.
+    ("The .lzma format is older than xz. Use it only for old files.",
+     ["The .lzma format is older than xz.", "Use it only for old files."]),
+    ("Read the credentials from .netrc in your home folder. Then connect.",
+     ["Read the credentials from .netrc in your home folder.", "Then connect."]),
+    ("Edit config.yaml and restart. It takes a second.", ["Edit config.yaml and restart.", "It takes a second."]),
+    ("Install version 2.4.1 first. Then run it.", ["Install version 2.4.1 first.", "Then run it."]),
+    ("See e.g. the manual for details. It helps.", ["See e.g. the manual for details.", "It helps."]),
+    ("Ask Dr. Smith about the backup. Then restore it.", ["Ask Dr. Smith about the backup.", "Then restore it."]),
+    # A trailing prompt, or a piece too short to translate alone, goes with its neighbour.
+    ("Overwrite the file? (y/N)", ["Overwrite the file? (y/N)"]),
+    ("Delete all files? [Y/n]", ["Delete all files? [Y/n]"]),
+    ("OK. Now save the file.", ["OK. Now save the file."]),
+    ("The backup is done. OK.", ["The backup is done. OK."]),
+    ("Yes. The backup is done.", ["Yes.", "The backup is done."]),  # short, but a sentence of its own
+])
+def test_technical_text_splits_where_sentences_end(text: str, segments: list[str]) -> None:
+    seg = split_text(text, "en")
+    assert seg.segments == segments
+    assert seg.render(seg.segments) == text
