@@ -134,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         server.run()
     finally:
+        app.state.api.jobs.close()  # running document jobs are cancelled: their rows leave the engine
         stop(service)
     return 0
 

@@ -1,14 +1,18 @@
 """The web page in headless Chromium (Debian's chromium driven by Playwright): text, document and status tabs.
 
-Screenshots go to test-artifacts/ (git-ignored; CI keeps them as artifacts).
+Screenshots go to test-artifacts/ (git-ignored; CI keeps them as artifacts). Where a test needs the page mid-way (a
+text still growing, a document job running) it holds the engine with its `before_generate` seam, at forwards it
+names, and reads the page while it is held: what it sees does not depend on timing.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import threading
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
@@ -194,3 +198,193 @@ def test_page_loads_without_console_errors_and_stacks_on_a_phone(page, live_serv
         assert httpx.get(live_server.url + "/favicon.ico", follow_redirects=True).status_code == 200
     finally:
         context.close()
+
+
+# ------------------------------------------------------------------------------------- growing texts, document jobs
+
+LONG = ("The file manager shows the files in your home folder. You can open, copy and move them, and the trash keeps "
+        "what you delete until you empty it. Settings are saved when you close the window, and the next time you "
+        "open it the same folder is shown.")
+
+
+class Gate:
+    """Holds the engine at the `at`-th forwards (1: the prefill) whose rows include `marker`, one after the other:
+    `reached(k)` once the k-th hold is in place, `release()` lets the held forward run. Records the rows of every
+    forward after the last release, to check that cancelled rows never ran again."""
+
+    def __init__(self, engine: Any, marker: str, at: list[int]) -> None:
+        self.engine, self.marker, self.at = engine, marker, at
+        self._reached = [threading.Event() for _ in at]
+        self._go = [threading.Event() for _ in at]
+        self.forwards = 0
+        self.after: list[list[Any]] = []
+        engine.before_generate = self._seam
+
+    def _seam(self, rows: list[Any]) -> None:
+        if self._go[-1].is_set():
+            self.after.append(list(rows))
+            return
+        if not any(self.marker in r.text for r in rows):
+            return
+        self.forwards += 1
+        if self.forwards in self.at:
+            k = self.at.index(self.forwards)
+            self._reached[k].set()
+            assert self._go[k].wait(60), "the test never released the engine"
+
+    def reached(self, k: int = 0) -> None:
+        assert self._reached[k].wait(60), f"the engine never got to forward {self.at[k]} of {self.marker!r}"
+
+    def release(self, k: int = 0) -> None:
+        self._go[k].set()
+
+    def close(self) -> None:
+        for go in self._go:
+            go.set()
+        self.engine.before_generate = None
+
+
+def eventually(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def result_text(page) -> str:
+    return page.locator("#hmt-result textarea").input_value()
+
+
+def test_a_long_text_grows_in_its_box_and_a_reload_stops_it(page, live_server: LiveServer) -> None:
+    """Two different partial texts before the final one, each extending the last; then a text left growing by a
+    reload: its rows leave the engine (the page's unload cancels them, though the handler is blocked on the held
+    engine), and the page counts it as cancelled."""
+    engine = live_server.service.engine
+    ui = live_server.app.state.blocks.hmt_ui
+    page.get_by_role("tab", name="Text").click()
+    choose(page, "hmt-src", "English (en)")
+    choose(page, "hmt-tgt", "Español — Spanish (es)")
+    text = "Walrus " + LONG
+    gate = Gate(engine, "Walrus", at=[5, 9])
+    try:
+        page.locator("#hmt-source textarea").fill(text)
+        page.locator("#hmt-translate").click()
+        gate.reached(0)
+        page.wait_for_function("() => document.querySelector('#hmt-result textarea').value.length > 0")
+        first = result_text(page)
+        page.screenshot(path=str(ARTIFACTS / "ui-text-growing.png"), full_page=True)
+        gate.release(0)
+        gate.reached(1)
+        page.wait_for_function("n => document.querySelector('#hmt-result textarea').value.length > n",
+                               arg=len(first))
+        second = result_text(page)
+        assert "Route:" not in page.locator("#hmt-info").inner_text()  # still growing
+        gate.release(1)
+    finally:
+        gate.close()
+    page.locator("#hmt-info").get_by_text("en → es (direct)").wait_for()
+    final = result_text(page)
+    assert final == live_server.reference(text, "en", "es")
+    assert first != second != final and second.startswith(first) and final.startswith(second), (first, second)
+
+    cancelled = engine.stats.cancelled_running
+    left = live_server.app.state.metrics.cancelled_requests.labels("ui")._value.get()
+    gate = Gate(engine, "Narwhal", at=[3])
+    try:
+        page.locator("#hmt-source textarea").fill("Narwhal " + LONG)
+        page.locator("#hmt-translate").click()
+        gate.reached(0)
+        assert ui.visits.watched() == 1
+        page.reload()
+        page.wait_for_selector("#hmt-source textarea")
+        eventually(lambda: ui.visits.watched() == 0, "the reload never reached the page's unload")
+        gate.release(0)
+        eventually(lambda: engine.stats.cancelled_running > cancelled, "the text's rows were not cancelled")
+    finally:
+        gate.close()
+    assert not any("Narwhal" in r.text for rows in gate.after for r in rows)  # not one forward more
+    eventually(lambda: live_server.app.state.metrics.cancelled_requests.labels("ui")._value.get() == left + 1,
+               "the page did not count the text it left as cancelled")
+    assert sum(r.leases for r in live_server.service.cache.stats().resident) == 0
+
+
+def _upload_document(page, path: Path) -> None:
+    page.get_by_role("tab", name="Document").click()
+    choose(page, "hmt-doc-src", "English (en)")
+    choose(page, "hmt-doc-tgt", "Español — Spanish (es)")
+    page.locator("#hmt-doc-in input[type=file]").set_input_files(str(path))
+    page.locator("#hmt-doc-in").get_by_text(path.name).wait_for()
+    page.locator("#hmt-doc-translate").click()
+
+
+def _jobs_named(live_server: LiveServer, name: str) -> list[Any]:
+    return [v for v in live_server.app.state.api.jobs.list() if v.filename == name]
+
+
+def test_a_document_job_survives_a_reload(page, live_server: LiveServer, tmp_path: Path) -> None:
+    """The page submits a job (the same queue as REST's /v1/documents) and shows its progress; reloaded while the
+    engine is held mid-job, it brings the Document tab forward and follows the same job, then gives its file."""
+    source = tmp_path / "reload-me.txt"
+    source.write_text("\n\n".join(f"Quokka {n} opens the file and saves the document." for n in range(6)) + "\n",
+                      encoding="utf-8")
+    segments = re.compile(r"\b\d/6 segments")
+    gate = Gate(live_server.service.engine, "Quokka", at=[3])
+    try:
+        _upload_document(page, source)
+        gate.reached(0)
+        page.locator("#hmt-doc-out").get_by_text(segments).wait_for()
+        page.locator("#hmt-doc-note").get_by_text("it runs on the server").wait_for()
+        [job] = _jobs_named(live_server, "reload-me.txt")
+        assert job.state == "translating"
+        page.screenshot(path=str(ARTIFACTS / "ui-document-job.png"), full_page=True)
+        page.reload()
+        page.wait_for_selector("#hmt-source textarea")
+        page.locator("[role=tab][aria-selected=true]", has_text="Document").wait_for()
+        page.locator("#hmt-doc-note").get_by_text("before the page was loaded").wait_for()
+        page.locator("#hmt-doc-out").get_by_text(segments).wait_for()
+        assert page.locator("#hmt-doc-cancel").is_visible()
+        assert [v.id for v in _jobs_named(live_server, "reload-me.txt")] == [job.id]  # followed, not sent again
+        page.screenshot(path=str(ARTIFACTS / "ui-document-job-reloaded.png"), full_page=True)
+        gate.release(0)
+    finally:
+        gate.close()
+    link = page.locator('#hmt-doc-out a[download="reload-me.es.txt"]')
+    link.wait_for()
+    page.locator("#hmt-doc-note").get_by_text("English → Spanish").wait_for()
+    assert not page.locator("#hmt-doc-cancel").is_visible()
+    with page.expect_download() as download_info:
+        link.click()
+    saved = tmp_path / "downloaded.txt"
+    download_info.value.save_as(saved)
+    assert saved.read_bytes() == live_server.app.state.api.jobs.result(job.id).data
+    assert live_server.app.state.api.jobs.view(job.id).state == "done"
+
+
+def test_cancel_stops_a_document_job(page, live_server: LiveServer, tmp_path: Path) -> None:
+    """Cancel (as DELETE /v1/documents/ID): the job ends cancelled, its rows leave the engine before the next
+    forward, and the page says so and gives its buttons back."""
+    from playwright.sync_api import expect
+
+    engine = live_server.service.engine
+    source = tmp_path / "cancel-me.txt"
+    source.write_text("\n\n".join(f"Kiwi {n} closes the window and opens the folder." for n in range(6)) + "\n",
+                      encoding="utf-8")
+    cancelled = engine.stats.cancelled
+    gate = Gate(engine, "Kiwi", at=[3])
+    try:
+        _upload_document(page, source)
+        gate.reached(0)
+        [job] = _jobs_named(live_server, "cancel-me.txt")
+        page.locator("#hmt-doc-cancel").click()
+        expect(page.locator("#hmt-doc-cancel")).to_be_hidden()  # the job's ticket is cancelled by then
+        gate.release(0)
+    finally:
+        gate.close()
+    page.locator("#hmt-doc-note").get_by_text("Cancelled: cancel-me.txt was not translated").wait_for()
+    assert live_server.app.state.api.jobs.view(job.id).state == "cancelled"
+    assert engine.stats.cancelled > cancelled
+    assert not any("Kiwi" in r.text for rows in gate.after for r in rows)
+    expect(page.locator("#hmt-doc-cancel")).to_be_hidden()
+    expect(page.locator("#hmt-doc-translate")).to_be_enabled()
+    assert page.locator('#hmt-doc-out a[download]').count() == 0
+    page.screenshot(path=str(ARTIFACTS / "ui-document-cancelled.png"), full_page=True)

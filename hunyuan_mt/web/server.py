@@ -39,7 +39,7 @@ def build_app(service: Any, cfg: Config) -> FastAPI:
     metrics = WebMetrics(service)
     policy = AccessPolicy(cfg.server, cfg.limits)  # one policy for every door: REST, OpenAI, the page
     app = create_app(service, cfg, metrics, policy)
-    blocks = build_ui(service, cfg, metrics, policy)
+    blocks = build_ui(service, cfg, metrics, policy, jobs=app.state.api.jobs)  # one job queue for REST and page
 
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:

@@ -1,20 +1,26 @@
 """The Gradio Blocks page: Text, Document and Status tabs over the shared translation service.
 
-Handlers are plain sync functions; Gradio runs them in its worker threads under the queue's concurrency limit,
-and they call the same thread-safe service as the REST API. Domain errors become `gr.Error` with the error's own
-message; anything unexpected is logged and shown as a short generic message, never a traceback.
+Handlers are plain sync functions (the Text tab's a generator: the translation grows in its box as the engine
+decodes it); Gradio runs them in its worker threads under the queue's concurrency limit, and they call the same
+thread-safe service as the REST API. A document is a job in the same `DocumentJobs` as REST's /v1/documents: the
+page remembers its id in the browser (localStorage), so a reload or a second tab follows it again. Domain errors
+become `gr.Error` with the error's own message; anything unexpected is logged and shown as a short generic
+message, never a traceback.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import itertools
 import logging
 import math
 import re
 import shutil
 import tempfile
+import threading
 import time
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,10 +28,12 @@ import gradio as gr
 import pandas as pd
 
 from ..config import Config
-from ..documents import LISTED_EXTENSIONS
+from ..documents import LISTED_EXTENSIONS, distinct_segments, read_document
 from ..errors import TranslationError
 from ..glossary import GlossaryStore
+from ..jobs import ENDED, DocumentJobs, JobNotFound, JobView
 from ..languages import LANGUAGES
+from ..ticket import Ticket
 from .auth import AccessPolicy
 from .doctranslate import translate_upload
 from .downloads import OwnedPaths, safe_filename
@@ -37,6 +45,14 @@ AUTO = "auto"
 DOC_TYPES = list(LISTED_EXTENSIONS)
 #: Rendered documents older than this are removed from the UI's output folder (Gradio keeps its own copy).
 _OUTPUT_TTL_S = 600.0
+#: How often a page following a document job refreshes its progress bar when nothing else changed (the seconds
+#: remaining go down), and how soon it notices that its page has gone.
+_FOLLOW_POLL_S = 1.0
+#: Pages following a document job at once (each holds a worker thread while it waits on its job); more wait in
+#: Gradio's queue, which shows them their place.
+_FOLLOWERS = 16
+#: The info line while a text is still being translated (the route, latency and glossary come with the end).
+_TRANSLATING = "*Translating…*"
 
 #: Ctrl+Enter (Cmd+Enter on macOS) in the source box clicks Translate; Gradio's textbox has no such binding.
 UI_HEAD = """
@@ -82,11 +98,63 @@ def _address(request: gr.Request | None) -> str:
     return getattr(client, "host", None) or "unknown"
 
 
+def _session(request: gr.Request | None) -> str | None:
+    """The page's session (one per loaded page: a reload is a new one); None for calls without a page."""
+    return getattr(request, "session_hash", None) if request is not None else None
+
+
+def _next(stream: Iterator[Any]) -> Any:
+    """The service generator's next item (None at its end), its errors turned into `gr.Error` as `_run` does."""
+    return _run(next, stream, None)
+
+
+class PageVisits:
+    """What to stop when a page goes away, by its session: the rows of a text still decoding, a document's
+    follower waiting on its job. Gradio tells `leave` from its unload event (the tab was closed or reloaded: its
+    heartbeat connection dropped), which arrives even while a handler is blocked and cannot be closed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._hooks: dict[str, dict[int, Callable[[], None]]] = {}
+        self._ids = itertools.count()
+
+    @contextlib.contextmanager
+    def watch(self, session: str | None, on_leave: Callable[[], None]) -> Iterator[None]:
+        """Call `on_leave` if the page of `session` goes away before the block ends."""
+        if not session:
+            yield
+            return
+        key = next(self._ids)
+        with self._lock:
+            self._hooks.setdefault(session, {})[key] = on_leave
+        try:
+            yield
+        finally:
+            with self._lock:
+                hooks = self._hooks.get(session)
+                if hooks is not None:
+                    hooks.pop(key, None)
+                    if not hooks:
+                        del self._hooks[session]
+
+    def leave(self, session: str | None) -> int:
+        """The page of `session` has gone: run its hooks. Returns how many there were."""
+        with self._lock:
+            hooks = self._hooks.pop(session, {}) if session else {}
+        for hook in hooks.values():
+            hook()
+        return len(hooks)
+
+    def watched(self) -> int:
+        with self._lock:
+            return sum(len(h) for h in self._hooks.values())
+
+
 class TranslatorUI:
     """State shared by the handlers: the service, settings, access policy, reachability table and output folder."""
 
     def __init__(self, service: Any, cfg: Config, metrics: WebMetrics | None = None,
-                 policy: AccessPolicy | None = None) -> None:
+                 policy: AccessPolicy | None = None, jobs: DocumentJobs | None = None) -> None:
         self.service = service
         self.cfg = cfg
         self.metrics = metrics
@@ -103,6 +171,10 @@ class TranslatorUI:
         #: Translated documents handed out, by the path Gradio serves them at → who may fetch them.
         self.owned = OwnedPaths()
         self.doc_output: gr.File | None = None  # set by build_ui: its cache is where downloads are served from
+        # The REST API's jobs when the server mounts both (one queue, one `jobs.max_jobs`); else the page's own.
+        self._own_jobs = jobs is None
+        self.jobs = jobs if jobs is not None else DocumentJobs(cfg.jobs)
+        self.visits = PageVisits()
 
     # ------------------------------------------------------------------ choices
 
@@ -152,9 +224,15 @@ class TranslatorUI:
 
     # ------------------------------------------------------------------ text tab
 
-    def translate_text(self, text: str, source: str, target: str, glossary: str | None = None,
-                       request: gr.Request | None = None) -> tuple[str, str, str | None]:
-        """(translation, info line with route, detected language and latency, detected code for the swap)."""
+    def stream_text(self, text: str, source: str, target: str, glossary: str | None = None,
+                    request: gr.Request | None = None) -> Iterator[tuple[str, str, Any]]:
+        """The page's Translate: (the translation so far, "Translating…", no change to the swap's language) each
+        time it grows, then (translation, info line with route, detected language and latency, detected code for
+        the swap). Segments the translation memory knows arrive at once.
+
+        Closing the generator (Gradio does when a new click cancels it, or when its page has gone) cancels the
+        text's rows: they leave the engine at its next step. A page's unload cancels them too, even while this
+        waits on a held engine and cannot be closed."""
         if not text or not text.strip():
             raise gr.Error("Type or paste some text to translate.", print_exception=False)
         caller = _run(self.policy.page_caller, _address(request))
@@ -164,28 +242,35 @@ class TranslatorUI:
         _run(self.policy.spend_chars, caller, len(text))
         terms = _run(self.glossaries.resolve, glossary, source or AUTO, target)
         started = time.perf_counter()
-        results = _run(self.service.translate_batch, [text], source or AUTO, target, glossary=terms)
-        result = results[0]
+        ticket = Ticket()
+        stream = self.service.translate_stream(text, source or AUTO, target, glossary=terms, ticket=ticket)
+        result = None
+        try:
+            with self.visits.watch(_session(request), lambda: ticket.cancel("the page was closed")):
+                while (item := _next(stream)) is not None:
+                    if isinstance(item, str):
+                        yield item, _TRANSLATING, gr.skip()
+                    else:
+                        result = item
+        finally:
+            stream.close()  # early (the visitor left or clicked again): translate_stream cancels the rows
+            if result is None and ticket.cancelled and self.metrics is not None:
+                self.metrics.count_cancelled("ui")
+        if result is None:
+            log.error("translate_stream ended without a result")
+            raise gr.Error("Internal error; the server log has the details.", print_exception=False)
         elapsed = time.perf_counter() - started
         if self.metrics is not None:
             self.metrics.observe_translation(result.source, result.target, result.route_kind, elapsed, "ui")
-        parts = [f"**Route:** {result.route_label}"]
-        if result.detected is not None:
-            lang = LANGUAGES.get(result.detected.code)
-            name = lang.label if lang else result.detected.code
-            parts.append(f"**Detected:** {name} ({result.detected.confidence:.0%})")
-        total_ms = result.timings_ms.get("total", elapsed * 1000.0)
-        parts.append(f"**Latency:** {total_ms:.0f} ms")
-        if result.memory_segments:
-            parts.append(f"**From memory:** {result.memory_segments} of {_count(result.segments, 'segment')}")
-        if result.memory_matches:
-            best = result.memory_matches[0]
-            parts.append(f"**Memory suggestion ({best['score']:.0%}):** {_markdown_text(best['source'])} → "
-                         f"{_markdown_text(best['target'])}")
-        if terms is not None:
-            # What was enforced in this text, not the size of the list.
-            parts.append(f"**Glossary:** {_count(result.glossary_terms, 'term')} applied, of {len(terms)}")
-        return result.text, " · ".join(parts), result.source
+        yield result.text, _info_line(result, terms, elapsed), result.source
+
+    def translate_text(self, text: str, source: str, target: str, glossary: str | None = None,
+                       request: gr.Request | None = None) -> tuple[str, str, str | None]:
+        """`stream_text`'s final answer, for callers that do not show the text growing."""
+        final: tuple[str, str, Any] = ("", "", None)
+        for final in self.stream_text(text, source, target, glossary, request):
+            pass
+        return final
 
     def swap(self, source: str, target: str, text: str, result: str,
              last_source: str | None) -> tuple[Any, Any, Any, Any, str]:
@@ -207,9 +292,10 @@ class TranslatorUI:
 
     # ------------------------------------------------------------------ document tab
 
-    def translate_document(self, path: str | None, source: str, target: str, glossary: str | None = None,
-                           request: gr.Request | None = None,
-                           progress: gr.Progress = gr.Progress()) -> tuple[str, str]:
+    def submit_document(self, path: str | None, source: str, target: str, glossary: str | None = None,
+                        request: gr.Request | None = None) -> JobView:
+        """Read and check the upload, charge its characters, and queue it as a job. A file the server cannot take
+        is refused here, at once, in the same words as REST's."""
         if not path:
             raise gr.Error(f"Drop a document first ({' '.join(DOC_TYPES)}).", print_exception=False)
         caller = _run(self.policy.page_caller, _address(request))
@@ -219,20 +305,118 @@ class TranslatorUI:
         if size > limits.max_file_bytes:
             raise gr.Error(f"File too large: {size} bytes, the limit is {limits.max_file_bytes}.",
                            print_exception=False)
-        progress(0.0, desc="Reading the document")
-
-        def report(done: int, total: int) -> None:
-            progress((done, total), desc="Translating", unit="segments")
-
-        charge = functools.partial(self.policy.spend_chars, caller)
         terms = _run(self.glossaries.resolve, glossary, source, target)
-        rendered, used = _run(translate_upload, self.service, upload.read_bytes(), safe_filename(upload.name),
-                              source, target, limits, report, charge, terms)
+        document = _run(read_document, upload.read_bytes(), safe_filename(upload.name), limits)
+        _run(self.policy.spend_chars, caller, sum(len(s) for s in document.segments))
+
+        def work(progress: Callable[[int, int], None], ticket: Ticket) -> Any:
+            return translate_upload(self.service, document, document.filename, source, target, limits, progress,
+                                    None, terms, ticket)
+
+        # The owner is checked on every later look (`_may`): with the page login or keys on, only this address.
+        owner = caller if self.policy.downloads_owned else None
+        return _run(self.jobs.submit, work, document.filename, source, target, distinct_segments(document), owner)
+
+    def translate_document(self, path: str | None, source: str, target: str, glossary: str | None = None,
+                           request: gr.Request | None = None,
+                           progress: gr.Progress = gr.Progress()) -> tuple[str, str]:
+        """The public `translate_document` endpoint (gradio_client): submit the job and wait for it, the progress
+        reported per segment → (the translated file, a note)."""
+        progress(0.0, desc="Reading the document")
+        view = self.submit_document(path, source, target, glossary, request)
+        address = _address(request)
+        view = _run(self._follow, view, self._may(address), progress)
+        if view.state != "done":
+            # The job's own message (as REST's job reports it), or that it was cancelled.
+            raise gr.Error(view.error or f"Cancelled: {view.filename} was not translated.", print_exception=False)
+        return _run(self._deliver, view, address)
+
+    # The page: a job the browser remembers (gr.BrowserState), followed by whichever page of it is open.
+
+    def page_submit(self, path: str | None, source: str, target: str, glossary: str | None = None,
+                    request: gr.Request | None = None) -> tuple[str, str, Any, Any]:
+        """Translate document: queue the job → (its id for the browser to keep, a note, the Translate button
+        disabled, the Cancel button shown)."""
+        view = self.submit_document(path, source, target, glossary, request)
+        return view.id, _job_note(view), gr.update(interactive=False), gr.update(visible=True)
+
+    def resume_document(self, job_id: str | None, request: gr.Request | None = None
+                        ) -> tuple[Any, Any, Any, Any, Any]:
+        """On page load: the job this browser was following, if it is still there for this visitor → (the
+        Document tab selected, a note, the id kept, Translate disabled, Cancel shown). An id that is gone
+        (expired, the server restarted, someone else's) is forgotten without a word."""
+        if not job_id:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        try:
+            view = self.jobs.view(job_id, self._may(_address(request)))
+        except JobNotFound:
+            return gr.skip(), gr.skip(), "", gr.skip(), gr.skip()
+        return (gr.update(selected="document"), _job_note(view, again=True), gr.skip(), gr.update(interactive=False),
+                gr.update(visible=view.state not in ENDED))
+
+    def follow_document(self, job_id: str | None, request: gr.Request | None = None,
+                        progress: gr.Progress = gr.Progress()) -> tuple[Any, Any, Any, Any, Any]:
+        """The page follows its job: the progress bar shows the job's segments and the seconds remaining; at the
+        end → (the file or None, a note, the id forgotten, Translate enabled, Cancel hidden). If the page goes
+        away first, this stops waiting (the job goes on; the next page load picks it up)."""
+        if not job_id:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+        address = _address(request)
+        may = self._may(address)
+        gone = threading.Event()
+        try:
+            with self.visits.watch(_session(request), gone.set):
+                view = self._follow(self.jobs.view(job_id, may), may, progress, gone)
+            if view.state not in ENDED:  # the page has gone: nobody reads what this returns
+                return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            if view.state == "done":
+                served, note = _run(self._deliver, view, address)
+            else:
+                served, note = None, _ended_note(view)
+        except JobNotFound:
+            served, note = None, "That document job is no longer on the server (it expired, or the server restarted)."
+        except gr.Error as exc:
+            served, note = None, _markdown_text(exc.message)
+        except Exception:  # noqa: BLE001 - said in the note: the page must get its buttons back either way
+            log.exception("following document job %s failed", job_id)
+            served, note = None, "Internal error; the server log has the details."
+        return served, note, "", gr.update(interactive=True), gr.update(visible=False)
+
+    def cancel_document(self, job_id: str | None, request: gr.Request | None = None) -> Any:
+        """Cancel: the job's rows leave the engine at its next step; the follower then says it was cancelled."""
+        if job_id:
+            address = _address(request)
+            _run(self.policy.page_caller, address)
+            _run(self.jobs.cancel, job_id, self._may(address))
+        return gr.update(visible=False)
+
+    def page_left(self, request: gr.Request | None = None) -> None:
+        """Gradio's unload: the page's text stops decoding, its document follower stops waiting."""
+        self.visits.leave(_session(request))
+
+    def _may(self, address: str) -> Callable[[Any], bool]:
+        """Whether this page may see a job: its uploader's address when downloads are owned (as for the files the
+        page hands out), anyone with the id otherwise."""
+        return lambda owner: self.policy.may_fetch(owner, None, address)
+
+    def _follow(self, view: JobView, may: Callable[[Any], bool], progress: Callable[..., Any],
+                gone: threading.Event | None = None) -> JobView:
+        """Wait for the job to end, reporting its progress; returns early (not ended) once `gone` is set."""
+        while view.state not in ENDED:
+            _report(progress, view)
+            if gone is not None and gone.is_set():
+                break
+            view = self.jobs.wait(view.id, may, _FOLLOW_POLL_S, view)
+        return view
+
+    def _deliver(self, view: JobView, address: str) -> tuple[str, str]:
+        """A finished job's document written where the page serves it → (its path, the note under it)."""
+        rendered = self.jobs.result(view.id, self._may(address))
         self._sweep_outputs()
         folder = Path(tempfile.mkdtemp(dir=self.outputs))
         out = folder / safe_filename(rendered.filename)
         out.write_bytes(rendered.data)
-        note = f"Translated {LANGUAGES[used].english} → {LANGUAGES[target].english}: **{_markdown_text(out.name)}**."
+        note = f"Translated {_english(view.source)} → {_english(view.target)}: **{_markdown_text(out.name)}**."
         if rendered.note:
             note += f" {rendered.note}"
         served = str(out)
@@ -240,7 +424,7 @@ class TranslatorUI:
             # Put it where Gradio serves it from now, to know the exact path its link will name; the file route's
             # gate (web.server.PageGate) then lets only this caller's address fetch it.
             served = self.doc_output.move_resource_to_block_cache(served) or served
-            self.owned.add(served, caller.address)
+            self.owned.add(served, address)
         return served, note
 
     def _sweep_outputs(self) -> None:
@@ -250,6 +434,8 @@ class TranslatorUI:
                 shutil.rmtree(folder, ignore_errors=True)
 
     def close(self) -> None:
+        if self._own_jobs:
+            self.jobs.close()
         self._cleanup()
 
     # ------------------------------------------------------------------ status tab
@@ -340,6 +526,68 @@ def clear_text_result() -> tuple[str, str]:
 
 def clear_document_result() -> tuple[None, str]:
     return None, ""
+
+
+def _info_line(result: Any, terms: Any, elapsed: float) -> str:
+    """The Text tab's line under a translation: route, detected language, latency, memory, glossary."""
+    parts = [f"**Route:** {result.route_label}"]
+    if result.detected is not None:
+        lang = LANGUAGES.get(result.detected.code)
+        name = lang.label if lang else result.detected.code
+        parts.append(f"**Detected:** {name} ({result.detected.confidence:.0%})")
+    total_ms = result.timings_ms.get("total", elapsed * 1000.0)
+    parts.append(f"**Latency:** {total_ms:.0f} ms")
+    if result.memory_segments:
+        parts.append(f"**From memory:** {result.memory_segments} of {_count(result.segments, 'segment')}")
+    if result.memory_matches:
+        best = result.memory_matches[0]
+        parts.append(f"**Memory suggestion ({best['score']:.0%}):** {_markdown_text(best['source'])} → "
+                     f"{_markdown_text(best['target'])}")
+    if terms is not None:
+        # What was enforced in this text, not the size of the list.
+        parts.append(f"**Glossary:** {_count(result.glossary_terms, 'term')} applied, of {len(terms)}")
+    return " · ".join(parts)
+
+
+def _english(code: str) -> str:
+    lang = LANGUAGES.get(code)
+    return lang.english if lang else code
+
+
+def _time_left(seconds: float | None) -> str:
+    if seconds is None:
+        return "estimating the time left"
+    if seconds < 90:
+        return f"about {max(1, math.ceil(seconds))} s left"
+    return f"about {round(seconds / 60)} min left"
+
+
+def _report(progress: Callable[..., Any], view: JobView) -> None:
+    """A job's state on the page's progress bar: its segments done of all, and the time left."""
+    if view.state == "queued":
+        ahead = (view.queue_position or 1) - 1
+        waiting = f"Queued behind {_count(ahead, 'document')}" if ahead else "Queued"
+        progress(0.0, desc=f"{waiting} · {_time_left(view.seconds_remaining)}")
+    else:
+        progress((view.done, view.total), desc=f"Translating {view.filename} · {_time_left(view.seconds_remaining)}",
+                 unit="segments")
+
+
+def _job_note(view: JobView, again: bool = False) -> str:
+    """The note while a job runs: what it is, and that it does not need the page open."""
+    source = "detected language" if view.source == AUTO else _english(view.source)
+    name = f"**{_markdown_text(view.filename)}** ({source} → {_english(view.target)}, {_count(view.total, 'segment')})"
+    if again:
+        return f"{name}, sent from this browser before the page was loaded: its progress is shown again here."
+    return (f"{name}: it runs on the server. Reload or close this page and it goes on; open the page again in this "
+            "browser to get the file.")
+
+
+def _ended_note(view: JobView) -> str:
+    name = f"**{_markdown_text(view.filename)}**"
+    if view.state == "cancelled":
+        return f"Cancelled: {name} was not translated ({view.done} of {_count(view.total, 'segment')} were done)."
+    return f"{name} was not translated: {_markdown_text(view.error or 'the job failed.')}"
 
 
 def _count(n: int, noun: str) -> str:
@@ -468,114 +716,147 @@ def _glossary_field(elem_id: str) -> gr.Textbox:
 
 
 def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
-             policy: AccessPolicy | None = None) -> gr.Blocks:
-    """The Blocks page. Mount it with `gr.mount_gradio_app(app, blocks, "/ui", head=UI_HEAD, css=UI_CSS)`."""
-    ui = TranslatorUI(service, cfg, metrics, policy)
+             policy: AccessPolicy | None = None, jobs: DocumentJobs | None = None) -> gr.Blocks:
+    """The Blocks page. Mount it with `gr.mount_gradio_app(app, blocks, "/ui", head=UI_HEAD, css=UI_CSS)`.
+    `jobs`: the REST API's document jobs, shared (the page makes its own without)."""
+    ui = TranslatorUI(service, cfg, metrics, policy, jobs)
     default_target = "es" if "es" in ui.model_codes else (ui.model_codes[0] if ui.model_codes else "en")
     limits = cfg.limits
     with gr.Blocks(title="Hunyuan-MT translation", delete_cache=(600, 1800)) as demo:
         gr.Markdown("## Hunyuan-MT translation server")
-        with gr.Tab("Text", id="text"):
-            with gr.Row(equal_height=True):
-                src = gr.Dropdown(ui.source_choices(), value=AUTO, label="From", elem_id="hmt-src", scale=4)
-                swap = gr.Button("⇄", elem_id="hmt-swap", scale=0, min_width=60)
-                tgt = gr.Dropdown(ui.target_choices(AUTO), value=default_target, label="To", elem_id="hmt-tgt",
-                                  scale=4)
-            pair_note = gr.Markdown("", elem_id="hmt-pair-note")
-            with gr.Row(elem_classes=["hmt-stack"]):
-                # No max_length: the box would cut a longer paste silently; the service refuses it with the limit.
-                source_box = gr.Textbox(lines=8, max_lines=30, label="Text", elem_id="hmt-source",
-                                        placeholder=f"Type or paste text (up to {limits.max_chars:,} characters). "
-                                                    "Ctrl+Enter translates.")
-                result_box = gr.Textbox(lines=8, max_lines=30, label="Translation", elem_id="hmt-result",
-                                        interactive=False, buttons=["copy"])
-            glossary_box = _glossary_field("hmt-glossary")
-            translate_btn = gr.Button("Translate", variant="primary", elem_id="hmt-translate")
-            info = gr.Markdown("", elem_id="hmt-info")
+        # The document job this browser follows, in localStorage: shared by its tabs, kept across reloads.
+        job_store = gr.BrowserState("", storage_key="hmt-document-job")
+        with gr.Tabs() as tabs:
+            with gr.Tab("Text", id="text"):
+                with gr.Row(equal_height=True):
+                    src = gr.Dropdown(ui.source_choices(), value=AUTO, label="From", elem_id="hmt-src", scale=4)
+                    swap = gr.Button("⇄", elem_id="hmt-swap", scale=0, min_width=60)
+                    tgt = gr.Dropdown(ui.target_choices(AUTO), value=default_target, label="To", elem_id="hmt-tgt",
+                                      scale=4)
+                pair_note = gr.Markdown("", elem_id="hmt-pair-note")
+                with gr.Row(elem_classes=["hmt-stack"]):
+                    # No max_length: the box would cut a longer paste silently; the service refuses it instead.
+                    source_box = gr.Textbox(lines=8, max_lines=30, label="Text", elem_id="hmt-source",
+                                            placeholder=f"Type or paste text (up to {limits.max_chars:,} characters). "
+                                                        "Ctrl+Enter translates.")
+                    result_box = gr.Textbox(lines=8, max_lines=30, label="Translation", elem_id="hmt-result",
+                                            interactive=False, buttons=["copy"])
+                glossary_box = _glossary_field("hmt-glossary")
+                translate_btn = gr.Button("Translate", variant="primary", elem_id="hmt-translate")
+                info = gr.Markdown("", elem_id="hmt-info")
 
-            # The source actually used (detected or chosen) of the last translation; State stays out of the API.
-            last_source = gr.State(None)
-            translate_btn.click(clear_text_result, None, [result_box, info], queue=False, show_progress="hidden",
-                                api_visibility="private").then(
-                ui.translate_text, [source_box, src, tgt, glossary_box], [result_box, info, last_source],
-                api_name="translate", api_visibility="public")
-            swap.click(ui.swap, [src, tgt, source_box, result_box, last_source],
-                       [src, tgt, source_box, result_box, pair_note], api_name="swap", api_visibility="undocumented")
-            src.change(ui.on_source_change, [src, tgt], [tgt, pair_note], api_name="source_changed",
-                       api_visibility="undocumented")
-            tgt.change(ui.pair_note, [src, tgt], [pair_note], api_name="pair_note", api_visibility="undocumented")
-
-        with gr.Tab("Document", id="document"):
-            gr.Markdown(
-                f"Drop a **{', '.join(DOC_TYPES[:-1])} or {DOC_TYPES[-1]}** file "
-                f"(up to {limits.max_file_bytes // 2**20} MiB, "
-                f"{limits.max_doc_chars:,} characters, {limits.max_segments:,} segments). The result keeps the "
-                f"format; a PDF's text layer comes back as a .docx."
-            )
-            with gr.Row(equal_height=True):
-                doc_src = gr.Dropdown(ui.source_choices(), value=AUTO, label="From", elem_id="hmt-doc-src")
-                doc_tgt = gr.Dropdown(ui.target_choices(AUTO), value=default_target, label="To",
-                                      elem_id="hmt-doc-tgt")
-            with gr.Row(elem_classes=["hmt-stack"]):
-                doc_in = gr.File(label="Document", file_types=DOC_TYPES, type="filepath", elem_id="hmt-doc-in")
-                doc_out = gr.File(label="Translated document", interactive=False, elem_id="hmt-doc-out")
-            ui.doc_output = doc_out
-            doc_glossary = _glossary_field("hmt-doc-glossary")
-            doc_btn = gr.Button("Translate document", variant="primary", elem_id="hmt-doc-translate")
-            doc_note = gr.Markdown("", elem_id="hmt-doc-note")
-            doc_src.change(ui.on_source_change, [doc_src, doc_tgt], [doc_tgt, doc_note],
-                           api_name="doc_source_changed", api_visibility="undocumented")
-            doc_tgt.change(ui.pair_note, [doc_src, doc_tgt], [doc_note], api_name="doc_pair_note",
+                # The source used (detected or chosen) of the last translation; State stays out of the API.
+                last_source = gr.State(None)
+                # A generator: the translation grows in its box. gradio_client's predict returns the last output.
+                streaming = translate_btn.click(
+                    clear_text_result, None, [result_box, info], queue=False, show_progress="hidden",
+                    api_visibility="private").then(
+                    ui.stream_text, [source_box, src, tgt, glossary_box], [result_box, info, last_source],
+                    api_name="translate", api_visibility="public", trigger_mode="multiple")
+                # A new click (or Ctrl+Enter) stops the text still growing, whose rows then leave the engine: two
+                # streams would write into one box, and the first is no longer wanted. The page cancels the run it
+                # has when the click comes, before the new one is sent; "multiple" above lets the new one start
+                # while the old is still marked running (Gradio's default, "once", would drop it, and
+                # "always_last" would wait for an end that a cancel never reports).
+                translate_btn.click(None, None, None, cancels=[streaming])
+                swap.click(ui.swap, [src, tgt, source_box, result_box, last_source],
+                           [src, tgt, source_box, result_box, pair_note], api_name="swap",
                            api_visibility="undocumented")
-            # A new file (or a failed upload) takes the previous file's download and note away.
-            doc_in.change(clear_document_result, None, [doc_out, doc_note], queue=False, show_progress="hidden",
-                          api_visibility="private")
-            doc_btn.click(clear_document_result, None, [doc_out, doc_note], queue=False, show_progress="hidden",
-                          api_visibility="private").then(
-                ui.translate_document, [doc_in, doc_src, doc_tgt, doc_glossary], [doc_out, doc_note],
-                api_name="translate_document", api_visibility="public")
+                src.change(ui.on_source_change, [src, tgt], [tgt, pair_note], api_name="source_changed",
+                           api_visibility="undocumented")
+                tgt.change(ui.pair_note, [src, tgt], [pair_note], api_name="pair_note", api_visibility="undocumented")
 
-        with gr.Tab("Status", id="status"):
-            status_key = gr.Textbox(label="Status key", type="password", elem_id="hmt-status-key",
-                                    visible=ui.policy.status_private,
-                                    info="This server keeps its status private (server.status_key).")
-            overview = gr.Markdown("", elem_id="hmt-overview")
-            adapters = gr.Dataframe(headers=["adapter", "state", "leases"], label="Resident adapters",
-                                    interactive=False, elem_id="hmt-adapters")
-            counters = gr.Markdown("", elem_id="hmt-counters")
-            with gr.Row():
-                window = {"x_title": f"time (last {PLOT_WINDOW_S // 60} minutes)"}
-                latency_plot = gr.ScatterPlot(x="time", y="latency_ms", title="Latency per request",
-                                              y_title="ms", y_lim=[0, 100], y_axis_format=",.0f",
-                                              elem_id="hmt-latency", **window)
-                hit_plot = gr.LinePlot(x="time", y="hit_rate", title="Adapter cache hit rate", y_lim=[0, 1],
-                                       y_axis_format=".0%", y_title="hit rate", elem_id="hmt-hitrate", **window)
-            with gr.Accordion("Admin (needs the admin key)", open=False):
-                admin_key = gr.Textbox(label="Admin key", type="password", elem_id="hmt-admin-key")
-                admin_pair = gr.Textbox(label="Pair (e.g. en2es)", elem_id="hmt-admin-pair")
+            with gr.Tab("Document", id="document"):
+                gr.Markdown(
+                    f"Drop a **{', '.join(DOC_TYPES[:-1])} or {DOC_TYPES[-1]}** file "
+                    f"(up to {limits.max_file_bytes // 2**20} MiB, "
+                    f"{limits.max_doc_chars:,} characters, {limits.max_segments:,} segments). The result keeps the "
+                    f"format; a PDF's text layer comes back as a .docx."
+                )
+                with gr.Row(equal_height=True):
+                    doc_src = gr.Dropdown(ui.source_choices(), value=AUTO, label="From", elem_id="hmt-doc-src")
+                    doc_tgt = gr.Dropdown(ui.target_choices(AUTO), value=default_target, label="To",
+                                          elem_id="hmt-doc-tgt")
+                with gr.Row(elem_classes=["hmt-stack"]):
+                    doc_in = gr.File(label="Document", file_types=DOC_TYPES, type="filepath", elem_id="hmt-doc-in")
+                    doc_out = gr.File(label="Translated document", interactive=False, elem_id="hmt-doc-out")
+                ui.doc_output = doc_out
+                doc_glossary = _glossary_field("hmt-doc-glossary")
                 with gr.Row():
-                    buttons = {a: gr.Button(a.capitalize(), elem_id=f"hmt-admin-{a}")
-                               for a in ("rescan", "pin", "unpin", "unload")}
+                    doc_btn = gr.Button("Translate document", variant="primary", elem_id="hmt-doc-translate", scale=4)
+                    cancel_btn = gr.Button("Cancel", variant="stop", elem_id="hmt-doc-cancel", visible=False, scale=1,
+                                           min_width=100)
+                doc_note = gr.Markdown("", elem_id="hmt-doc-note")
+                doc_src.change(ui.on_source_change, [doc_src, doc_tgt], [doc_tgt, doc_note],
+                               api_name="doc_source_changed", api_visibility="undocumented")
+                doc_tgt.change(ui.pair_note, [doc_src, doc_tgt], [doc_note], api_name="doc_pair_note",
+                               api_visibility="undocumented")
+                # A new file (or a failed upload) takes the previous file's download and note away.
+                doc_in.change(clear_document_result, None, [doc_out, doc_note], queue=False, show_progress="hidden",
+                              api_visibility="private")
+                # The page's document is a job: submitted (the file read and checked: a bad one is refused at once),
+                # its id kept in the browser, then followed with the job's own progress until its file comes.
+                followed = [doc_out, doc_note, job_store, doc_btn, cancel_btn]
+                follow = {"show_progress_on": [doc_out], "api_visibility": "private",
+                          "concurrency_id": "hmt-follow", "concurrency_limit": _FOLLOWERS}
+                submitted = doc_btn.click(
+                    clear_document_result, None, [doc_out, doc_note], queue=False, show_progress="hidden",
+                    api_visibility="private").then(
+                    ui.page_submit, [doc_in, doc_src, doc_tgt, doc_glossary],
+                    [job_store, doc_note, doc_btn, cancel_btn], api_visibility="private")
+                submitted.success(ui.follow_document, [job_store], followed, **follow)
+                cancel_btn.click(ui.cancel_document, [job_store], [cancel_btn], api_visibility="private",
+                                 show_progress="hidden")
+                # gradio_client's endpoint (no button of its own): submit and wait, the progress per segment.
+                gr.on([], ui.translate_document, [doc_in, doc_src, doc_tgt, doc_glossary], [doc_out, doc_note],
+                      api_name="translate_document", api_visibility="public")
+
+            with gr.Tab("Status", id="status"):
+                status_key = gr.Textbox(label="Status key", type="password", elem_id="hmt-status-key",
+                                        visible=ui.policy.status_private,
+                                        info="This server keeps its status private (server.status_key).")
+                overview = gr.Markdown("", elem_id="hmt-overview")
+                adapters = gr.Dataframe(headers=["adapter", "state", "leases"], label="Resident adapters",
+                                        interactive=False, elem_id="hmt-adapters")
+                counters = gr.Markdown("", elem_id="hmt-counters")
                 with gr.Row():
-                    memory_file = gr.File(label="Translation memory (.tsv or .tmx) for the pair above",
-                                          file_types=[".tsv", ".tmx", ".txt"], type="filepath",
-                                          elem_id="hmt-memory-file")
-                    memory_btn = gr.Button("Import memory", elem_id="hmt-admin-memory")
-                admin_out = gr.Markdown("", elem_id="hmt-admin-out")
-                memory_btn.click(ui.import_memory, [admin_key, admin_pair, memory_file], [admin_out],
-                                 api_name="admin_memory", api_visibility="undocumented")
-            for action, button in buttons.items():
-                button.click(lambda k, p, _a=action: ui.admin(_a, k, p), [admin_key, admin_pair], [admin_out],
-                             api_name=f"admin_{action}", api_visibility="undocumented")
-            status_outputs = [overview, adapters, counters, latency_plot, hit_plot]
-            timer = gr.Timer(2.0)
-            timer.tick(ui.status_view, [status_key], status_outputs, api_name="status", api_visibility="public",
-                       show_progress="hidden", concurrency_limit=None)
+                    window = {"x_title": f"time (last {PLOT_WINDOW_S // 60} minutes)"}
+                    latency_plot = gr.ScatterPlot(x="time", y="latency_ms", title="Latency per request",
+                                                  y_title="ms", y_lim=[0, 100], y_axis_format=",.0f",
+                                                  elem_id="hmt-latency", **window)
+                    hit_plot = gr.LinePlot(x="time", y="hit_rate", title="Adapter cache hit rate", y_lim=[0, 1],
+                                           y_axis_format=".0%", y_title="hit rate", elem_id="hmt-hitrate", **window)
+                with gr.Accordion("Admin (needs the admin key)", open=False):
+                    admin_key = gr.Textbox(label="Admin key", type="password", elem_id="hmt-admin-key")
+                    admin_pair = gr.Textbox(label="Pair (e.g. en2es)", elem_id="hmt-admin-pair")
+                    with gr.Row():
+                        buttons = {a: gr.Button(a.capitalize(), elem_id=f"hmt-admin-{a}")
+                                   for a in ("rescan", "pin", "unpin", "unload")}
+                    with gr.Row():
+                        memory_file = gr.File(label="Translation memory (.tsv or .tmx) for the pair above",
+                                              file_types=[".tsv", ".tmx", ".txt"], type="filepath",
+                                              elem_id="hmt-memory-file")
+                        memory_btn = gr.Button("Import memory", elem_id="hmt-admin-memory")
+                    admin_out = gr.Markdown("", elem_id="hmt-admin-out")
+                    memory_btn.click(ui.import_memory, [admin_key, admin_pair, memory_file], [admin_out],
+                                     api_name="admin_memory", api_visibility="undocumented")
+                for action, button in buttons.items():
+                    button.click(lambda k, p, _a=action: ui.admin(_a, k, p), [admin_key, admin_pair], [admin_out],
+                                 api_name=f"admin_{action}", api_visibility="undocumented")
+                status_outputs = [overview, adapters, counters, latency_plot, hit_plot]
+                timer = gr.Timer(2.0)
+                timer.tick(ui.status_view, [status_key], status_outputs, api_name="status", api_visibility="public",
+                           show_progress="hidden", concurrency_limit=None)
         demo.load(ui.status_view, [status_key], status_outputs, api_name="status_on_load", api_visibility="private",
                   show_progress="hidden")
+        # A reload, or another tab of this browser, follows the job again (its Document tab brought forward).
+        demo.load(ui.resume_document, [job_store], [tabs, doc_note, job_store, doc_btn, cancel_btn],
+                  api_visibility="private", show_progress="hidden").then(
+            ui.follow_document, [job_store], followed, **follow)
+        demo.unload(ui.page_left)
     demo.queue(default_concurrency_limit=max(4, cfg.engine.max_rows))
     # Any value but Gradio's default (40) gives the UI its own thread pool instead of anyio's shared one,
-    # which the REST routes would otherwise compete for.
-    demo.max_threads = max(41, 2 * cfg.engine.max_rows)
+    # which the REST routes would otherwise compete for. Followers of document jobs mostly wait: room for them.
+    demo.max_threads = max(41, 2 * cfg.engine.max_rows) + _FOLLOWERS
     demo.hmt_ui = ui  # type: ignore[attr-defined]  # the server closes it on shutdown
     return demo
