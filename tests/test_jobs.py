@@ -21,6 +21,7 @@ from hunyuan_mt.documents import RenderedDocument
 from hunyuan_mt.errors import Busy, Cancelled
 from hunyuan_mt.jobs import DocumentJobs, JobNotFound, JobNotReady
 from hunyuan_mt.ticket import Ticket
+from seams import eventually, hold, leases
 from web_server import LiveServer
 
 
@@ -204,25 +205,6 @@ def test_rest_job_errors(live_server: LiveServer) -> None:
         assert c.delete("/v1/documents/" + "0" * 24).status_code == 404
 
 
-def _hold(engine: Any, marker: str, nth: int = 1) -> tuple[threading.Event, threading.Event, list[list[Any]]]:
-    """Hold the `nth` forward whose rows include `marker` (1: its prefill); record the rows of every forward after."""
-    reached, go = threading.Event(), threading.Event()
-    after: list[list[Any]] = []
-    seen = {"n": 0}
-
-    def seam(rows: list[Any]) -> None:
-        if reached.is_set():
-            after.append(list(rows))
-        elif any(marker in r.text for r in rows):
-            seen["n"] += 1
-            if seen["n"] == nth:
-                reached.set()
-                assert go.wait(30)
-
-    engine.before_generate = seam
-    return reached, go, after
-
-
 def _counter(live_server: LiveServer, front: str) -> float:
     return live_server.app.state.metrics.cancelled_requests.labels(front)._value.get()
 
@@ -231,7 +213,7 @@ def test_a_rest_client_that_goes_away_frees_its_rows_at_the_next_step(live_serve
     engine = live_server.service.engine
     marker = "Zebra"
     text = f"{marker} files are copied to the folder and the window shows how many of them are left to copy."
-    reached, go, after = _hold(engine, marker)
+    reached, go, after = hold(engine, marker)
     before = (engine.stats.cancelled_running, _counter(live_server, "rest"))
     errors: list[BaseException] = []
 
@@ -248,19 +230,13 @@ def test_a_rest_client_that_goes_away_frees_its_rows_at_the_next_step(live_serve
         assert reached.wait(30)
         caller.join(30)
         assert errors, "the client should have timed out while its rows decoded"
-        deadline = time.monotonic() + 10
-        while _counter(live_server, "rest") == before[1] and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert _counter(live_server, "rest") == before[1] + 1
+        eventually(lambda: _counter(live_server, "rest") == before[1] + 1, "the disconnect counted")
     finally:
         go.set()
-    deadline = time.monotonic() + 10
-    while engine.stats.cancelled_running == before[0] and time.monotonic() < deadline:
-        time.sleep(0.01)
+    eventually(lambda: engine.stats.cancelled_running > before[0], "the rows cancelled")
     engine.before_generate = None
-    assert engine.stats.cancelled_running > before[0]
     assert not any(marker in r.text for rows in after for r in rows)  # not in the very next forward, nor later
-    assert sum(r.leases for r in live_server.service.cache.stats().resident) == 0
+    assert leases(live_server.service) == 0
     metrics = httpx.get(live_server.url + "/metrics").text
     assert f'hmt_cancelled_requests_total{{front="rest"}} {before[1] + 1}' in metrics
     assert "hmt_engine_cancelled_running_total" in metrics
@@ -270,7 +246,7 @@ def test_cancelling_a_job_over_rest_takes_its_rows_out_of_the_engine(live_server
     engine = live_server.service.engine
     marker = "Quokka"
     data = make_docx([f"{marker} number {n} opens the file and saves the document." for n in range(40)])
-    reached, go, after = _hold(engine, marker)
+    reached, go, after = hold(engine, marker)
     before = engine.stats.cancelled
     try:
         with httpx.Client(base_url=live_server.url, timeout=60) as c:
@@ -287,7 +263,7 @@ def test_cancelling_a_job_over_rest_takes_its_rows_out_of_the_engine(live_server
         engine.before_generate = None
     assert engine.stats.cancelled > before
     assert not any(marker in r.text for rows in after for r in rows)
-    assert sum(r.leases for r in live_server.service.cache.stats().resident) == 0
+    assert leases(live_server.service) == 0
 
 
 LONG = ("The file manager shows the files in your home folder. You can open, copy and move them, and the trash keeps "
@@ -319,7 +295,7 @@ def test_a_chat_stream_closed_mid_decode_cancels_its_rows(live_server: LiveServe
     import openai
 
     engine = live_server.service.engine
-    reached, go, after = _hold(engine, "Kiwi", nth=6)
+    reached, go, after = hold(engine, "Kiwi", nth=6)
     before = (engine.stats.cancelled_running, _counter(live_server, "openai-stream"))
     client = openai.OpenAI(base_url=live_server.url + "/v1", api_key="unused", max_retries=0)
     try:
@@ -332,16 +308,10 @@ def test_a_chat_stream_closed_mid_decode_cancels_its_rows(live_server: LiveServe
                 break  # the reader has seen the first words and goes away
         assert reached.wait(30)
         stream.close()
-        deadline = time.monotonic() + 10
-        while _counter(live_server, "openai-stream") == before[1] and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert _counter(live_server, "openai-stream") == before[1] + 1
+        eventually(lambda: _counter(live_server, "openai-stream") == before[1] + 1, "the closed stream counted")
     finally:
         go.set()
-    deadline = time.monotonic() + 10
-    while engine.stats.cancelled_running == before[0] and time.monotonic() < deadline:
-        time.sleep(0.01)
+    eventually(lambda: engine.stats.cancelled_running > before[0], "the rows cancelled")
     engine.before_generate = None
-    assert engine.stats.cancelled_running > before[0]
     assert not any("Kiwi" in r.text for rows in after for r in rows)
-    assert sum(r.leases for r in live_server.service.cache.stats().resident) == 0
+    assert leases(live_server.service) == 0

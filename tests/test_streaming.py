@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from hunyuan_mt.service import TranslationResult
+from seams import eventually, hold, leases
 from web_server import WEB_BACKEND, LiveServer
 
 TEXT = ("The file manager shows the files in your home folder. You can open, copy and move them, and the trash "
@@ -61,20 +62,7 @@ def test_memory_segments_show_before_any_row_decodes(live_server: LiveServer) ->
 
 def test_closing_the_stream_cancels_its_rows(live_server: LiveServer) -> None:
     engine = live_server.service.engine
-    held, go = threading.Event(), threading.Event()
-    after: list[list[Any]] = []
-    seen = {"n": 0}
-
-    def seam(rows: list[Any]) -> None:
-        if held.is_set():
-            after.append(list(rows))
-        elif any("Walrus" in r.text for r in rows):
-            seen["n"] += 1
-            if seen["n"] == 4:
-                held.set()
-                assert go.wait(30)
-
-    engine.before_generate = seam
+    held, go, after = hold(engine, "Walrus", nth=4)
     before = engine.stats.cancelled_running
     stream = live_server.service.translate_stream("Walrus " + TEXT, "en", "es")
     try:
@@ -83,11 +71,7 @@ def test_closing_the_stream_cancels_its_rows(live_server: LiveServer) -> None:
         stream.close()  # the consumer goes away mid-decode
     finally:
         go.set()
-    deadline = threading.Event()
-    for _ in range(500):
-        if engine.stats.cancelled_running > before:
-            break
-        deadline.wait(0.01)
+    eventually(lambda: engine.stats.cancelled_running > before, "the rows cancelled")
     engine.before_generate = None
-    assert engine.stats.cancelled_running > before
     assert not any("Walrus" in r.text for rows in after for r in rows)
+    assert leases(live_server.service) == 0

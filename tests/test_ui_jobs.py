@@ -9,10 +9,9 @@ forwards; assertions read the forwards' rows and the engine's counters, never ti
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import gradio as gr
 import pytest
@@ -20,6 +19,7 @@ import pytest
 from hunyuan_mt.jobs import DocumentJobs
 from hunyuan_mt.web.metrics import WebMetrics
 from hunyuan_mt.web.ui import build_ui
+from seams import eventually, hold
 from web_server import LiveServer, with_server
 
 LONG = ("The file manager shows the files in your home folder. You can open, copy and move them, and the trash keeps "
@@ -34,32 +34,6 @@ def visitor(address: str, session: str) -> Any:
 
 def no_progress(*args: Any, **kwargs: Any) -> None:
     return None
-
-
-def hold(engine: Any, marker: str, nth: int) -> tuple[threading.Event, threading.Event, list[list[Any]]]:
-    """Hold the `nth` forward whose rows include `marker`; record the rows of every forward after it."""
-    reached, go = threading.Event(), threading.Event()
-    after: list[list[Any]] = []
-    seen = {"n": 0}
-
-    def seam(rows: list[Any]) -> None:
-        if reached.is_set():
-            after.append(list(rows))
-        elif any(marker in r.text for r in rows):
-            seen["n"] += 1
-            if seen["n"] == nth:
-                reached.set()
-                assert go.wait(60), "the test never released the engine"
-
-    engine.before_generate = seam
-    return reached, go, after
-
-
-def eventually(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.01)
 
 
 @pytest.fixture()

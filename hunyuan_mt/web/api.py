@@ -342,7 +342,9 @@ class RestApi:
         await request.close()
         raise FeatureDisabled("Suggestions are disabled on this server.")
 
-    async def translate_file(self, request: Request) -> JSONResponse:
+    async def _read_upload(self, request: Request) -> tuple[Caller, bytes, str, str, str, Any]:
+        """A document upload's fields, checked: (caller, the file's bytes, its safe name, source, target,
+        glossary). The multipart spool is closed before this returns."""
         try:
             fields = await read_fields(request, allow=(MULTIPART,))
             caller = self._authorize(request, fields)
@@ -359,6 +361,10 @@ class RestApi:
             filename = safe_filename(upload.filename or "document.txt")
         finally:
             await request.close()  # removes python-multipart's spooled temp file
+        return caller, data, filename, source, target, glossary
+
+    async def translate_file(self, request: Request) -> JSONResponse:
+        caller, data, filename, source, target, glossary = await self._read_upload(request)
         charge = functools.partial(self.policy.spend_chars, caller)
         ticket = Ticket(background=True)
         rendered, _ = await self._watched(request, ticket, "file", functools.partial(
@@ -378,26 +384,11 @@ class RestApi:
     # ------------------------------------------------------------------ document jobs
 
     async def _upload(self, request: Request) -> tuple[Caller, Any, str, str, Any]:
-        """A document upload's fields, checked: (caller, the document read, source, target, glossary)."""
-        try:
-            fields = await read_fields(request, allow=(MULTIPART,))
-            caller = self._authorize(request, fields)
-            upload = fields.get("file")
-            if not isinstance(upload, UploadFile):
-                raise InvalidInput("Invalid request: missing file parameter")
-            source = _source_field(fields)
-            target = normalize_code(text_field(fields, "target"))
-            glossary = self.glossaries.resolve(fields.get("glossary"), source, target)
-            data = await upload.read(self.cfg.limits.max_file_bytes + 1)
-            if len(data) > self.cfg.limits.max_file_bytes:
-                raise InputTooLarge(f"File too large: more than {self.cfg.limits.max_file_bytes} bytes "
-                                    f"(limit {self.cfg.limits.max_file_bytes}).")
-            filename = safe_filename(upload.filename or "document.txt")
-        finally:
-            await request.close()
+        """A job's upload, read and checked: (caller, the document read, source, target, glossary)."""
+        caller, data, filename, source, target, glossary = await self._read_upload(request)
         # Read now: a file the server cannot take is refused here, not found out later as a failed job.
         document = await self._call(read_document, data, filename, self.cfg.limits)
-        return caller, document, source, target, glossary
+        return caller, document, source, normalize_code(target), glossary
 
     def _may(self, request: Request) -> Callable[[Any], bool]:
         """Whether this request may see a job: its uploader's key or address, as for downloads."""
