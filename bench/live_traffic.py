@@ -10,6 +10,9 @@ Each variant starts `app.py` on 127.0.0.1 (the demo profile) in a process of its
   requests sent one after another while a `--doc-kb` KB text document (unique sentences) translates as a job; the
   ratio is beside ÷ idle. The job is cancelled afterwards. The base variant runs with
   `--set engine.documents_yield=false` (document rows queue like any row), in the same run.
+- **a document alone**: a 40 KB text document as a job with no other traffic, in segments per second: what
+  yielding costs documents, just after interactive requests (document prefills are kept small for
+  `INTERACTIVE_WINDOW_S`) and once none came for that long.
 - **document job**: a 100-paragraph .docx posted to /v1/documents: how long the 202 answer took, when the first
   progress (a done count above 0) reached a client that long-polls `?wait=`, and the longest gap between two
   progress reports until it was done.
@@ -32,13 +35,15 @@ from typing import Any
 
 import httpx
 
+from hunyuan_mt.engine import INTERACTIVE_WINDOW_S
+
 from .report import write_results
 from .soak import Server, free_port
 
 SHORT = [("Open the file.", "en", "es"), ("Save the document.", "en", "es"), ("Close the window.", "en", "es"),
          ("No se pudo abrir el archivo.", "es", "en"), ("The printer is out of paper.", "en", "es")]
 #: Requests per measurement (after 3 warm ones on the idle server).
-SHORT_N = 15
+SHORT_N = 30
 
 _SUBJECTS = ["report", "folder", "printer", "window", "backup", "message", "calendar", "account", "picture", "song",
              "network", "password", "device", "server", "screen", "keyboard", "document", "update", "file", "disk"]
@@ -96,6 +101,19 @@ def beside_document(client: httpx.Client, kb: int) -> dict[str, Any]:
             "beside_p95_ms": round(sorted(beside)[int(0.95 * (len(beside) - 1))], 1),
             "ratio": round(statistics.median(beside) / statistics.median(idle), 2),
             "document_segments": state["total"], "document_still_running": still}
+
+
+def document_alone(client: httpx.Client, kb: int) -> dict[str, Any]:
+    """What yielding costs a document: a `kb` KB text job on an otherwise idle server, segments per second."""
+    data = document_text(kb).encode()
+    t0 = time.perf_counter()
+    state = client.post("/v1/documents", files={"file": ("alone.txt", data)},
+                        data={"source": "en", "target": "es"}).json()
+    while state["state"] in ("queued", "translating"):
+        state = client.get(f"/v1/documents/{state['id']}", params={"wait": 10}).json()
+    seconds = time.perf_counter() - t0
+    return {"segments": state["total"], "seconds": round(seconds, 2),
+            "segments_per_s": round(state["total"] / seconds, 1)}
 
 
 def _docx(paragraphs: list[str]) -> bytes:
@@ -159,7 +177,12 @@ def one_run(index: int, variant: str, sets: list[str], work: Path, kb: int) -> d
     try:
         server.wait_ready(600)
         with httpx.Client(base_url=server.base, timeout=300) as client:
-            out: dict[str, Any] = {"beside": beside_document(client, kb)}
+            # Right after the warm-up's requests the engine still keeps document prefills small (interactive
+            # traffic was about); after INTERACTIVE_WINDOW_S without any, a document runs at full speed.
+            out: dict[str, Any] = {"alone_after_traffic": document_alone(client, 40)}
+            time.sleep(INTERACTIVE_WINDOW_S + 1)
+            out["alone"] = document_alone(client, 40)
+            out["beside"] = beside_document(client, kb)
             if variant == "yield":
                 out["job"] = document_job(client)
                 out["stream"] = stream_chat(server.base)
@@ -171,7 +194,7 @@ def one_run(index: int, variant: str, sets: list[str], work: Path, kb: int) -> d
 def render(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> list[str]:
     med = statistics.median
     lines = [f"# Live traffic beside documents (`python -m bench.live_traffic --runs {args.runs} --doc-kb "
-             f"{args.doc_kb}`)", "",
+             f"{args.doc_kb}" + "".join(f" --set {s}" for s in args.set) + "`)", "",
              f"Short /translate requests, median of {SHORT_N} each, idle and while a {args.doc_kb} KB text document "
              "translates as a job; each variant is its own app.py. Medians over runs; every run in the last column.",
              "", "| variant | idle ms | beside a document ms | p95 beside ms | beside ÷ idle | every run |",
@@ -182,6 +205,15 @@ def render(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> l
         lines.append(f"| {label} | {med(c['idle_ms'] for c in cells):.0f} | {med(c['beside_ms'] for c in cells):.0f} "
                      f"| {med(c['beside_p95_ms'] for c in cells):.0f} | **{med(c['ratio'] for c in cells):.2f}×** | "
                      f"{' '.join(format(c['ratio'], '.2f') for c in cells)} |")
+    lines += ["", "The same server translating a 40 KB text document alone, as a job: just after interactive requests "
+              f"(the warm-up's), and after {INTERACTIVE_WINDOW_S:.0f} s without any:", "",
+              "| variant | when | segments | seconds | segments/s | every run |", "|---|---|---:|---:|---:|---|"]
+    for variant in ("base", "yield"):
+        for key, when in (("alone_after_traffic", "just after interactive traffic"), ("alone", "no traffic about")):
+            cells = [r[key] for r in runs[variant]]
+            lines.append(f"| {variant} | {when} | {cells[0]['segments']} | {med(c['seconds'] for c in cells):.2f} | "
+                         f"{med(c['segments_per_s'] for c in cells):.0f} | "
+                         f"{' '.join(format(c['segments_per_s'], '.0f') for c in cells)} |")
     jobs = [r["job"] for r in runs["yield"]]
     streams = [r["stream"] for r in runs["yield"]]
     lines += ["", "A 100-paragraph .docx as a job (POST /v1/documents, then GET ?wait=10 until done):", "",
@@ -203,12 +235,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.live_traffic", description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--doc-kb", type=int, default=150)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="app.py --set for both variants (repeatable)")
     args = parser.parse_args(argv)
     runs: dict[str, list[dict[str, Any]]] = {"base": [], "yield": []}
     with tempfile.TemporaryDirectory(prefix="hmt-live-") as tmp:
         for i in range(args.runs):
             for variant, sets in (("base", ["engine.documents_yield=false"]), ("yield", [])):
-                runs[variant].append(one_run(i, variant, sets, Path(tmp), args.doc_kb))
+                runs[variant].append(one_run(i, variant, args.set + sets, Path(tmp), args.doc_kb))
                 print(variant, json.dumps(runs[variant][-1]), flush=True)
     write_results("live_traffic", {"args": vars(args), "runs": runs}, render(runs, args))
     return 0

@@ -226,10 +226,10 @@ class EngineConfig:
     documents_yield: bool = True
     #: While interactive rows run or wait, at most this many document rows share their batch (the others wait, or
     #: go back to the queue): a step's cost grows with its rows.
-    background_rows: int = 4
+    background_rows: int = 2
     #: Document rows enter at most this many a prefill, so an interactive row that arrives meanwhile waits for a
     #: small forward, not for the whole batch's refill.
-    background_prefill_rows: int = 8
+    background_prefill_rows: int = 4
 
     def __post_init__(self) -> None:
         _check(self.max_wait_ms >= 0, "engine.max_wait_ms", "a number >= 0", self.max_wait_ms)

@@ -63,6 +63,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BASE_KEY = "__base__"
+#: Seconds after the last interactive row during which document prefills stay small (engine.background_prefill_rows).
+INTERACTIVE_WINDOW_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,9 @@ class BatchEngine:
         self._closed = False
         #: Callers between the start and the end of a submit (tokenizing): what an idle loop may wait for.
         self._submitting = 0
+        #: When an interactive row last arrived (monotonic; -inf: never): document prefills are kept small only
+        #: while interactive traffic is about.
+        self._last_interactive = float("-inf")
         #: seq → pending row, for the rows in the running batch.
         self._running: dict[int, _Pending] = {}
         self._batch: RunningBatch | None = backbone.new_batch(gen_cfg, self._static_cache_spec())
@@ -294,6 +299,8 @@ class BatchEngine:
                         pending.seq = next(self._seq)
                         pending.steps_at_submit = self.stats.decode_steps
                         self._queue.append(pending)
+                    if any(not p.background for p in entering):
+                        self._last_interactive = now
                     self._cv.notify_all()
         finally:
             if submitting:
@@ -543,11 +550,13 @@ class BatchEngine:
         with self._cv:
             interactive = any(not p.background for p in self._running.values()) or any(
                 not p.background for p in self._queue)
-        # Background rows that may still enter: up to `background_prefill_rows` a prefill (an interactive row
-        # that arrives meanwhile waits for one small forward, not a refill of the whole batch), and beside
-        # interactive rows, up to `background_rows` in the batch.
+        # Background rows that may still enter: beside interactive rows, up to `background_rows` in the batch;
+        # while interactive rows came in the last INTERACTIVE_WINDOW_S, up to `background_prefill_rows` a prefill
+        # (one that arrives meanwhile waits for a small forward, not a refill of the whole batch); with no
+        # interactive traffic about, as many as fit (a document alone runs at full speed).
         background_room = (self.cfg.background_rows - sum(1 for p in self._running.values() if p.background)
-                           if interactive else self.cfg.background_prefill_rows)
+                           if interactive else self.cfg.background_prefill_rows
+                           if now - self._last_interactive < INTERACTIVE_WINDOW_S else room)
         admitted: list[_Pending] = []
         refused: list[tuple[_Pending, BaseException]] = []
         draining = False

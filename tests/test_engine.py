@@ -911,7 +911,8 @@ def test_a_ticket_hears_each_rows_tokens_after_every_step(arch: str, model_and_a
 def test_background_rows_give_their_places_to_an_interactive_row(marian_dir: Path, marian_adapters: Path,
                                                                  make_engine) -> None:
     """A full batch of document rows: an interactive row enters at the very next forward, the newest document
-    row goes back to the queue for it, and every document row still gives its output alone."""
+    rows go back to the queue for it (two stay: engine.background_rows), and every document row still gives its
+    output alone."""
     engine = make_engine(marian_dir, marian_adapters, max_rows=4, max_new_tokens=30)
     docs = [row(None, t, max_new=30) for t in TEXTS]
     short = row("en2es", "Hola mundo.", max_new=5)
@@ -928,15 +929,15 @@ def test_background_rows_give_their_places_to_an_interactive_row(marian_dir: Pat
     held_at = [n for n, h in enumerate(records) if h.rows == 4 and h.kind == "decode"][2]
     assert records[held_at + 1].kind == "prefill" and records[held_at + 1].pairs == ("en2es",)
     assert all(h.rows <= 4 for h in records)
-    assert engine.stats.yielded == 1
+    assert engine.stats.yielded == 2
 
 
 def test_beside_an_interactive_row_only_background_rows_share_the_batch(marian_dir: Path, marian_adapters: Path,
                                                                         make_engine) -> None:
-    """Eight document rows decode; an interactive row arrives: the four newest go back to the queue, the steps
-    it decodes in hold it and four document rows, and once it is answered the others come back."""
+    """Eight document rows decode; an interactive row arrives: the six newest go back to the queue, the steps
+    it decodes in hold it and two document rows, and once it is answered the others come back."""
     engine = make_engine(marian_dir, marian_adapters, max_rows=8, max_new_tokens=30)
-    assert (engine.cfg.background_rows, engine.cfg.background_prefill_rows) == (4, 8)
+    assert (engine.cfg.background_rows, engine.cfg.background_prefill_rows) == (2, 4)
     docs = [row(None, f"{t} ({n})", max_new=30) for n, t in enumerate(TEXTS + TEXTS[:2])]
     short = row("en2es", "Hola mundo.", max_new=5)
     ref_docs, ref_short = references(engine, docs), references(engine, [short])
@@ -951,7 +952,25 @@ def test_beside_an_interactive_row_only_background_rows_share_the_batch(marian_d
     records = since(engine, start)
     with_short = [h for h in records if "en2es" in h.pairs]
     assert with_short[0].kind == "prefill" and with_short[0].rows == 1
-    assert [h.rows for h in with_short[1:]] == [5] * (len(with_short) - 1)  # itself and 4 document rows
-    assert engine.stats.yielded == 4
+    assert [h.rows for h in with_short[1:]] == [3] * (len(with_short) - 1)  # itself and 2 document rows
+    assert engine.stats.yielded == 6
     after = records[records.index(with_short[-1]) + 1:]
-    assert max(h.rows for h in after if h.kind == "decode") > 4  # the document rows came back
+    assert max(h.rows for h in after if h.kind == "decode") > 2  # the document rows came back
+
+
+def test_document_prefills_stay_small_only_while_interactive_traffic_is_about(marian_dir: Path,
+                                                                             marian_adapters: Path,
+                                                                             make_engine) -> None:
+    """A document alone enters in one prefill (full speed when nobody waits); after an interactive request, its
+    rows enter at most engine.background_prefill_rows a prefill, so a request arriving meanwhile waits for a
+    small forward."""
+    engine = make_engine(marian_dir, marian_adapters, max_rows=16, max_new_tokens=3)
+    docs = [row(None, f"{TEXTS[n % len(TEXTS)]} {n}", max_new=3) for n in range(12)]
+    start = len(engine.history)
+    engine.run(docs, ticket=Ticket(background=True))
+    assert [h.rows for h in since(engine, start) if h.kind == "prefill"] == [12]
+    engine.run([row("en2es", "Hola mundo.", max_new=2)])
+    start = len(engine.history)
+    engine.run(docs, ticket=Ticket(background=True))
+    prefills = [h.rows for h in since(engine, start) if h.kind == "prefill"]
+    assert sum(prefills) == 12 and max(prefills) <= engine.cfg.background_prefill_rows == 4
