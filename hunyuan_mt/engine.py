@@ -217,6 +217,9 @@ class BatchEngine:
         #: When an interactive row last arrived (monotonic; -inf: never): document prefills are kept small only
         #: while interactive traffic is about.
         self._last_interactive = float("-inf")
+        #: Set when a ticket of a queued or running row is cancelled: the loop looks for its rows only then
+        #: (scanning the queue every round cost 0.14 ms per 1,000 queued rows).
+        self._cancel_seen = False
         #: seq → pending row, for the rows in the running batch.
         self._running: dict[int, _Pending] = {}
         self._batch: RunningBatch | None = backbone.new_batch(gen_cfg, self._static_cache_spec())
@@ -267,6 +270,8 @@ class BatchEngine:
         here, in the caller's thread. `ticket` (one for all the rows) can cancel them, marks them background, and
         hears their tokens after each step (see ticket.py)."""
         now = time.monotonic()
+        if ticket is not None:
+            ticket.watch(self._note_cancel)
         with self._cv:
             # An idle loop holds its first forward while a submit is under way (see _loop).
             self._submitting += 1
@@ -628,9 +633,17 @@ class BatchEngine:
             self._requeue(newest, preempted=False)
         return bool(waiting)
 
+    def _note_cancel(self) -> None:
+        with self._cv:
+            self._cancel_seen = True
+            self._cv.notify_all()
+
     def _reap_cancelled(self) -> None:
         """Rows whose ticket was cancelled leave the queue and the running batch now, with their leases."""
+        if not self._cancel_seen:
+            return
         with self._cv:
+            self._cancel_seen = False  # a cancel from now on sets it again: the next round looks once more
             gone = [p for p in self._queue if p.cancelled]
             if gone:
                 self._queue = [p for p in self._queue if not p.cancelled]

@@ -27,6 +27,9 @@ class _Cancel:
 
     event: threading.Event = field(default_factory=threading.Event)
     reason: str = ""
+    #: Called once when it is cancelled (the engine: so its loop looks for cancelled rows only then).
+    watchers: set[Callable[[], None]] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 @dataclass(eq=False)
@@ -39,9 +42,22 @@ class Ticket:
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Cancel the request (idempotent; the first reason is kept: "client disconnected", "job cancelled")."""
-        if not self._cancel.event.is_set():
+        with self._cancel.lock:
+            if self._cancel.event.is_set():
+                return
             self._cancel.reason = reason
             self._cancel.event.set()
+            watchers = list(self._cancel.watchers)
+        for watcher in watchers:
+            watcher()
+
+    def watch(self, watcher: Callable[[], None]) -> None:
+        """Call `watcher` when this ticket is cancelled (at once if it already is); the same one is kept once."""
+        with self._cancel.lock:
+            if not self._cancel.event.is_set():
+                self._cancel.watchers.add(watcher)
+                return
+        watcher()
 
     @property
     def cancelled(self) -> bool:
