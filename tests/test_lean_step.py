@@ -49,7 +49,13 @@ def _slots(cache, keys: list[str | None]) -> tuple[object, list[int]]:
 
 
 def test_lean_marian_logits_equal_transformers_per_step(marian_dir: Path, adapters: Path, fresh_backbone,
-                                                        make_cache) -> None:
+                                                        make_cache, monkeypatch) -> None:
+    from hunyuan_mt.decode import marian
+
+    copies: list[str] = []  # how each compaction copied the cache: every kept row, or only the rows that moved
+    for name in ("_keep", "_move"):
+        real = getattr(marian, name)
+        monkeypatch.setattr(marian, name, lambda *a, _real=real, _name=name: (copies.append(_name), _real(*a))[1])
     bb = fresh_backbone(marian_dir)
     cache = make_cache(bb, adapters, slots=3)
     lease, slots = _slots(cache, [None, "en2es", "en2fr", "en2de"])
@@ -77,6 +83,15 @@ def test_lean_marian_logits_equal_transformers_per_step(marian_dir: Path, adapte
         batch.add([Sequence(4, encoded[4].input_ids, row_slot[4], 40, encoded[4].decoder_prefix)])
         for _ in range(3):
             batch.step()
+        # A row finishing in the middle: the last row moves into its place, the others stay where they are.
+        assert [r.seq.tag for r in batch.rows] == [1, 2, 3, 4]
+        batch.rows[1].done = True
+        copies.clear()
+        batch.compact()
+        assert [r.seq.tag for r in batch.rows] == [1, 4, 3]
+        assert copies == ["_move", "_move"]  # self- and cross-attention caches, one row each
+        for _ in range(2):
+            batch.step()
         checked = 0
         for logits, rows in seen:
             for j, (tag, history) in enumerate(rows):
@@ -86,7 +101,7 @@ def test_lean_marian_logits_equal_transformers_per_step(marian_dir: Path, adapte
                 torch.testing.assert_close(logits[j], ref, atol=1e-4, rtol=1e-3)  # float32, ops fused and reordered
                 checked += 1
     lease.__exit__(None, None, None)
-    assert checked >= 25  # every row at every step, adapters mixed
+    assert checked >= 31  # every row at every step, adapters mixed
 
 
 def test_lean_encoder_equals_transformers_encoder(marian_dir: Path, adapters: Path, fresh_backbone,
@@ -176,6 +191,60 @@ def test_int8_backbone_keeps_its_spec_and_serves_adapters(marian_dir: Path, mari
     out = bb.generate(rows, slots, GenerationConfig(), 8)
     lease.__exit__(None, None, None)
     assert len(out) == 3 and all(out)
+
+
+def test_int8_projection_takes_lora_a_into_its_gemm(marian_dir: Path, adapters: Path, fresh_backbone,
+                                                    make_cache) -> None:
+    """Over int8 weights A's columns ride in the base GEMM: the LoRA term stays close to the one with x @ A in
+    float32, rows on the bare backbone get the base output bit for bit, and the widened weight is built once per
+    set of slots in use, not at every admission."""
+    from hunyuan_mt.decode.dense import Projection, project
+    from hunyuan_mt.int8 import int8_linear
+
+    bb = fresh_backbone(marian_dir, quantization="int8")
+    cache = make_cache(bb, adapters, slots=3)
+    lease, (es, fr) = _slots(cache, ["en2es", "en2fr"])
+    attn = bb.model.get_decoder().layers[0].self_attn
+    proj = Projection([attn.q_proj, attn.k_proj, attn.v_proj], bb.lora.mapping)
+    torch.manual_seed(0)
+    x = torch.randn(5, attn.q_proj.in_features)
+    built = []
+    for slots in ([es, BASE_SLOT, fr, fr, es], [fr, es, BASE_SLOT, es, fr], [fr] * 5):
+        with torch.inference_mode(), bb.lora.mapping.use(slots):
+            lora = proj.lora_tensors(5, 1, x.device)
+            weight_t, scale = lora[4]
+            assert weight_t.dtype == torch.int8 and weight_t.shape[1] == sum(proj.widths) + lora[0].shape[1]
+            fused = project(x, proj.base, lora)
+            exact_a = project(x, proj.base, lora[:4] + (None,))
+            base = int8_linear(x, *proj.base)
+        built.append(weight_t)
+        assert (fused - exact_a).norm() < 0.05 * (exact_a - base).norm()
+        bare = [i for i, s in enumerate(slots) if s == BASE_SLOT]
+        assert torch.equal(fused[bare], base[bare])
+    assert built[0] is built[1] and built[2] is not built[0]  # the same two slots in another order: no rebuild
+    lease.__exit__(None, None, None)
+
+
+def test_float32_projections_run_packed_for_onednn(marian_dir: Path, fresh_backbone) -> None:
+    """Float32 bases on the CPU are packed once into oneDNN's layout and compute what the layer computes; a weight
+    changed in place is packed again rather than served stale."""
+    from hunyuan_mt.decode.dense import PackedFloat, Projection, project
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    bb = fresh_backbone(marian_dir)
+    fc1 = bb.model.get_decoder().layers[0].fc1
+    proj = Projection([fc1], None)
+    assert isinstance(proj.base, PackedFloat) and proj.base.weight.is_mkldnn
+    torch.manual_seed(0)
+    x = torch.randn(3, fc1.in_features)
+    with torch.inference_mode():
+        torch.testing.assert_close(project(x, proj.base, None), fc1(x), atol=1e-5, rtol=1e-5)
+        assert Projection([fc1], None).base.weight is proj.base.weight  # packed once
+    with torch.no_grad():
+        fc1.weight.mul_(2)
+    with torch.inference_mode():
+        torch.testing.assert_close(project(x, Projection([fc1], None).base, None), fc1(x), atol=1e-5, rtol=1e-5)
 
 
 def test_int8_is_refused_off_the_cpu_with_the_reason() -> None:

@@ -200,10 +200,18 @@ class RunningBatch(ABC):
         return done
 
     def compact(self) -> None:
-        """Cut finished rows out of the cache now."""
-        keep = [i for i, r in enumerate(self.rows) if not r.done]
-        if len(keep) == len(self.rows):
+        """Cut finished rows out of the cache now.
+
+        The kept rows that sit past the new end move into the places of finished rows before it, and every other
+        row stays where it is: a compaction copies as many cache rows as finished, not every row kept. Rows do not
+        keep their order (nothing depends on it: each row carries its own slot, positions and mask)."""
+        done = [i for i, r in enumerate(self.rows) if r.done]
+        if not done:
             return
+        n = len(self.rows) - len(done)
+        movers = [i for i in range(n, len(self.rows)) if not self.rows[i].done]
+        holes = iter(movers)
+        keep = [i if not self.rows[i].done else next(holes) for i in range(n)]
         self.rows = [self.rows[i] for i in keep]
         self._select(keep)
 

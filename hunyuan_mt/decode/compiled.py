@@ -106,11 +106,14 @@ class _Compiled:
 
 
 def _mark_lora(lora: list[tuple[Any, ...]]) -> None:
-    """A, B and the mask of each LoRA term: their slot columns (and the mask's tokens) vary."""
+    """A, B, the mask and the fused int8 weight of each LoRA term: their slot columns (and the mask's tokens)
+    vary."""
     for layer in lora:
         for t in layer:
             if t is not None and not hasattr(t[0], _MARKED):
                 _mark(t[0], 1), _mark(t[1], t[1].dim() - 2), _mark(t[2], 0, 1)
+                if t[4] is not None:
+                    _mark(t[4][0], 1), _mark(t[4][1], 0)
 
 
 class CompiledStep(_Compiled):
@@ -145,7 +148,7 @@ class CompiledStep(_Compiled):
                 if not hasattr(t, _MARKED):
                     _mark(t, 0, 2)
         _mark_lora(lora)
-        unpadded = [tuple(t if t is None or t[2] is None else (t[0], t[1], t[2][:b], t[3]) for t in layer)
+        unpadded = [tuple(t if t is None or t[2] is None else (t[0], t[1], t[2][:b], *t[3:]) for t in layer)
                     for layer in lora]
         logits = self._run((ids, pos, mask, cmask, k, v, ck, cv, model, lora),
                            (ids[:b], pos[:b], mask[:b], cmask[:b], k, v, ck, cv, model, unpadded))

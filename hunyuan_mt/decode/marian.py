@@ -239,7 +239,9 @@ class MarianBatch(RunningBatch):
             ck.append(kv[:, :, 0].transpose(1, 2).contiguous())
             cv.append(kv[:, :, 1].transpose(1, 2).contiguous())
         cbias = torch.zeros(rows, source, dtype=dtype, device=self.device).masked_fill(src_mask == 0, _NEG[dtype])
-        columns = _START_COLUMNS
+        # No self-attention columns yet: entering rows usually merge into a running batch, whose cache gets their
+        # columns; zero-filling room here (rows × 32 columns × 12 tensors) cost a memset per prefill for nothing.
+        columns = 0
         k = [states.new_zeros(rows, self.heads, columns, self.head_dim) for _ in layers]
         v = [states.new_zeros(rows, self.heads, columns, self.head_dim) for _ in layers]
         bias = torch.full((rows, columns), _NEG[dtype], dtype=dtype, device=self.device)
@@ -317,9 +319,21 @@ class MarianBatch(RunningBatch):
         cut = int(used[0]) if used.numel() else cache.length
         src_used = (cache.cbias.index_select(0, index)[:, :cache.source] == 0).any(dim=0).nonzero()
         source = int(src_used[-1]) + 1 if src_used.numel() else 0
-        _keep((cache.k, cache.v), cache.bias, index, cut, cache.length)
-        _keep((cache.ck, cache.cv), cache.cbias, index, 0, source)
-        cache.rows, cache.length, cache.source = n, cache.length - cut, source
+        if cut and 4 * cut >= cache.length:
+            # A quarter of the columns or more is free: worth copying every kept row to shrink the attention.
+            _keep((cache.k, cache.v), cache.bias, index, cut, cache.length)
+            _keep((cache.ck, cache.cv), cache.cbias, index, 0, source)
+            cache.length -= cut
+        else:
+            # Only the rows that changed place move (RunningBatch.compact fills the gaps from the end); leading
+            # columns no row sees stay, masked.
+            moved = [(dst, src) for dst, src in enumerate(keep) if dst != src]
+            if moved:
+                dst = torch.tensor([m[0] for m in moved], dtype=torch.long, device=self.device)
+                src = torch.tensor([m[1] for m in moved], dtype=torch.long, device=self.device)
+                _move((cache.k, cache.v), cache.bias, dst, src, cache.length)
+                _move((cache.ck, cache.cv), cache.cbias, dst, src, source)
+        cache.rows, cache.source = n, source
 
 
 #: The additive mask value for a column a row must not see: large and finite, so a query that sees no column at
@@ -430,6 +444,16 @@ def _keep(stores: tuple[list[torch.Tensor], ...], bias: torch.Tensor, index: tor
     kept = bias.index_select(0, index)[:, start:end]
     bias[:n] = _NEG[bias.dtype]
     bias[:n, :used] = kept
+
+
+def _move(stores: tuple[list[torch.Tensor], ...], bias: torch.Tensor, dst: torch.Tensor, src: torch.Tensor,
+          used: int) -> None:
+    """Copy rows `src` (their first `used` columns, and their whole bias row) onto rows `dst`."""
+    for store in stores:
+        for s in store:
+            view = s[:, :, :used]
+            view.index_copy_(0, dst, view.index_select(0, src))
+    bias.index_copy_(0, dst, bias.index_select(0, src))
 
 
 def _reserve(cache: _Cache, rows: int, columns: int, source: int | None = None) -> None:

@@ -31,6 +31,9 @@ class SlotMapping:
         #: Changes whenever the rows' slots or the weights in the slots change. Layers keep the per-row weights
         #: they gathered for one version: a decode loop whose rows stay put gathers once, not at every step.
         self.version = 0
+        #: Changes whenever the weights in some slot change (`invalidate`), not when rows come and go: what is
+        #: stacked from the slots' weights alone (lora.GroupedLoRA) is kept across admissions.
+        self.weights = 0
         #: Changes whenever the slot layers' buffers are reallocated or modules are wrapped (SlotLoRA.ensure):
         #: CUDA graphs captured before read the old buffers and must be captured again.
         self.structure = 0
@@ -56,6 +59,7 @@ class SlotMapping:
     def invalidate(self) -> None:
         """The weights in some slot changed: layers must gather again."""
         self.version += 1
+        self.weights += 1
 
     def set_static(self, indices: torch.Tensor) -> None:
         """Graph mode: every layer gathers from `indices` (a buffer updated in place between replays) at every
