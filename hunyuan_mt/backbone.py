@@ -491,8 +491,9 @@ class Backbone:
         if self.batch_class is not MarianBatch:
             return f"{self.name} has no lean encoder-decoder step to compile"
         if self.cfg.quantization != "int8":
-            # Measured on the 2-core box: inductor's lowering of a float32 linear at a few rows ran slower than
-            # eager (2×384→1152: 180 vs 81 µs); float32 GEMMs there are memory-bound either way.
+            # Eager, float32 projections run on oneDNN's packed weights (decode/dense.py), which cannot enter a
+            # compiled graph; compiled with F.linear instead, 600 sentences took 3.81 s against 3.95 s eager
+            # before the packing, and 3.49 s eager after it (BENCHMARKS.md).
             return "float32 weights decode faster eagerly (the compiled step is for model.quantization: int8)"
         return None
 

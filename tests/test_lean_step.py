@@ -200,22 +200,25 @@ def test_int8_projection_takes_lora_a_into_its_gemm(marian_dir: Path, adapters: 
     set of slots in use, not at every admission."""
     from hunyuan_mt.decode.dense import Projection, project
     from hunyuan_mt.int8 import int8_linear
+    from hunyuan_mt.lora.grouped import GroupedLoRA
 
     bb = fresh_backbone(marian_dir, quantization="int8")
     cache = make_cache(bb, adapters, slots=3)
     lease, (es, fr) = _slots(cache, ["en2es", "en2fr"])
     attn = bb.model.get_decoder().layers[0].self_attn
     proj = Projection([attn.q_proj, attn.k_proj, attn.v_proj], bb.lora.mapping)
+    float_a = GroupedLoRA(proj.lora.layers, proj.widths, bb.lora.mapping)  # the same term with x @ A in float32
     torch.manual_seed(0)
     x = torch.randn(5, attn.q_proj.in_features)
     built = []
     for slots in ([es, BASE_SLOT, fr, fr, es], [fr, es, BASE_SLOT, es, fr], [fr] * 5):
         with torch.inference_mode(), bb.lora.mapping.use(slots):
-            lora = proj.lora_tensors(5, 1, x.device)
+            lora, exact = proj.lora_tensors(5, 1, x.device), float_a.tensors(5, 1, x.device)
             weight_t, scale = lora[4]
-            assert weight_t.dtype == torch.int8 and weight_t.shape[1] == sum(proj.widths) + lora[0].shape[1]
+            assert lora[0] is None and exact[4] is None  # over int8 weights no float A is kept
+            assert weight_t.dtype == torch.int8 and weight_t.shape[1] == sum(proj.widths) + exact[0].shape[1]
             fused = project(x, proj.base, lora)
-            exact_a = project(x, proj.base, lora[:4] + (None,))
+            exact_a = project(x, proj.base, exact)
             base = int8_linear(x, *proj.base)
         built.append(weight_t)
         assert (fused - exact_a).norm() < 0.05 * (exact_a - base).norm()

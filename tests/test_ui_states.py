@@ -11,6 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from hunyuan_mt.languages import LANGUAGES
 from web_server import WEB_BACKEND, LiveServer, serve, with_server
 
 pytestmark = pytest.mark.browser
@@ -148,6 +149,13 @@ def test_the_lists_offer_only_languages_the_model_reaches(browser: Any, live_ser
     page.keyboard.press("Escape")
     offered = [o.get_attribute("aria-label") for o in options(page, "hmt-tgt").all()]
     assert {re.search(r"\(([\w-]+)\)", label).group(1) for label in offered} == targets
+    note = page.locator("#hmt-model-note")
     if WEB_BACKEND == "demo":
         assert len(codes) == 5 and "ja" not in codes
+        # The page says what the demo covers before anyone pastes a paragraph into it.
+        text = note.inner_text()
+        assert "5 languages" in text and "paragraphs" in text
+        assert all(LANGUAGES[c].english in text for c in codes)
+    else:
+        assert note.count() == 0 or not note.is_visible()  # a model without the demo's build record: no note
     page.context.close()

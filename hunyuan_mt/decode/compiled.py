@@ -110,10 +110,15 @@ def _mark_lora(lora: list[tuple[Any, ...]]) -> None:
     vary."""
     for layer in lora:
         for t in layer:
-            if t is not None and not hasattr(t[0], _MARKED):
-                _mark(t[0], 1), _mark(t[1], t[1].dim() - 2), _mark(t[2], 0, 1)
-                if t[4] is not None:
-                    _mark(t[4][0], 1), _mark(t[4][1], 0)
+            if t is None:
+                continue
+            # Each on its own: A and B are kept per set of slots, the mask is made per set of rows, the widened
+            # int8 weight's views when the slots in use change.
+            for tensor, dims in ((t[0], (1,)), (t[1], (t[1].dim() - 2,)), (t[2], (0, 1))):
+                if tensor is not None and not hasattr(tensor, _MARKED):
+                    _mark(tensor, *dims)
+            if t[4] is not None and not hasattr(t[4][0], _MARKED):
+                _mark(t[4][0], 1), _mark(t[4][1], 0)
 
 
 class CompiledStep(_Compiled):

@@ -137,7 +137,7 @@ class SlotLoRA:
         stale = self._written[slot] - adapter.modules
         # Counted before the copies: a copy that fails halfway still leaves its layers to be zeroed later.
         self._written[slot] |= adapter.modules
-        self.mapping.invalidate()
+        self.mapping.invalidate(slot)
         with torch.no_grad():
             for path, (a, b) in adapter.tensors.items():
                 self.layers[path].set(slot, a, b)
@@ -151,7 +151,7 @@ class SlotLoRA:
             for path in self._written[slot]:
                 self.layers[path].clear(slot)
         self._written[slot] = set()
-        self.mapping.invalidate()
+        self.mapping.invalidate(slot)
 
     def _check(self, slot: int) -> None:
         if not 1 <= slot <= self.capacity:

@@ -31,9 +31,10 @@ class SlotMapping:
         #: Changes whenever the rows' slots or the weights in the slots change. Layers keep the per-row weights
         #: they gathered for one version: a decode loop whose rows stay put gathers once, not at every step.
         self.version = 0
-        #: Changes whenever the weights in some slot change (`invalidate`), not when rows come and go: what is
-        #: stacked from the slots' weights alone (lora.GroupedLoRA) is kept across admissions.
-        self.weights = 0
+        #: Writes per slot (`invalidate(slot)`), not changed when rows come and go: what is stacked from the slots'
+        #: weights alone (lora.GroupedLoRA) is kept across admissions and across writes to other slots (a 3-slot
+        #: LRU under many pairs writes a slot at nearly every admission).
+        self.writes: dict[int, int] = {}
         #: Changes whenever the slot layers' buffers are reallocated or modules are wrapped (SlotLoRA.ensure):
         #: CUDA graphs captured before read the old buffers and must be captured again.
         self.structure = 0
@@ -56,10 +57,17 @@ class SlotMapping:
     def clear(self) -> None:
         self.set(())
 
-    def invalidate(self) -> None:
-        """The weights in some slot changed: layers must gather again."""
+    def invalidate(self, slot: int | None = None) -> None:
+        """The weights in `slot` (None: any slot) changed: layers must gather again."""
         self.version += 1
-        self.weights += 1
+        for s in (self.writes if slot is None else [slot]):
+            self.writes[s] = self.writes.get(s, 0) + 1
+        if slot is None:
+            self.writes[-1] = self.writes.get(-1, 0) + 1  # every slot, including those never written
+
+    def written(self, slot: int) -> tuple[int, int]:
+        """A token that changes whenever `slot`'s weights may have changed."""
+        return self.writes.get(slot, 0), self.writes.get(-1, 0)
 
     def set_static(self, indices: torch.Tensor) -> None:
         """Graph mode: every layer gathers from `indices` (a buffer updated in place between replays) at every

@@ -195,6 +195,17 @@ class TranslatorUI:
             out.append((label, code))
         return out
 
+    def model_note(self) -> str:
+        """For the embedded demo model, what it covers and where it stops, under the page's title: a visitor's
+        first paragraph should not be how they learn that it was trained on interface strings. Empty for any other
+        model. The demo is recognised by the build record only its build writes (`build.json`)."""
+        if not (self.cfg.model.resolved_path / "build.json").is_file():
+            return ""
+        names = [LANGUAGES[c].english for c in self.model_codes if c in LANGUAGES]
+        return (f"**Embedded demo model** — {len(names)} languages: {', '.join(names)}. It translates short texts "
+                "and interface strings; paragraphs and everyday chat are beyond it. For real quality, serve "
+                "Hunyuan-MT-7B on a GPU (docs/GPU.md).")
+
     def _codes(self, sources: bool) -> list[str]:
         """Codes the model reads (`sources`) or writes, in the language table's order, asked each time: an admin
         rescan can change them while the page is open (the lists themselves are built once, at start)."""
@@ -724,6 +735,7 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
     limits = cfg.limits
     with gr.Blocks(title="Hunyuan-MT translation", delete_cache=(600, 1800)) as demo:
         gr.Markdown("## Hunyuan-MT translation server")
+        gr.Markdown(ui.model_note(), elem_id="hmt-model-note", visible=bool(ui.model_note()))
         # The document job this browser follows, in localStorage: shared by its tabs, kept across reloads.
         job_store = gr.BrowserState("", storage_key="hmt-document-job")
         with gr.Tabs() as tabs:
