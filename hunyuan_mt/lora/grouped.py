@@ -45,7 +45,7 @@ from typing import Any, Sequence
 import torch
 from cachetools import LRUCache
 
-from ..int8 import quantize_rows
+from ..int8 import _LEVELS
 from .mapping import BASE_SLOT, SlotMapping
 from .slots import SlotLinear
 
@@ -77,15 +77,15 @@ class GroupedLoRA:
         #: (output offset, width) of each projection that has a slot layer, in the group's output.
         self.layout = tuple((sum(self.widths[:i]), self.widths[i]) for i in self.present)
         self._state: _Stacked | None = None
-        #: (slots used, their writes, structure) → (A or None, B, A's int8 pieces or None): two kept, e.g. one pair
-        #: and a mix.
-        self._weights: LRUCache = LRUCache(maxsize=2)
+        #: (slots used, their writes, structure) → (A or None, B, A's int8 pieces or None): a few kept (pairs
+        #: alone and mixes alternate).
+        self._weights: LRUCache = LRUCache(maxsize=4)
         #: The widened int8 weight (see the module docstring): the buffers, and which slots' columns they hold.
         self._wide: tuple[torch.Tensor, torch.Tensor] | None = None
         self._wide_holds: tuple[Any, tuple[torch.Tensor, torch.Tensor]] | None = None
-        #: (projection, slot) → (the slot's writes, A's int8 columns, their scales), for `_pieces_version`
-        #: (the layers' structure).
-        self._pieces: dict[tuple[int, int], tuple[Any, torch.Tensor, torch.Tensor]] = {}
+        #: slot → (its writes, A's int8 columns of every projection, their scales), for `_pieces_version` (the
+        #: layers' structure).
+        self._pieces: dict[int, tuple[Any, torch.Tensor, torch.Tensor]] = {}
         self._pieces_version: int | None = None
 
     def add_to(self, x: torch.Tensor, y: torch.Tensor, tokens_per_row: int = 1) -> torch.Tensor:
@@ -136,18 +136,27 @@ class GroupedLoRA:
         if self.int8_base is None:
             a = torch.cat([layer.a_t[s] for layer in layers for s in used], dim=1).contiguous()
             return a, b.contiguous(), None
-        # Quantized once per slot and projection (columns quantize independently, so the pieces equal the whole):
-        # the slots in use change far more often than what a slot holds.
-        return None, b.contiguous(), [self._quantized(i, layer, s) for i, layer in enumerate(layers) for s in used]
+        quantized = {s: self._quantized(layers, s) for s in used}
+        if len(used) == 1:
+            return None, b.contiguous(), [quantized[used[0]]]
+        # Columns run projection by projection, then slot by slot (the mask's and B's layout): slices of each
+        # slot's quantized columns (columns quantize independently, so the slices equal quantizing each alone).
+        r = layers[0].rank
+        return None, b.contiguous(), [(quantized[s][0][:, i * r:(i + 1) * r], quantized[s][1][i * r:(i + 1) * r])
+                                      for i in range(len(layers)) for s in used]
 
-    def _quantized(self, index: int, layer: SlotLinear, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """A of `slot` in projection `index`, as int8 columns and their scales, for the current slot weights."""
+    def _quantized(self, layers: list[SlotLinear], slot: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A of `slot` for every projection of the group, side by side [in, P·r], as int8 columns and their
+        scales, quantized once per write to the slot (the slots in use change far more often than what a slot
+        holds; a 3-slot LRU under many pairs still writes one at nearly every admission, so this stays lean)."""
         if self._pieces_version != self.mapping.structure:
             self._pieces, self._pieces_version = {}, self.mapping.structure
         written = self.mapping.written(slot)
-        found = self._pieces.get((index, slot))
+        found = self._pieces.get(slot)
         if found is None or found[0] != written:
-            found = self._pieces[(index, slot)] = (written, *quantize_rows(layer.a_t[slot].t()))
+            a = torch.cat([layer.a_t[slot] for layer in layers], dim=1) if len(layers) > 1 else layers[0].a_t[slot]
+            scale = a.abs().amax(dim=0).clamp_(min=1e-12) / _LEVELS
+            found = self._pieces[slot] = (written, torch.round(a / scale).to(torch.int8), scale)
         return found[1], found[2]
 
     def _widened(self, key: Any, pieces: list[tuple[torch.Tensor, torch.Tensor]],
