@@ -38,6 +38,13 @@ def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.t().contiguous(), scale.contiguous()
 
 
+def quantize_columns(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-column symmetric int8 of a matrix laid out [in, out] (a LoRA A as the slot layers store it): (int8 [in,
+    out], float32 scale per column [out]). The same grid as `quantize_rows`, without its transposes."""
+    scale = (a.abs().amax(dim=0) / _LEVELS).clamp(min=1e-12)
+    return torch.round(a / scale).to(torch.int8), scale
+
+
 def int8_linear(x: torch.Tensor, weight_t: torch.Tensor, scale: torch.Tensor,
                 bias: torch.Tensor | None) -> torch.Tensor:
     """x [N, in] (float32) @ dequantized(weight_t) + bias, activations quantized per token.

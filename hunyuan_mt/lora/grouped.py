@@ -45,7 +45,7 @@ from typing import Any, Sequence
 import torch
 from cachetools import LRUCache
 
-from ..int8 import _LEVELS
+from ..int8 import quantize_columns
 from .mapping import BASE_SLOT, SlotMapping
 from .slots import SlotLinear
 
@@ -155,8 +155,7 @@ class GroupedLoRA:
         found = self._pieces.get(slot)
         if found is None or found[0] != written:
             a = torch.cat([layer.a_t[slot] for layer in layers], dim=1) if len(layers) > 1 else layers[0].a_t[slot]
-            scale = a.abs().amax(dim=0).clamp_(min=1e-12) / _LEVELS
-            found = self._pieces[slot] = (written, torch.round(a / scale).to(torch.int8), scale)
+            found = self._pieces[slot] = (written, *quantize_columns(a))
         return found[1], found[2]
 
     def _widened(self, key: Any, pieces: list[tuple[torch.Tensor, torch.Tensor]],
