@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from .batch import RunningBatch, Sequence, left_padded, positions
+from .batch import Sequence
 from .causal import CausalBatch
 
 log = logging.getLogger(__name__)
