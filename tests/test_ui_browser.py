@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from hunyuan_mt.web.doctranslate import translate_upload
+from page_steps import choose, upload_document
 from sample_docs import docx_structure, make_docx
 from web_server import LiveServer
 
@@ -46,17 +47,6 @@ def page(live_server: LiveServer) -> Iterator[object]:
         page.wait_for_selector("#hmt-source textarea")
         yield page
         browser.close()
-
-
-def options(page, elem_id: str):
-    """Open a Gradio dropdown; its own option list (found through aria-controls, as several may be open)."""
-    box = page.locator(f"#{elem_id} input")
-    box.click()
-    return page.locator(f"#{box.get_attribute('aria-controls')}").get_by_role("option")
-
-
-def choose(page, elem_id: str, label: str) -> None:
-    options(page, elem_id).and_(page.locator(f'[aria-label="{label}"]')).click()
 
 
 def test_text_tab_translates_with_ctrl_enter(page, live_server: LiveServer) -> None:
@@ -107,12 +97,7 @@ def test_text_tab_notes_a_pair_that_returns_the_text_unchanged(page, live_server
 def test_document_tab_upload_and_download_docx(page, live_server: LiveServer, tmp_path: Path) -> None:
     source = tmp_path / "report.docx"
     source.write_bytes(make_docx())
-    page.get_by_role("tab", name="Document").click()
-    choose(page, "hmt-doc-src", "English (en)")
-    choose(page, "hmt-doc-tgt", "Español — Spanish (es)")
-    page.locator("#hmt-doc-in input[type=file]").set_input_files(str(source))
-    page.locator("#hmt-doc-in").get_by_text("report.docx").wait_for()
-    page.locator("#hmt-doc-translate").click()
+    upload_document(page, source)
     link = page.locator('#hmt-doc-out a[download="report.es.docx"]')
     link.wait_for()
     page.locator("#hmt-doc-note").get_by_text("English → Spanish").wait_for()
@@ -308,15 +293,6 @@ def test_a_long_text_grows_in_its_box_and_a_reload_stops_it(page, live_server: L
     assert sum(r.leases for r in live_server.service.cache.stats().resident) == 0
 
 
-def _upload_document(page, path: Path) -> None:
-    page.get_by_role("tab", name="Document").click()
-    choose(page, "hmt-doc-src", "English (en)")
-    choose(page, "hmt-doc-tgt", "Español — Spanish (es)")
-    page.locator("#hmt-doc-in input[type=file]").set_input_files(str(path))
-    page.locator("#hmt-doc-in").get_by_text(path.name).wait_for()
-    page.locator("#hmt-doc-translate").click()
-
-
 def _jobs_named(live_server: LiveServer, name: str) -> list[Any]:
     return [v for v in live_server.app.state.api.jobs.list() if v.filename == name]
 
@@ -330,7 +306,7 @@ def test_a_document_job_survives_a_reload(page, live_server: LiveServer, tmp_pat
     segments = re.compile(r"\b\d/6 segments")
     gate = Gate(live_server.service.engine, "Quokka", at=[3])
     try:
-        _upload_document(page, source)
+        upload_document(page, source)
         gate.reached(0)
         page.locator("#hmt-doc-out").get_by_text(segments).wait_for()
         page.locator("#hmt-doc-note").get_by_text("it runs on the server").wait_for()
@@ -372,7 +348,7 @@ def test_cancel_stops_a_document_job(page, live_server: LiveServer, tmp_path: Pa
     cancelled = engine.stats.cancelled
     gate = Gate(engine, "Kiwi", at=[3])
     try:
-        _upload_document(page, source)
+        upload_document(page, source)
         gate.reached(0)
         [job] = _jobs_named(live_server, "cancel-me.txt")
         page.locator("#hmt-doc-cancel").click()

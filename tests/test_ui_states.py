@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import pytest
 
 from hunyuan_mt.languages import LANGUAGES
+from page_steps import choose, options, upload_document
 from web_server import WEB_BACKEND, LiveServer, serve, with_server
 
 pytestmark = pytest.mark.browser
@@ -39,16 +40,6 @@ def open_page(browser: Any, url: str) -> Any:
     page.goto(url + "/ui/")
     page.wait_for_selector("#hmt-source textarea")
     return page
-
-
-def options(page: Any, elem_id: str) -> Any:
-    box = page.locator(f"#{elem_id} input")
-    box.click()
-    return page.locator(f"#{box.get_attribute('aria-controls')}").get_by_role("option")
-
-
-def choose(page: Any, elem_id: str, label: str) -> None:
-    options(page, elem_id).and_(page.locator(f'[aria-label="{label}"]')).click()
 
 
 def toast_text(page: Any) -> str:
@@ -127,12 +118,7 @@ def test_a_file_name_shows_as_itself(browser: Any, live_server: LiveServer, tmp_
     source = tmp_path / "my_final_report_.txt"
     source.write_text("Unknown error\n", encoding="utf-8")
     page = open_page(browser, live_server.url)
-    page.get_by_role("tab", name="Document").click()
-    choose(page, "hmt-doc-src", "English (en)")
-    choose(page, "hmt-doc-tgt", "Español — Spanish (es)")
-    page.locator("#hmt-doc-in input[type=file]").set_input_files(str(source))
-    page.locator("#hmt-doc-in").get_by_text(source.name).wait_for()
-    page.locator("#hmt-doc-translate").click()
+    upload_document(page, source)
     page.locator("#hmt-doc-note").get_by_text("my_final_report_.es.txt").wait_for()
     assert page.locator("#hmt-doc-note em").count() == 0
     page.context.close()
