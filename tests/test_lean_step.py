@@ -220,8 +220,11 @@ def test_int8_projection_takes_lora_a_into_its_gemm(marian_dir: Path, adapters: 
             fused = project(x, proj.base, lora)
             exact_a = project(x, proj.base, exact)
             base = int8_linear(x, *proj.base)
+            # The term alone (GroupedLoRA.add_to) takes h from the same int8 columns as the one GEMM does.
+            alone = proj.lora.add_to(x, torch.zeros_like(base))
         built.append(weight_t)
         assert (fused - exact_a).norm() < 0.05 * (exact_a - base).norm()
+        torch.testing.assert_close(alone, fused - base, atol=1e-5, rtol=1e-5)
         bare = [i for i, s in enumerate(slots) if s == BASE_SLOT]
         assert torch.equal(fused[bare], base[bare])
     assert built[0] is built[1] and built[2] is not built[0]  # the same two slots in another order: no rebuild

@@ -25,9 +25,9 @@ The stacked A and B are rebuilt when the slots in use or their weights change; t
 
 Over an int8 base (`int8.Int8Linear`, the CPU default) the A product runs inside the base GEMM: A's columns are
 quantized per column and appended to the base's int8 weight, so one `torch._int_mm` over the token's int8
-activations yields the base output and h side by side (`fused`). A separate float32 `x @ A` per projection was
-~20 % of a compiled decode step (py-spy, 600 sentences, 64-row steps) and, at one or two rows, one more library
-call per projection; the fused GEMM is 4 % wider (16 of 384 columns per projection and adapter). The price is
+activations yields the base output and h side by side (`fused`). LoRA's float32 GEMMs (`x @ A`, and B for single
+projections) were ~20 % of a compiled decode step (py-spy, 600 sentences, 64-row steps), and at one or two rows
+`x @ A` was one more library call per projection; the fused GEMM is 4 % wider (16 of 384 columns per projection and adapter). The price is
 rounding h from int8 activations and weights, like the base output; the float32 path keeps the exact product.
 
 The widened weight is one buffer per projection group, the base's columns copied in once, with room for the A
@@ -45,7 +45,7 @@ from typing import Any, Sequence
 import torch
 from cachetools import LRUCache
 
-from ..int8 import quantize_columns
+from ..int8 import int8_linear, quantize_columns
 from .mapping import BASE_SLOT, SlotMapping
 from .slots import SlotLinear
 
@@ -58,7 +58,7 @@ LoRATensors = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None", tuple[tup
 
 @dataclass
 class _Stacked:
-    key: tuple[int, int, int, bool, int]
+    key: tuple[int, int, int, bool, int]   # mapping version, tokens, structure, complete, padding
     tensors: LoRATensors | None
 
 
@@ -166,10 +166,10 @@ class GroupedLoRA:
             return self._wide_holds[1]
         weight_t, scale = self.int8_base  # type: ignore[misc]
         out, extra = weight_t.shape[1], sum(q.shape[1] for q, _ in pieces)
-        room = len(layers) * layers[0].slots * layers[0].rank  # every slot's columns, whatever the mix
-        if self._wide is None or self._wide[0].shape[1] < out + max(room, extra):
-            wide = weight_t.new_empty(weight_t.shape[0], out + max(room, extra))
-            wide_scale = scale.new_empty(out + max(room, extra))
+        room = len(layers) * layers[0].slots * layers[0].rank  # every slot's columns, whatever the mix (≥ extra)
+        if self._wide is None or self._wide[0].shape[1] < out + room:
+            wide = weight_t.new_empty(weight_t.shape[0], out + room)
+            wide_scale = scale.new_empty(out + room)
             wide[:, :out], wide_scale[:out] = weight_t, scale
             self._wide = (wide, wide_scale)
         wide, wide_scale = self._wide
@@ -183,8 +183,15 @@ class GroupedLoRA:
 
 
 def apply_lora(x: torch.Tensor, y: torch.Tensor, tensors: LoRATensors) -> torch.Tensor:
-    """y [N, out] += the LoRA term of x [N, in] (in place; returns y)."""
-    return add_low_rank(torch.mm(x, tensors[0]), y, tensors)
+    """y [N, out] += the LoRA term of x [N, in] (in place; returns y). Over an int8 base, h comes from A's int8
+    columns of the widened weight (the same product `project` takes from its one GEMM)."""
+    a, b, _, layout, fused = tensors
+    if a is not None:
+        h = torch.mm(x, a)
+    else:
+        extra = b.shape[-2] * len(layout)  # P·U·r: the widened weight's last columns
+        h = int8_linear(x, fused[0][:, -extra:], fused[1][-extra:], None)
+    return add_low_rank(h, y, tensors)
 
 
 def add_low_rank(h: torch.Tensor, y: torch.Tensor, tensors: LoRATensors) -> torch.Tensor:

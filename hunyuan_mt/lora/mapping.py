@@ -35,6 +35,7 @@ class SlotMapping:
         #: weights alone (lora.GroupedLoRA) is kept across admissions and across writes to other slots (a 3-slot
         #: LRU under many pairs writes a slot at nearly every admission).
         self.writes: dict[int, int] = {}
+        self._all_writes = 0
         #: Changes whenever the slot layers' buffers are reallocated or modules are wrapped (SlotLoRA.ensure):
         #: CUDA graphs captured before read the old buffers and must be captured again.
         self.structure = 0
@@ -58,16 +59,16 @@ class SlotMapping:
         self.set(())
 
     def invalidate(self, slot: int | None = None) -> None:
-        """The weights in `slot` (None: any slot) changed: layers must gather again."""
+        """The weights in `slot` (None: any slot, e.g. the layers grew) changed: layers must gather again."""
         self.version += 1
-        for s in (self.writes if slot is None else [slot]):
-            self.writes[s] = self.writes.get(s, 0) + 1
         if slot is None:
-            self.writes[-1] = self.writes.get(-1, 0) + 1  # every slot, including those never written
+            self._all_writes += 1
+        else:
+            self.writes[slot] = self.writes.get(slot, 0) + 1
 
     def written(self, slot: int) -> tuple[int, int]:
         """A token that changes whenever `slot`'s weights may have changed."""
-        return self.writes.get(slot, 0), self.writes.get(-1, 0)
+        return self.writes.get(slot, 0), self._all_writes
 
     def set_static(self, indices: torch.Tensor) -> None:
         """Graph mode: every layer gathers from `indices` (a buffer updated in place between replays) at every

@@ -14,7 +14,6 @@ The plain-torch reference the fast path is tested against is PEFT's own LoRA lay
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .mapping import BASE_SLOT, SlotMapping
@@ -49,7 +48,7 @@ class SlotLinear(nn.Module):
 
     def set(self, slot: int, a: torch.Tensor, b: torch.Tensor) -> None:
         """Copy one adapter into `slot`: a is A [r, in], b is B·scale [out, r] with r ≤ the slot rank.
-        The owner calls `mapping.invalidate()` afterwards (SlotLoRA does)."""
+        The owner calls `mapping.invalidate(slot)` afterwards (SlotLoRA does)."""
         r = a.shape[0]
         self.a_t[slot, :, :r].copy_(a.t(), non_blocking=True)
         self.b_t[slot, :r].copy_(b.t(), non_blocking=True)

@@ -735,7 +735,8 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
     limits = cfg.limits
     with gr.Blocks(title="Hunyuan-MT translation", delete_cache=(600, 1800)) as demo:
         gr.Markdown("## Hunyuan-MT translation server")
-        gr.Markdown(ui.model_note(), elem_id="hmt-model-note", visible=bool(ui.model_note()))
+        model_note = ui.model_note()
+        gr.Markdown(model_note, elem_id="hmt-model-note", visible=bool(model_note))
         # The document job this browser follows, in localStorage: shared by its tabs, kept across reloads.
         job_store = gr.BrowserState("", storage_key="hmt-document-job")
         with gr.Tabs() as tabs:
