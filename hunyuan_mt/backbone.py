@@ -232,10 +232,11 @@ def _has_safetensors(source: str) -> bool:
 
 
 def _inductor_cache() -> str:
-    """Where torch.compile keeps what it built (TORCHINDUCTOR_CACHE_DIR; ./start.sh sets one under ~/.cache)."""
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    """Where the compiled step's packages are kept (decode/aot.py: beside torch's own cache, TORCHINDUCTOR_CACHE_DIR;
+    ./start.sh sets one under ~/.cache)."""
+    from .decode.aot import cache_dir
 
-    return cache_dir()
+    return str(cache_dir())
 
 
 class Backbone:
@@ -510,7 +511,7 @@ class Backbone:
         if self.compiled is None:
             self.compiled = (CompiledStep(), CompiledEncoder())
         log.info("compiling the decode step and encoder for this CPU (model.compile; the first start takes ~45 s "
-                 "on 2 cores, later starts read torch's cache in %s)", _inductor_cache())
+                 "on 2 cores, later starts read the compiled packages in %s)", _inductor_cache())
         t0 = time.perf_counter()
         # One row (run beside a padding row) and then three: the second call must find the same graph.
         self.generate([PromptRow("Hello.", "en", "es")], [BASE_SLOT], GenerationConfig(), max_new_tokens=4)

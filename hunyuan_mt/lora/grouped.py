@@ -50,8 +50,9 @@ from .mapping import BASE_SLOT, SlotMapping
 from .slots import SlotLinear
 
 #: (A [in, P·U·r], B [P, U·r, out] or [U·r, out] when P = 1, mask [tokens, U·r] or None, layout, fused): fused
-#: is None over a float base, else the base's int8 weightᵀ with A's columns appended [in, out + P·U·r] and their
-#: scales [out + P·U·r], and A is None (`project` multiplies A inside the base GEMM).
+#: is None over a float base, else the base's int8 weightᵀ with A's columns appended (a buffer [in, ≥ out + P·U·r],
+#: its columns in use as many as the scales) and their scales [out + P·U·r], and A is None (`project` multiplies A
+#: inside the base GEMM).
 LoRATensors = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None", tuple[tuple[int, int], ...],
                     "tuple[torch.Tensor, torch.Tensor] | None"]
 
@@ -177,7 +178,10 @@ class GroupedLoRA:
         for q, q_scale in pieces:
             wide[:, at:at + q.shape[1]], wide_scale[at:at + q.shape[1]] = q, q_scale
             at += q.shape[1]
-        views = (wide[:, :out + extra], wide_scale[:out + extra])
+        # The whole buffer and the scales of the columns in use: `project` slices the weight to the scales' length.
+        # Passed whole, it is one contiguous tensor whatever the room (a view's stride would be the room, which
+        # grows with the slots, and an ahead-of-time compiled step fixes the strides it was compiled for).
+        views = (wide, wide_scale[:out + extra])
         self._wide_holds = (key, views)
         return views
 
@@ -189,8 +193,8 @@ def apply_lora(x: torch.Tensor, y: torch.Tensor, tensors: LoRATensors) -> torch.
     if a is not None:
         h = torch.mm(x, a)
     else:
-        extra = b.shape[-2] * len(layout)  # P·U·r: the widened weight's last columns
-        h = int8_linear(x, fused[0][:, -extra:], fused[1][-extra:], None)
+        used, extra = fused[1].shape[0], b.shape[-2] * len(layout)  # P·U·r: the last columns in use
+        h = int8_linear(x, fused[0][:, used - extra:used], fused[1][used - extra:], None)
     return add_low_rank(h, y, tensors)
 
 
