@@ -38,6 +38,14 @@ def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q.t().contiguous(), scale.contiguous()
 
 
+def quantize_matrix_rows(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row symmetric int8 of a matrix laid out [k, out] (a LoRA B as the slot layers store it): (int8 [k, out],
+    float32 scale per row [k]). A row's scale multiplies the input's column k, so the caller folds it into the input
+    before quantizing that per token (lora.grouped)."""
+    scale = (b.abs().amax(dim=1) / _LEVELS).clamp(min=1e-12)
+    return torch.round(b / scale[:, None]).to(torch.int8), scale
+
+
 def quantize_columns(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-column symmetric int8 of a matrix laid out [in, out] (a LoRA A as the slot layers store it): (int8 [in,
     out], float32 scale per column [out]). The same grid as `quantize_rows`, without its transposes."""
@@ -52,10 +60,16 @@ def int8_linear(x: torch.Tensor, weight_t: torch.Tensor, scale: torch.Tensor,
     Each token is scaled onto the int8 grid by its own largest magnitude, so its rounding depends on it alone;
     the int32 product is exact; the result is scaled back by the token's step and each output row's scale.
     Plain tensor operations only: the lean decode step runs this eagerly or compiled."""
+    y = int8_matmul(x, weight_t) * scale
+    return y if bias is None else y + bias
+
+
+def int8_matmul(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
+    """x [N, in] (float32) @ weight_t (int8 [in, out]) with x quantized per token: the int32 product scaled back by
+    each token's step (the caller applies the weight's own scales, per column or folded into x)."""
     step = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-30) / _LEVELS
     q = torch.round(x / step).to(torch.int8)
-    y = torch._int_mm(q, weight_t).to(torch.float32) * step * scale
-    return y if bias is None else y + bias
+    return torch._int_mm(q, weight_t).to(torch.float32) * step
 
 
 class Int8Linear(nn.Module):

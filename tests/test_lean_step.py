@@ -214,7 +214,8 @@ def test_int8_projection_takes_lora_a_into_its_gemm(marian_dir: Path, adapters: 
     for slots in ([es, BASE_SLOT, fr, fr, es], [fr, es, BASE_SLOT, es, fr], [fr] * 5):
         with torch.inference_mode(), bb.lora.mapping.use(slots):
             lora, exact = proj.lora_tensors(5, 1, x.device), float_a.tensors(5, 1, x.device)
-            weight_t, scale = lora[4]
+            weight_t, scale, b_q, b_scale = lora[4]
+            assert b_q.dtype == torch.int8 and b_q.shape == exact[1].shape and b_scale.shape == b_q.shape[:-1]
             assert lora[0] is None and exact[4] is None  # over int8 weights no float A is kept
             # The group's whole buffer (room for every slot's columns); the columns in use are as many as the scales.
             assert weight_t.dtype == torch.int8 and scale.shape[0] == sum(proj.widths) + exact[0].shape[1]

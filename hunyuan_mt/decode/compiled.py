@@ -119,8 +119,9 @@ def _mark_lora(lora: list[tuple[Any, ...]]) -> None:
             for tensor, dims in ((t[0], (1,)), (t[1], (t[1].dim() - 2,)), (t[2], (0, 1))):
                 if tensor is not None and not is_marked(tensor):
                     _mark(tensor, *dims)
-            if t[4] is not None and not is_marked(t[4][0]):
-                _mark(t[4][0], 1), _mark(t[4][1], 0)
+            if t[4] is not None and not is_marked(t[4][1]):
+                wide, scale, b_q, b_scale = t[4]
+                _mark(wide, 1), _mark(scale, 0), _mark(b_q, b_q.dim() - 2), _mark(b_scale, b_scale.dim() - 1)
 
 
 class CompiledStep(_Compiled):

@@ -89,7 +89,7 @@ def project(x: torch.Tensor, base: tuple[torch.Tensor | None, ...], lora: LoRATe
     """A `Projection`'s arithmetic as a pure function of tensors (the compiled decode step runs it too)."""
     if lora is not None and lora[4] is not None:
         # int8 base with A's columns appended (lora.grouped): one GEMM gives the base output and h = x @ A.
-        out, (wide, scale) = base[0].shape[1], lora[4]
+        out, (wide, scale) = base[0].shape[1], lora[4][:2]
         both = int8_linear(x, wide[:, :scale.shape[0]], scale, None)
         y = both[:, :out] if base[2] is None else both[:, :out] + base[2]
         return add_low_rank(both[:, out:], y, lora)
