@@ -69,9 +69,9 @@ class ModelConfig:
     #: (./start.sh preloads it), else one less than the cores, since torch's own libgomp makes a second thread
     #: cost more than it gives in the engine's thread (hunyuan_mt/cpu.py, BENCHMARKS.md).
     cpu_threads: int = 0
-    #: Compile the decode step with torch.compile (decode/compiled.py; CPU, encoder-decoder models). "auto": when
-    #: the service warms up (it compiles then, ~25 s the first time on 2 cores, seconds from inductor's cache
-    #: after); true: also without warm-up (the first request compiles); false: eager.
+    #: Compile the decode step and encoder ahead of time (decode/compiled.py, decode/aot.py; CPU, Marian models, int8
+    #: weights). "auto": when the service warms up (it compiles then, ~45 s the first time on 2 cores, ~1 s to load
+    #: the kept packages after); true: also without warm-up (the first request compiles); false: eager.
     compile: str = "auto"
 
     def __post_init__(self) -> None:

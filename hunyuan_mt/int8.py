@@ -13,8 +13,10 @@ row 17 (fp32 `F.linear` 42), at 64 rows 142 (fp32 634); the 384→8012 output pr
 on one scale, needed two anchor rows and a rescale to stay per token, and is opaque to `torch.compile` (a graph
 break at every layer); `torch._weight_int8pack_mm` is weight-only and ran 30-40x slower than fp32 here.
 
-LoRA stays in float32 on top: the slot layers add B·A·x to this module's output, so any mix of adapters still
-shares one batch. Only the base weights change precision.
+The slot layers keep LoRA's weights in float32 and add B·A·x on top of this module's output, so any mix of
+adapters still shares one batch. The lean decode step multiplies them in int8 as well over these bases
+(`lora.grouped`: A's columns inside the base GEMM, B per row with its scales folded into h), each slot's pieces
+quantized once per write; float32 backbones keep the exact float32 LoRA product.
 """
 
 from __future__ import annotations

@@ -30,6 +30,14 @@ projections) were ~20 % of a compiled decode step (py-spy, 600 sentences, 64-row
 `x @ A` was one more library call per projection; the fused GEMM is 4 % wider (16 of 384 columns per projection and adapter). The price is
 rounding h from int8 activations and weights, like the base output; the float32 path keeps the exact product.
 
+The B side runs in int8 over an int8 base too (`_add_int8`). B is quantized per row (each of its U·r input
+columns' row over the outputs) once per slot write; the row scales multiply h's columns, and that product, masked
+to each row's own slot, is quantized per token: a row's step comes from its own slot's columns alone, so its result
+does not depend on the other rows. With U adapters in a batch the masked GEMM multiplies U·r columns where r
+count, and in float32 that was the largest cost of mixing pairs: 8 pairs mixed 2.95/3.12/3.14 → 2.45/2.95/2.83 s
+(600 sentences, alternating; one pair 2.14/2.53/2.59 → 1.96/2.43/2.50 s), chrF int8 − float32 still within
+−0.36 … +0.31 on the 16 held-out sets (BENCHMARKS.md).
+
 The widened weight is one buffer per projection group, the base's columns copied in once, with room for the A
 columns of every slot; when the slots in use change, only their A columns are written (in × P·U·r bytes) and the
 GEMM reads a column slice of the buffer (a strided matrix runs as fast as a contiguous one). Concatenating a new
