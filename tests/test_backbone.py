@@ -215,7 +215,7 @@ def test_many_services_share_one_backbone_load(tmp_path: Path, marian_dir: Path,
     model_dir = tmp_path / "service-model"
     shutil.copytree(marian_dir, model_dir)
     cfg = load_config(overrides={"model.path": str(model_dir), "cache.adapters_dir": str(marian_adapters),
-                                 "cache.pinned": [], "memory.enabled": False}, env={})
+                                 "cache.pinned": [], "memory.enabled": False, "model.compile": "off"}, env={})
     before = backbone_mod.LOAD_COUNT
     services = [TranslationService(cfg) for _ in range(3)]
     try:

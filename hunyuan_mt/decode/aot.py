@@ -56,6 +56,9 @@ _DYNAMIC = "_hmt_dynamic"
 #: Tuples `AotFunction` remembers the tensors of before it starts over (a decode step passes ~40).
 _MEMO = 4096
 
+#: Packages kept per function on disk (the most recently used): a code change or a new model shape makes new ones.
+_KEEP = 12
+
 
 class AotMismatch(RuntimeError):
     """A call's inputs do not fit the compiled package (the C++ input check refused them)."""
@@ -71,24 +74,35 @@ def is_marked(t: torch.Tensor) -> bool:
     return hasattr(t, _DYNAMIC)
 
 
-def _tensors(obj: Any, out: list[torch.Tensor], memo: dict[int, tuple[Any, list[torch.Tensor]]]) -> None:
-    """The tensors of nested tuples/lists, depth first, in pytree's order (its leaves, less the non-tensors).
+def _tensors(obj: Any, out: list[torch.Tensor], memo: dict[int, tuple[Any, list[torch.Tensor]]]) -> bool:
+    """Append the tensors of nested tuples/lists to `out`, depth first, in pytree's order (its leaves, less the
+    non-tensors). Returns whether `obj` holds no list, at any depth.
 
-    A tuple cannot change what it holds, so its tensors are remembered by identity in `memo` (the LoRA terms are
-    the same tuples step after step; walking them again cost more than the rest of the call)."""
+    A tuple of tuples and tensors cannot change what it holds, so its tensors are remembered by identity in `memo`
+    (the LoRA terms are the same tuples step after step; walking them again cost more than the rest of the call).
+    A tuple with a list inside is walked every time: the list may have changed (a cache's per-layer tensors are
+    replaced when it grows)."""
     if isinstance(obj, torch.Tensor):
         out.append(obj)
-    elif isinstance(obj, tuple):
-        found = memo.get(id(obj))
-        if found is None or found[0] is not obj:
-            mine: list[torch.Tensor] = []
-            for x in obj:
-                _tensors(x, mine, memo)
-            found = memo[id(obj)] = (obj, mine)
-        out.extend(found[1])
-    elif isinstance(obj, list):
+        return True
+    if isinstance(obj, list):
         for x in obj:
             _tensors(x, out, memo)
+        return False
+    if not isinstance(obj, tuple):
+        return True
+    found = memo.get(id(obj))
+    if found is not None and found[0] is obj:
+        out.extend(found[1])
+        return True
+    mine: list[torch.Tensor] = []
+    fixed = True
+    for x in obj:
+        fixed = _tensors(x, mine, memo) and fixed
+    if fixed:
+        memo[id(obj)] = (obj, mine)
+    out.extend(mine)
+    return fixed
 
 
 def _describe(leaf: Any) -> str:
@@ -136,6 +150,13 @@ def cache_dir() -> Path:
     from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache
 
     return Path(inductor_cache()) / "hunyuan-mt-aot"
+
+
+def _prune(folder: Path, name: str) -> None:
+    """Remove all but the _KEEP most recently used packages of the function `name`."""
+    packages = sorted(folder.glob(f"{name}-*.pt2"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for stale in packages[_KEEP:]:
+        stale.unlink(missing_ok=True)
 
 
 class AotFunction:
@@ -202,6 +223,9 @@ class AotFunction:
         compiled = not path.exists()
         if compiled:
             self._compile(_Flat(self.fn, spec, constants, is_tensor), tensors, path)
+            _prune(path.parent, self.fn.__name__)
+        else:
+            os.utime(path)  # used now: pruning keeps the packages in use
         with warnings.catch_warnings():
             # torch's own pytree use inside the loader (a FutureWarning about LeafSpec): not ours to act on.
             warnings.simplefilter("ignore", FutureWarning)

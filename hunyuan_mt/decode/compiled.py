@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -82,19 +82,19 @@ class _Compiled:
         """Seconds spent compiling or loading them."""
         return sum(p.seconds for p in self._fn.packages)
 
-    def _run(self, args: tuple[Any, ...], eager: tuple[Any, ...]) -> Any:
+    def _run(self, args: tuple[Any, ...], eager: Callable[[], tuple[Any, ...]]) -> Any:
         """The compiled function on `args` (marked and padded), or, if compiling fails or the package refuses the
-        call, the eager one on `eager`."""
+        call, the eager one on `eager()`'s arguments (built only then)."""
         try:
             out = self._fn(args, self.STATIC)
         except AotMismatch as exc:
             self._fail(exc)
-            return self._eager(*eager)
+            return self._eager(*eager())
         except Exception as exc:  # noqa: BLE001 - export, inductor and the C++ compiler raise many kinds
             if self._fn.packages and self.calls:
                 raise  # the package ran before: this is the computation failing (e.g. out of memory), not compiling
             self._fail(exc)
-            return self._eager(*eager)
+            return self._eager(*eager())
         self.calls += 1
         return out
 
@@ -158,10 +158,8 @@ class CompiledStep(_Compiled):
                 if not is_marked(t):
                     _mark(t, 0, 2)
         _mark_lora(lora)
-        unpadded = [tuple(t if t is None or t[2] is None else (t[0], t[1], t[2][:b], *t[3:]) for t in layer)
-                    for layer in lora]
         logits = self._run((ids, pos, mask, cmask, k, v, ck, cv, model, lora),
-                           (ids[:b], pos[:b], mask[:b], cmask[:b], k, v, ck, cv, model, unpadded))
+                           lambda: (ids[:b], pos[:b], mask[:b], cmask[:b], k, v, ck, cv, model, _unpadded(lora, b)))
         return logits[:b]
 
 
@@ -179,4 +177,10 @@ class CompiledEncoder(_Compiled):
             return encoder_forward(src, mask, model, lora)
         _mark(src, 0, 1), _mark(mask, 0, 3)
         _mark_lora(lora)
-        return self._run((src, mask, model, lora), (src, mask, model, lora))
+        return self._run((src, mask, model, lora), lambda: (src, mask, model, lora))
+
+
+def _unpadded(lora: list[tuple[Any, ...]], rows: int) -> list[tuple[Any, ...]]:
+    """The LoRA terms with their masks cut to the live rows (the eager step runs without padding rows)."""
+    return [tuple(t if t is None or t[2] is None else (t[0], t[1], t[2][:rows], *t[3:]) for t in layer)
+            for layer in lora]
