@@ -50,7 +50,8 @@ def _affine(x: torch.Tensor, params: tuple) -> torch.Tensor:
 @pytest.mark.timeout(300)
 def test_a_package_is_kept_and_found_by_a_new_function(tmp_path: Path, monkeypatch) -> None:
     """The first call compiles and keeps the package; a new AotFunction for the same code and shapes (a restart)
-    loads it; a dimension marked dynamic takes other sizes; one left static is refused (AotMismatch)."""
+    loads it; a dimension marked dynamic takes other sizes; one left static, or a strided view where the package
+    reads a contiguous tensor, is refused (AotMismatch)."""
     monkeypatch.setenv("HMT_AOT_CACHE", str(tmp_path))
     params = ((torch.randn(4, 3), torch.randn(3)), 2.0)
     x = torch.randn(5, 4)
@@ -69,5 +70,9 @@ def test_a_package_is_kept_and_found_by_a_new_function(tmp_path: Path, monkeypat
 
     wide = torch.randn(5, 6)  # the weight's 4 input features are static in the package
     aot.mark_dynamic(wide, 0)
-    with pytest.raises(aot.AotMismatch):
+    with pytest.raises(aot.AotMismatch, match="unmatched dim value"):
         again((wide, ((torch.randn(6, 3), torch.randn(3)), 2.0)), static=())
+    view = torch.randn(4, 7)[:, :4].t()  # the right shape, but a transposed view: read as contiguous, it would be
+    aot.mark_dynamic(view, 0)            # another matrix
+    with pytest.raises(aot.AotMismatch, match="not contiguous"):
+        again((view, params), static=(1,))

@@ -22,8 +22,9 @@ What this wrapper adds to `torch.export` + `torch._inductor.aoti_compile_and_pac
   count, the CPU's instruction set): the first start compiles (~40 s for the decode step on the 2-core box), later
   starts load it in well under a second. Packages live next to inductor's own cache (`TORCHINDUCTOR_CACHE_DIR`).
 - The compiled code checks each call's inputs (dtype, static sizes and strides) in C++
-  (`AOTI_RUNTIME_CHECK_INPUTS`), so a call that does not fit the package raises `AotMismatch` instead of computing
-  garbage; the caller falls back to eager.
+  (`AOTI_RUNTIME_CHECK_INPUTS`), and this wrapper that every tensor with a dynamic dimension is contiguous (the
+  strides the code computes from its sizes), so a call that does not fit the package raises `AotMismatch` instead
+  of computing garbage; the caller falls back to eager.
 
 The package's generated code runs on a fixed number of threads (inductor writes it into each parallel loop), hence
 the thread count in the key: callers keep compiled forwards on one thread count (`decode/compiled.py`).
@@ -140,6 +141,7 @@ class _Package:
     tensors: int           # how many tensors a call passes
     seconds: float         # to compile or load
     compiled: bool         # False: read from the disk cache
+    dynamic: list[int]     # positions of the tensors with dimensions marked dynamic
 
 
 def cache_dir() -> Path:
@@ -200,6 +202,11 @@ class AotFunction:
         package = self._packages.get(len(flat))
         if package is None:
             package = self._packages[len(flat)] = self._load(args)
+        for i in package.dynamic:
+            # The compiled code reads a dynamic tensor's strides as those of a contiguous one (the C++ check skips
+            # strides that follow dynamic sizes): a view would be read wrong, silently.
+            if not flat[i].is_contiguous():
+                raise AotMismatch(f"input {i} {tuple(flat[i].shape)} is not contiguous")
         try:
             return package.loader.boxed_run(flat)[0]
         except RuntimeError as exc:
@@ -230,7 +237,8 @@ class AotFunction:
             # torch's own pytree use inside the loader (a FutureWarning about LeafSpec): not ours to act on.
             warnings.simplefilter("ignore", FutureWarning)
             loader = torch._inductor.aoti_load_package(str(path)).loader
-        package = _Package(key, loader, len(tensors), time.perf_counter() - t0, compiled)
+        package = _Package(key, loader, len(tensors), time.perf_counter() - t0, compiled,
+                           [i for i, t in enumerate(tensors) if getattr(t, _DYNAMIC, ())])
         log.info("%s: %s in %.1f s (%s)", self.fn.__name__, "compiled ahead of time" if compiled else "loaded",
                  package.seconds, path)
         return package

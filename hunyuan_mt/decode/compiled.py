@@ -1,5 +1,5 @@
-"""The lean decode step, compiled: `marian.decoder_step` (and the encoder) through inductor's C++ backend, ahead of
-time (`decode/aot.py`).
+"""The lean decode step, compiled: `marian.decoder_step` and `marian.encode_cross` (the encoder and the decoder's
+cross-attention keys/values) through inductor's C++ backend, ahead of time (`decode/aot.py`).
 
 Eager, a decode step of the demo model is some 150 small tensor operations, each a Python call and a pass over
 memory: for one row they cost more than the arithmetic. Compiled, the elementwise work around each GEMM (the
@@ -38,7 +38,7 @@ from ..lora import grouped
 from . import dense, marian
 from .aot import AotFunction, AotMismatch, is_marked
 from .aot import mark_dynamic as _mark
-from .marian import _NEG, decoder_step, encoder_forward
+from .marian import _NEG, decoder_step, encode_cross
 
 log = logging.getLogger(__name__)
 
@@ -164,20 +164,23 @@ class CompiledStep(_Compiled):
 
 
 class CompiledEncoder(_Compiled):
-    """`encoder_forward`; its caller (MarianBatch._encode) pads rows and source columns to MIN_ROWS."""
+    """`encode_cross` (the encoder and the decoder's cross-attention keys/values); its caller (MarianBatch._cross)
+    pads rows and source columns to MIN_ROWS."""
 
-    STATIC = (2,)  # the model
+    STATIC = (2, 4)  # the encoder's weights, the cross-attention K/V projections'
 
     def __init__(self) -> None:
-        super().__init__(encoder_forward)
+        super().__init__(encode_cross)
 
-    def __call__(self, src: torch.Tensor, mask: torch.Tensor, model: tuple[Any, ...],
-                 lora: list[tuple[Any, ...]]) -> torch.Tensor:
+    def __call__(self, src: torch.Tensor, mask: torch.Tensor, model: tuple[Any, ...], lora: list[tuple[Any, ...]],
+                 cross: tuple[Any, ...], cross_lora: list[Any]) -> torch.Tensor:
+        args = (src, mask, model, lora, cross, cross_lora)
         if self.error is not None:
-            return encoder_forward(src, mask, model, lora)
+            return encode_cross(*args)
         _mark(src, 0, 1), _mark(mask, 0, 3)
         _mark_lora(lora)
-        return self._run((src, mask, model, lora), lambda: (src, mask, model, lora))
+        _mark_lora([tuple(cross_lora)])
+        return self._run(args, lambda: args)
 
 
 def _unpadded(lora: list[tuple[Any, ...]], rows: int) -> list[tuple[Any, ...]]:
