@@ -32,6 +32,7 @@ the thread count in the key: callers keep compiled forwards on one thread count 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import logging
@@ -54,8 +55,9 @@ os.environ.setdefault("AOTI_RUNTIME_CHECK_INPUTS", "1")
 #: Set on a tensor by `mark_dynamic`: the dimensions of it that vary between calls.
 _DYNAMIC = "_hmt_dynamic"
 
-#: Tuples `AotFunction` remembers the tensors of before it starts over (a decode step passes ~40).
-_MEMO = 4096
+#: Tuples `AotFunction` remembers the tensors of before it starts over (a decode step passes ~20 LoRA terms, new
+#: ones when the rows' adapters change).
+_MEMO = 512
 
 #: Packages kept per function on disk (the most recently used): a code change or a new model shape makes new ones.
 _KEEP = 12
@@ -100,7 +102,9 @@ def _tensors(obj: Any, out: list[torch.Tensor], memo: dict[int, tuple[Any, list[
     fixed = True
     for x in obj:
         fixed = _tensors(x, mine, memo) and fixed
-    if fixed:
+    if fixed and any(isinstance(x, torch.Tensor) for x in obj):
+        # Only tuples that hold tensors themselves (a LoRA term), not the per-step tuples around them: an entry
+        # keeps its tensors alive until the memo is cleared.
         memo[id(obj)] = (obj, mine)
     out.extend(mine)
     return fixed
@@ -155,10 +159,14 @@ def cache_dir() -> Path:
 
 
 def _prune(folder: Path, name: str) -> None:
-    """Remove all but the _KEEP most recently used packages of the function `name`."""
-    packages = sorted(folder.glob(f"{name}-*.pt2"), key=lambda p: p.stat().st_mtime, reverse=True)
-    for stale in packages[_KEEP:]:
-        stale.unlink(missing_ok=True)
+    """Remove all but the _KEEP most recently used packages of the function `name` (housekeeping: a folder this
+    process may not write, or a file another process removes first, is left as it is)."""
+    try:
+        packages = sorted(folder.glob(f"{name}-*.pt2"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for stale in packages[_KEEP:]:
+            stale.unlink(missing_ok=True)
+    except OSError as exc:
+        log.debug("not pruning %s: %s", folder, exc)
 
 
 class AotFunction:
@@ -232,7 +240,8 @@ class AotFunction:
             self._compile(_Flat(self.fn, spec, constants, is_tensor), tensors, path)
             _prune(path.parent, self.fn.__name__)
         else:
-            os.utime(path)  # used now: pruning keeps the packages in use
+            with contextlib.suppress(OSError):  # a read-only cache still serves its packages
+                os.utime(path)  # used now: pruning keeps the packages in use
         with warnings.catch_warnings():
             # torch's own pytree use inside the loader (a FutureWarning about LeafSpec): not ours to act on.
             warnings.simplefilter("ignore", FutureWarning)
