@@ -32,11 +32,16 @@ log = logging.getLogger(__name__)
 _LEVELS = 127.0
 
 
+def _symmetric(m: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 of `m` with one scale per slice along `dim` (the scale is the slice's largest magnitude over
+    127): (int8 like m, float32 scales with `dim` removed)."""
+    scale = (m.abs().amax(dim=dim, keepdim=True) / _LEVELS).clamp(min=1e-12)
+    return torch.round(m / scale).to(torch.int8), scale.squeeze(dim)
+
+
 def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-output-row symmetric int8: (weightᵀ as int8 [in, out], float32 scale per row [out])."""
-    w = weight.detach().to(torch.float32)
-    scale = (w.abs().amax(dim=1) / _LEVELS).clamp(min=1e-12)
-    q = torch.round(w / scale[:, None]).to(torch.int8)
+    q, scale = _symmetric(weight.detach().to(torch.float32), 1)
     return q.t().contiguous(), scale.contiguous()
 
 
@@ -44,15 +49,13 @@ def quantize_matrix_rows(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row symmetric int8 of a matrix laid out [k, out] (a LoRA B as the slot layers store it): (int8 [k, out],
     float32 scale per row [k]). A row's scale multiplies the input's column k, so the caller folds it into the input
     before quantizing that per token (lora.grouped)."""
-    scale = (b.abs().amax(dim=1) / _LEVELS).clamp(min=1e-12)
-    return torch.round(b / scale[:, None]).to(torch.int8), scale
+    return _symmetric(b, 1)
 
 
 def quantize_columns(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-column symmetric int8 of a matrix laid out [in, out] (a LoRA A as the slot layers store it): (int8 [in,
     out], float32 scale per column [out]). The same grid as `quantize_rows`, without its transposes."""
-    scale = (a.abs().amax(dim=0) / _LEVELS).clamp(min=1e-12)
-    return torch.round(a / scale).to(torch.int8), scale
+    return _symmetric(a, 0)
 
 
 def int8_linear(x: torch.Tensor, weight_t: torch.Tensor, scale: torch.Tensor,

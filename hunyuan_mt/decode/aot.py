@@ -19,7 +19,7 @@ What this wrapper adds to `torch.export` + `torch._inductor.aoti_compile_and_pac
   they are exported as `Dim.DYNAMIC`, so torch refuses the export rather than silently fixing one of them.
 - A compiled package is kept on disk, keyed by everything that shapes the code (torch's version, the source of the
   modules the function runs, the structure of its arguments, the static sizes, dtypes and strides, the thread
-  count, the CPU's instruction set): the first start compiles (~40 s for the decode step on the 2-core box), later
+  count, the CPU's instruction set): the first start compiles (51 s for the demo's decode step on the 2-core box), later
   starts load it in well under a second. Packages live next to inductor's own cache (`TORCHINDUCTOR_CACHE_DIR`).
 - The compiled code checks each call's inputs (dtype, static sizes and strides) in C++
   (`AOTI_RUNTIME_CHECK_INPUTS`), and this wrapper that every tensor with a dynamic dimension is contiguous (the
@@ -142,7 +142,6 @@ class _Flat(torch.nn.Module):
 class _Package:
     key: str
     loader: Any
-    tensors: int           # how many tensors a call passes
     seconds: float         # to compile or load
     compiled: bool         # False: read from the disk cache
     dynamic: list[int]     # positions of the tensors with dimensions marked dynamic
@@ -246,7 +245,7 @@ class AotFunction:
             # torch's own pytree use inside the loader (a FutureWarning about LeafSpec): not ours to act on.
             warnings.simplefilter("ignore", FutureWarning)
             loader = torch._inductor.aoti_load_package(str(path)).loader
-        package = _Package(key, loader, len(tensors), time.perf_counter() - t0, compiled,
+        package = _Package(key, loader, time.perf_counter() - t0, compiled,
                            [i for i, t in enumerate(tensors) if getattr(t, _DYNAMIC, ())])
         log.info("%s: %s in %.1f s (%s)", self.fn.__name__, "compiled ahead of time" if compiled else "loaded",
                  package.seconds, path)

@@ -17,7 +17,7 @@ row, a batch's first step sees one masked cache column, and the caches keep a sp
 one). The LoRA term comes `complete` (`lora.GroupedLoRA`), so a mixed batch, one adapter and the bare backbone are
 the same package.
 
-Compiling needs a C++ compiler (inductor calls g++): ~45 s for both on the 2-core box the first time, then the
+Compiling needs a C++ compiler (inductor calls g++): ~95 s for both on the 2-core box the first time (the demo), then the
 packages are read from disk. Where compiling fails, or a call does not fit the package (its C++ input check
 refuses it), the step logs why once and runs eagerly for the rest of the process: the same arithmetic, slower.
 `Backbone.compile_step` turns this on (the service does, after its pinned adapters are in, and warms it up), never
@@ -87,11 +87,8 @@ class _Compiled:
         call, the eager one on `eager()`'s arguments (built only then)."""
         try:
             out = self._fn(args, self.STATIC)
-        except AotMismatch as exc:
-            self._fail(exc)
-            return self._eager(*eager())
         except Exception as exc:  # noqa: BLE001 - export, inductor and the C++ compiler raise many kinds
-            if self._fn.packages and self.calls:
+            if not isinstance(exc, AotMismatch) and self._fn.packages and self.calls:
                 raise  # the package ran before: this is the computation failing (e.g. out of memory), not compiling
             self._fail(exc)
             return self._eager(*eager())
@@ -116,9 +113,10 @@ def _mark_lora(lora: list[tuple[Any, ...]]) -> None:
                 continue
             # Each on its own: A and B are kept per set of slots, the mask is made per set of rows, the widened
             # int8 weight's views when the slots in use change.
-            for tensor, dims in ((t[0], (1,)), (t[1], (t[1].dim() - 2,)), (t[2], (0, 1))):
+            a, b, mask = t[:3]
+            for tensor, dims in ((a, (1,)), (b, (-2,)), (mask, (0, 1))):
                 if tensor is not None and not is_marked(tensor):
-                    _mark(tensor, *dims)
+                    _mark(tensor, *(d % tensor.dim() for d in dims))
             if t[4] is not None and not is_marked(t[4][1]):
                 wide, scale, b_q, b_scale = t[4]
                 _mark(wide, 1), _mark(scale, 0), _mark(b_q, b_q.dim() - 2), _mark(b_scale, b_scale.dim() - 1)

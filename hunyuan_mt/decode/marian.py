@@ -14,9 +14,10 @@ it computes what it computes alone. A decode step writes one column for every ro
 the next compaction (a copy of the rows kept, which also drops leading columns no row uses).
 
 The encoder runs once per row, at prefill, through the same written-out layers, together with every decoder
-layer's cross-attention keys/values (`encode_cross`; the slot layers give each row its adapter there too). When every entering row's decoder prefix is the start token alone (Marian's own
-vocabularies), prefill is only the encoder and the cross-attention keys/values: the rows join with an empty
-self-attention history and get their first token in the next decode step, beside the running rows.
+layer's cross-attention keys/values (`encode_cross`; the slot layers give each row its adapter there too). When
+every entering row's decoder prefix is the start token alone (Marian's own vocabularies), that is the whole
+prefill: the rows join with an empty self-attention history and get their first token in the next decode step,
+beside the running rows.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ class MarianBatch(RunningBatch):
     def _cross(self, src: torch.Tensor, src_mask: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The cross-attention keys and values of every decoder layer ([n, heads, S, head_dim] each) for right-padded
         sources [n, S]: the encoder and the decoder's cross K/V projections in one call (`encode_cross`; compiled,
-        one package, where the projections ran eagerly after the encoder before: ~6 % of 600 sentences)."""
+        one package; run eagerly after the encoder, the projections took 132 ms of a 2.0 s run of 600 sentences)."""
         layers = self._build()
         n, source = src.shape
         step = self.compiled_encoder if self._step() is not None else None
@@ -187,7 +188,7 @@ class MarianBatch(RunningBatch):
         cross = [layer.cross_kv.lora_tensors(rows * width, width, src.device, complete, padding) for layer in layers]
         kv = (step or encode_cross)(src, mask, self._encoder_args, lora, self._cross_args, cross)
         kv = kv[:, :, :n, :, :source]
-        return [kv[i, 0].contiguous() for i in range(len(layers))], [kv[i, 1].contiguous() for i in range(len(layers))]
+        return [kv[i, 0].contiguous() for i in range(len(kv))], [kv[i, 1].contiguous() for i in range(len(kv))]
 
     def _encoder_model(self) -> tuple[Any, ...]:
         """The encoder's weights as `encoder_forward` takes them."""

@@ -27,8 +27,9 @@ Over an int8 base (`int8.Int8Linear`, the CPU default) the A product runs inside
 quantized per column and appended to the base's int8 weight, so one `torch._int_mm` over the token's int8
 activations yields the base output and h side by side (`fused`). LoRA's float32 GEMMs (`x @ A`, and B for single
 projections) were ~20 % of a compiled decode step (py-spy, 600 sentences, 64-row steps), and at one or two rows
-`x @ A` was one more library call per projection; the fused GEMM is 4 % wider (16 of 384 columns per projection and adapter). The price is
-rounding h from int8 activations and weights, like the base output; the float32 path keeps the exact product.
+`x @ A` was one more library call per projection; the fused GEMM is 4 % wider (16 of 384 columns per projection
+and adapter). The price is rounding h from int8 activations and weights, like the base output; the float32 path
+keeps the exact product.
 
 The B side runs in int8 over an int8 base too (`_add_int8`). B is quantized per row (each of its U·r input
 columns' row over the outputs) once per slot write; the row scales multiply h's columns, and that product, masked
@@ -57,12 +58,13 @@ from ..int8 import int8_linear, int8_matmul, quantize_columns, quantize_matrix_r
 from .mapping import BASE_SLOT, SlotMapping
 from .slots import SlotLinear
 
-#: (A [in, P·U·r], B [P, U·r, out] or [U·r, out] when P = 1, mask [tokens, U·r] or None, layout, fused): fused
-#: is None over a float base, else (the base's int8 weightᵀ with A's columns appended: a buffer [in, ≥ out + P·U·r],
-#: its columns in use as many as the scales; their scales [out + P·U·r]; B as int8 rows, shaped as B; B's row
-#: scales [P, U·r] or [U·r]), and A is None (`project` multiplies A inside the base GEMM).
-LoRATensors = tuple[torch.Tensor, torch.Tensor, "torch.Tensor | None", tuple[tuple[int, int], ...],
-                    "tuple[torch.Tensor, torch.Tensor] | None"]
+#: (A [in, P·U·r], B [P, U·r, out] or [U·r, out] when P = 1, mask [tokens, U·r] or None, layout, fused). Over a
+#: float base fused is None. Over an int8 base A and B are None and fused is (the base's int8 weightᵀ with A's
+#: columns appended: a buffer [in, ≥ out + P·U·r], its columns in use as many as the scales; their scales
+#: [out + P·U·r]; B as int8 rows, shaped as B; B's row scales [P, U·r] or [U·r]): `project` multiplies A inside the
+#: base GEMM and B in int8.
+LoRATensors = tuple["torch.Tensor | None", "torch.Tensor | None", "torch.Tensor | None", tuple[tuple[int, int], ...],
+                    "tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None"]
 
 
 @dataclass
@@ -86,8 +88,8 @@ class GroupedLoRA:
         #: (output offset, width) of each projection that has a slot layer, in the group's output.
         self.layout = tuple((sum(self.widths[:i]), self.widths[i]) for i in self.present)
         self._state: _Stacked | None = None
-        #: (slots used, their writes, structure) → (A or None, B, A's int8 pieces or None, B's int8 rows and
-        #: scales or None): a few kept (pairs alone and mixes alternate).
+        #: (slots used, their writes, structure) → (A, B, None, None) over a float base, (None, None, A's int8
+        #: pieces, B's int8 rows and scales) over an int8 one: a few kept (pairs alone and mixes alternate).
         self._weights: LRUCache = LRUCache(maxsize=4)
         #: The widened int8 weight (see the module docstring): the buffers, and which slots' columns they hold.
         self._wide: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -135,15 +137,15 @@ class GroupedLoRA:
         return a, b, mask, self.layout, fused
 
     def _stack_weights(self, layers: list[SlotLinear], used: tuple[int, ...]) -> tuple[Any, ...]:
-        """(A, B, A's int8 pieces, B's int8 rows and scales) for the slots `used`: A in float32 only where it is
-        multiplied in float32 (a float base; over an int8 base the GEMM reads the pieces), so that a change of the
-        slots in use (under many clients, nearly every admission) costs as few copies as it can."""
-        if len(layers) == 1:
-            b = torch.cat([layers[0].b_t[s] for s in used], dim=0)
-        else:
-            b = torch.stack([torch.cat([layer.b_t[s] for s in used], dim=0) for layer in layers])
+        """(A, B, None, None) in float32 over a float base, (None, None, A's int8 pieces, B's int8 rows and scales)
+        over an int8 one, for the slots `used`: only what is multiplied, so that a change of the slots in use
+        (under many clients, nearly every admission) costs as few copies as it can."""
         if self.int8_base is None:
             a = torch.cat([layer.a_t[s] for layer in layers for s in used], dim=1).contiguous()
+            if len(layers) == 1:
+                b = torch.cat([layers[0].b_t[s] for s in used], dim=0)
+            else:
+                b = torch.stack([torch.cat([layer.b_t[s] for s in used], dim=0) for layer in layers])
             return a, b.contiguous(), None, None
         quantized = {s: self._quantized(layers, s) for s in used}
         # B in int8 (rows scaled one by one, the scales folded into h): [U·r, out] or [P, U·r, out], slot by slot.
@@ -155,12 +157,12 @@ class GroupedLoRA:
             b_scale = torch.stack([torch.cat([quantized[s][3][p] for s in used]) for p in range(len(layers))])
         b_int8 = (b_q.contiguous(), b_scale.contiguous())
         if len(used) == 1:
-            return None, b.contiguous(), [quantized[used[0]][:2]], b_int8
+            return None, None, [quantized[used[0]][:2]], b_int8
         # Columns run projection by projection, then slot by slot (the mask's and B's layout): slices of each
         # slot's quantized columns (columns quantize independently, so the slices equal quantizing each alone).
         r = layers[0].rank
-        return None, b.contiguous(), [(quantized[s][0][:, i * r:(i + 1) * r], quantized[s][1][i * r:(i + 1) * r])
-                                      for i in range(len(layers)) for s in used], b_int8
+        return None, None, [(quantized[s][0][:, i * r:(i + 1) * r], quantized[s][1][i * r:(i + 1) * r])
+                                for i in range(len(layers)) for s in used], b_int8
 
     def _quantized(self, layers: list[SlotLinear], slot: int) -> tuple[Any, ...]:
         """A of `slot` for every projection of the group, side by side [in, P·r], as int8 columns and their
@@ -207,11 +209,11 @@ class GroupedLoRA:
 def apply_lora(x: torch.Tensor, y: torch.Tensor, tensors: LoRATensors) -> torch.Tensor:
     """y [N, out] += the LoRA term of x [N, in] (in place; returns y). Over an int8 base, h comes from A's int8
     columns of the widened weight (the same product `project` takes from its one GEMM)."""
-    a, b, _, layout, fused = tensors
+    a, _, _, layout, fused = tensors
     if a is not None:
         h = torch.mm(x, a)
     else:
-        used, extra = fused[1].shape[0], b.shape[-2] * len(layout)  # P·U·r: the last columns in use
+        used, extra = fused[1].shape[0], fused[2].shape[-2] * len(layout)  # P·U·r: the last columns in use
         h = int8_linear(x, fused[0][:, used - extra:used], fused[1][used - extra:], None)
     return add_low_rank(h, y, tensors)
 
@@ -251,10 +253,8 @@ def _add_int8(h: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None, layou
     hp = h.view(n, p, -1)
     if mask is not None:
         hp = hp * mask[:, None, :]
-    if p == 1:
-        offset, width = layout[0]
-        y[:, offset:offset + width].add_(int8_matmul(hp[:, 0] * b_scale, b_q))
-        return y
+    if p == 1:  # B [U·r, out] and its scales [U·r], as for P projections with P = 1
+        b_q, b_scale = b_q[None], b_scale[None]
     for j, (offset, width) in enumerate(layout):
         y[:, offset:offset + width].add_(int8_matmul(hp[:, j] * b_scale[j], b_q[j]))
     return y
