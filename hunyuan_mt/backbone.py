@@ -510,7 +510,7 @@ class Backbone:
 
         if self.compiled is None:
             self.compiled = (CompiledStep(), CompiledEncoder())
-        log.info("compiling the decode step and encoder for this CPU (model.compile; the first start takes ~45 s "
+        log.info("compiling the decode step and encoder for this CPU (model.compile; the first start takes ~95 s "
                  "on 2 cores, later starts read the compiled packages in %s)", _inductor_cache())
         t0 = time.perf_counter()
         # One row (run beside a padding row) and then three: the second call must find the same graph.
