@@ -491,11 +491,10 @@ class Backbone:
             return f"the compiled step is built and measured for the CPU; this backbone runs on {self.device}"
         if self.batch_class is not MarianBatch:
             return f"{self.name} has no lean encoder-decoder step to compile"
-        if self.cfg.quantization != "int8":
-            # Eager, float32 projections run on oneDNN's packed weights (decode/dense.py), which cannot enter a
-            # compiled graph; compiled with F.linear instead, 600 sentences took 3.81 s against 3.95 s eager
-            # before the packing, and 3.49 s eager after it (BENCHMARKS.md).
-            return "float32 weights decode faster eagerly (the compiled step is for model.quantization: int8)"
+        if self.cfg.quantization not in ("int8", "none") or (self.cfg.quantization == "none"
+                                                              and self.dtype != torch.float32):
+            return (f"the compiled step is built for int8 and float32 weights (model.quantization "
+                    f"{self.cfg.quantization}, {self.dtype})")
         return None
 
     def compile_step(self) -> bool:
@@ -509,7 +508,11 @@ class Backbone:
         from .decode.compiled import CompiledEncoder, CompiledStep
 
         if self.compiled is None:
-            self.compiled = (CompiledStep(), CompiledEncoder())
+            # Float32 weights are frozen into the packages, where inductor packs them for oneDNN as the eager step
+            # does (decode/dense.py): as inputs, a compiled step would multiply them unpacked, slower than eager.
+            # int8 weights stay inputs (their GEMM, torch._int_mm, packs nothing).
+            freeze = self.cfg.quantization == "none"
+            self.compiled = (CompiledStep(freeze), CompiledEncoder(freeze))
         log.info("compiling the decode step and encoder for this CPU (model.compile; the first start takes ~95 s "
                  "on 2 cores, later starts read the compiled packages in %s)", _inductor_cache())
         t0 = time.perf_counter()

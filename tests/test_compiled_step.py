@@ -3,7 +3,7 @@ falls back to the eager step when compiling fails.
 
 One backbone (the tiny Marian with int8 weights, as the CPU profile runs, and q/v adapters) is compiled once for
 the module: ahead of time, 46–56 s for the step and the encoder on the 2-core box the first time, then read from
-the package cache (decode/aot.py). Float32 backbones decode eagerly (`Backbone.compile_note`).
+the package cache (decode/aot.py). The float32 tests compile a second one, its weights frozen into the packages.
 """
 
 from __future__ import annotations
@@ -25,6 +25,16 @@ TEXTS = ["Hello world, how are you today?", "Open the file, save the document an
 @pytest.fixture(scope="module")
 def compiled(marian_dir: Path, marian_adapters: Path):
     """(backbone with the compiled step, its adapter cache, slots of en2es/en2fr/en2de)."""
+    yield from _compiled_backbone(marian_dir, marian_adapters, "int8")
+
+
+@pytest.fixture(scope="module")
+def compiled_fp32(marian_dir: Path, marian_adapters: Path):
+    """The same in float32: the weights frozen into the packages."""
+    yield from _compiled_backbone(marian_dir, marian_adapters, "none")
+
+
+def _compiled_backbone(marian_dir: Path, marian_adapters: Path, quantization: str):
     from hunyuan_mt.adapters.cache import AdapterCache
     from hunyuan_mt.adapters.registry import AdapterRegistry
     from hunyuan_mt.backbone import Backbone
@@ -33,7 +43,8 @@ def compiled(marian_dir: Path, marian_adapters: Path):
     # Two threads, as the CPU profile runs: eager forwards of few rows would drop to one, and a compiled graph is
     # specific to its thread count.
     threads = torch.get_num_threads()
-    bb = Backbone.load_uncached(ModelConfig(path=str(marian_dir), warmup=False, quantization="int8", cpu_threads=2))
+    bb = Backbone.load_uncached(ModelConfig(path=str(marian_dir), warmup=False, quantization=quantization,
+                                            cpu_threads=2))
     registry = AdapterRegistry(marian_adapters, bb.spec)
     registry.scan()
     cache = AdapterCache(bb, registry, CacheConfig(adapters_dir=str(marian_adapters), slots=3))
@@ -82,8 +93,9 @@ def _script(bb, slots: list[int], compiled: bool) -> list[tuple[torch.Tensor, li
     return seen
 
 
-def test_compiled_logits_equal_the_eager_step(compiled) -> None:
-    bb, _, slots = compiled
+@pytest.mark.parametrize("profile", ["compiled", "compiled_fp32"])
+def test_compiled_logits_equal_the_eager_step(profile: str, request) -> None:
+    bb, _, slots = request.getfixturevalue(profile)
     calls = bb.compiled[0].calls
     eager, ours = _script(bb, slots, compiled=False), _script(bb, slots, compiled=True)
     assert bb.compiled[0].calls >= calls + 8  # every decode step of the second run went through the compiled graph
@@ -93,11 +105,13 @@ def test_compiled_logits_equal_the_eager_step(compiled) -> None:
         torch.testing.assert_close(a, b, atol=2e-3, rtol=1e-2)
 
 
-def test_compiled_rows_in_a_mixed_batch_equal_rows_alone(compiled) -> None:
+@pytest.mark.parametrize("profile", ["compiled", "compiled_fp32"])
+def test_compiled_rows_in_a_mixed_batch_equal_rows_alone(profile: str, request) -> None:
     """A row's greedy output is what it is alone, whatever its neighbours, on the compiled step: the padding row and
     the complete LoRA masks leak nothing into real rows (int8 arithmetic is per row; BENCHMARKS.md has the
-    600-sentence figure, where float32 rounding amplified by int8 changes a few sentences)."""
-    bb, _, slots = compiled
+    600-sentence figure, where float32 rounding amplified by int8 changes a few sentences). In float32 the frozen
+    weights run oneDNN's packed GEMM, as the eager step's do."""
+    bb, _, slots = request.getfixturevalue(profile)
     rows = _rows(6)
     row_slots = [0, slots[0], slots[1], slots[2], slots[0], slots[1]]
     together = bb.generate(rows, row_slots, GenerationConfig(), 12)
@@ -190,13 +204,17 @@ def test_a_call_the_package_does_not_fit_falls_back_to_eager(compiled, fresh_bac
     assert sum("runs eagerly" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_compile_applies_to_the_int8_marian_step_only(hunyuan_dir: Path, marian_dir: Path, fresh_backbone) -> None:
+def test_compile_applies_to_marian_steps_in_int8_and_float32(hunyuan_dir: Path, marian_dir: Path,
+                                                              fresh_backbone, compiled, compiled_fp32) -> None:
     bb = fresh_backbone(hunyuan_dir)
     assert "no lean encoder-decoder step" in bb.compile_note()
     assert bb.compile_step() is False and bb.compiled is None
-    fp32 = fresh_backbone(marian_dir)
-    assert "float32 weights decode faster eagerly" in fp32.compile_note()
-    assert fp32.compile_step() is False and fp32.compiled is None
+    assert fresh_backbone(marian_dir).compile_note() is None
+    # int8 weights are inputs of the packages; float32 ones are compiled in (frozen).
+    assert [c.frozen for c in compiled[0].compiled] == [False, False]
+    assert [c.frozen for c in compiled_fp32[0].compiled] == [True, True]
+    half = fresh_backbone(marian_dir, dtype="bfloat16")
+    assert "int8 and float32" in half.compile_note()
 
 
 def test_compile_setting_reads_yaml_booleans_and_refuses_others() -> None:

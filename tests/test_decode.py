@@ -153,3 +153,18 @@ def test_recorded_steps_follow_slot_writes_and_layer_growth(hunyuan_dir: Path, h
     assert batch.signature() != signature
     with cache.lease([Pair.parse("en2fr")]) as lease:
         assert run(lease.slots[0]) == fr  # captured again against the new buffers
+
+
+def test_greedy_choice_is_torchs_argmax_on_ties_infinities_and_nan() -> None:
+    # The picker takes a CPU float32 argmax through numpy (faster); its indices must be torch's: the first maximum
+    # on a tie, -inf never chosen over a number, a NaN counting as the maximum.
+    from hunyuan_mt.decode.picker import _argmax
+
+    scores = torch.tensor([[1.0, 3.0, 3.0, 2.0],
+                           [-float("inf"), -1.0, -float("inf"), -1.0],
+                           [0.0, float("nan"), 5.0, float("nan")],
+                           [float("inf"), float("inf"), 0.0, 0.0]])
+    assert _argmax(scores) == scores.argmax(dim=-1).tolist() == [1, 1, 1, 0]
+    noisy = torch.randn(64, 8012, generator=torch.Generator().manual_seed(3))
+    assert _argmax(noisy) == noisy.argmax(dim=-1).tolist()
+    assert _argmax(noisy[::2]) == noisy[::2].argmax(dim=-1).tolist()

@@ -50,3 +50,29 @@ def test_settings_are_checked() -> None:
         LimitsConfig(loop_repeats=1)
     with pytest.raises(ConfigError, match="limits.max_output_ratio"):
         LimitsConfig(max_output_ratio=-1)
+
+
+def _cut_by_definition(tokens: list[int], guard: LoopGuard) -> int | None:
+    """The rule written out without shortcuts: the smallest period whose unit repeats enough at the end."""
+    n = len(tokens)
+    for period in range(1, guard.max_period + 1):
+        count = 1
+        while (count + 1) * period <= n and tokens[n - (count + 1) * period:n - count * period] == tokens[n - period:]:
+            count += 1
+        if n >= max(guard.repeats * period, guard.min_span) and count >= guard.repeats \
+                and count * period >= guard.min_span:
+            return n - (count - 1) * period
+    return None
+
+
+def test_the_per_period_shortcut_finds_every_loop_the_rule_defines() -> None:
+    # `cut` skips a period at once when the last token differs from the one a period before; over every prefix of
+    # many small-alphabet lists (loops of every period arise by chance) it must answer as the definition does.
+    import random
+
+    rng = random.Random(7)
+    guard = LoopGuard()
+    for _ in range(300):
+        tokens = [rng.randrange(3) for _ in range(rng.randrange(1, 40))]
+        for end in range(1, len(tokens) + 1):
+            assert guard.cut(tokens[:end]) == _cut_by_definition(tokens[:end], guard), tokens[:end]

@@ -47,6 +47,8 @@ from typing import Any, Callable, Iterable
 import torch
 import torch.utils._pytree as pytree
 
+from .aoti_native import NativeFailed, NativeModel, NativeUnavailable
+
 log = logging.getLogger(__name__)
 
 # Read once per process by the compiled code, at its first call: set before any package runs.
@@ -126,25 +128,72 @@ def _tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
 
 
 class _Flat(torch.nn.Module):
-    """`fn` over the flat list of its tensors, the rest of its arguments baked in (what is exported)."""
+    """`fn` over the flat list of its input tensors, the rest of its arguments baked in (what is exported): the
+    constants, and the frozen tensors as the module's buffers (`frozen`: leaf position → tensor)."""
 
-    def __init__(self, fn: Callable[..., Any], spec: Any, constants: list[Any], is_tensor: list[bool]) -> None:
+    def __init__(self, fn: Callable[..., Any], spec: Any, constants: list[Any], is_tensor: list[bool],
+                 frozen: dict[int, torch.Tensor]) -> None:
         super().__init__()
         self.fn, self.spec, self.constants, self.is_tensor = fn, spec, constants, is_tensor
+        #: leaf position → buffer name; a tensor that appears twice (tied embeddings) is one buffer.
+        self.frozen: dict[int, str] = {}
+        names: dict[int, str] = {}
+        for i, t in frozen.items():
+            if id(t) not in names:
+                names[id(t)] = f"frozen_{len(names)}"
+                self.register_buffer(names[id(t)], t.detach())
+            self.frozen[i] = names[id(t)]
 
     def forward(self, tensors: list[torch.Tensor]) -> Any:
         it = iter(tensors)
-        leaves = [next(it) if t else c for t, c in zip(self.is_tensor, self.constants)]
+        leaves = [getattr(self, self.frozen[i]) if i in self.frozen else next(it) if t else c
+                  for i, (t, c) in enumerate(zip(self.is_tensor, self.constants))]
         return self.fn(*pytree.tree_unflatten(leaves, self.spec))
+
+
+def _fingerprint(tensors: Iterable[torch.Tensor]) -> str:
+    """A digest of the tensors' values (frozen weights are part of a package)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for t in tensors:
+        digest.update(repr((str(t.dtype), tuple(t.shape))).encode())
+        digest.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
 
 
 @dataclass
 class _Package:
     key: str
-    loader: Any
+    path: Path
+    native: NativeModel | None  # None: torch's loader runs every call
     seconds: float         # to compile or load
     compiled: bool         # False: read from the disk cache
     dynamic: list[int]     # positions of the tensors with dimensions marked dynamic
+    _loader: Any = None
+
+    @property
+    def loader(self) -> Any:
+        """torch's runner of the package (holds the GIL while it runs; loaded when first needed)."""
+        if self._loader is None:
+            with warnings.catch_warnings():
+                # torch's own pytree use inside the loader (a FutureWarning about LeafSpec): not ours to act on.
+                warnings.simplefilter("ignore", FutureWarning)
+                self._loader = torch._inductor.aoti_load_package(str(self.path)).loader
+        return self._loader
+
+    def run(self, flat: list[torch.Tensor]) -> torch.Tensor:
+        if self.native is not None:
+            try:
+                return self.native.run(flat)[0]
+            except NativeFailed:
+                pass  # the library printed why; torch's loader raises it as an exception (the input check's
+                # refusal happens before anything is computed, so running it again writes nothing twice)
+        try:
+            return self.loader.boxed_run(flat)[0]
+        except RuntimeError as exc:
+            # The generated input check's message: "input_handles[i]: unmatched dim value at 0, ...".
+            if "input_handles[" in str(exc):
+                raise AotMismatch(str(exc).strip().splitlines()[0]) from exc
+            raise
 
 
 def cache_dir() -> Path:
@@ -172,17 +221,23 @@ class AotFunction:
     """`fn` (a pure function of nested tuples/lists of tensors and constants, returning one tensor) compiled ahead
     of time on its first call's arguments. `sources`: the modules whose code it runs (part of the package key)."""
 
-    def __init__(self, fn: Callable[..., Any], sources: Iterable[types.ModuleType] = ()) -> None:
+    def __init__(self, fn: Callable[..., Any], sources: Iterable[types.ModuleType] = (), freeze: bool = False) -> None:
         self.fn = fn
+        #: The `static` arguments' tensors are compiled into the package as constants (inductor's freezing) instead
+        #: of being inputs: for float32 CPU linears it then packs their weights for oneDNN (see `_compile`).
+        self.freeze = freeze
         digest = hashlib.sha256()
         for module in (inspect.getmodule(fn), *sources):
             if module is not None:
                 digest.update(inspect.getsource(module).encode())
         self._source = digest.hexdigest()
-        #: Loaded packages by the number of tensors a call passes (one per argument structure; in practice one).
-        self._packages: dict[int, _Package] = {}
+        #: Loaded packages by the number of tensors a call passes and the frozen weights' fingerprint (one per
+        #: argument structure and model; in practice one).
+        self._packages: dict[tuple[int, str], _Package] = {}
         #: position → (object, its tensors) for arguments that stay the same object call after call (the weights).
         self._static: dict[int, tuple[Any, list[torch.Tensor]]] = {}
+        #: The frozen tensors' fingerprint, and what identified them when it was taken (`_frozen_key`).
+        self._frozen: tuple[Any, str] = ((), "")
         #: Tuples seen lately → their tensors (`_tensors`); cleared when it grows past _MEMO entries.
         self._memo: dict[int, tuple[Any, list[torch.Tensor]]] = {}
 
@@ -197,56 +252,77 @@ class AotFunction:
         memo = self._memo
         if len(memo) > _MEMO:
             memo.clear()
+        changed = False
         for i, arg in enumerate(args):
             if i in static:
                 found = self._static.get(i)
                 if found is None or found[0] is not arg:
                     found = self._static[i] = (arg, [])
                     _tensors(arg, found[1], {})
-                flat.extend(found[1])
+                    changed = True
+                if not self.freeze:
+                    flat.extend(found[1])
             else:
                 _tensors(arg, flat, memo)
-        package = self._packages.get(len(flat))
+        if changed and self.freeze:
+            self._refingerprint(static)
+        package = self._packages.get((len(flat), self._frozen[1]))
         if package is None:
-            package = self._packages[len(flat)] = self._load(args)
+            package = self._packages[(len(flat), self._frozen[1])] = self._load(args, static)
         for i in package.dynamic:
             # The compiled code reads a dynamic tensor's strides as those of a contiguous one (the C++ check skips
             # strides that follow dynamic sizes): a view would be read wrong, silently.
             if not flat[i].is_contiguous():
                 raise AotMismatch(f"input {i} {tuple(flat[i].shape)} is not contiguous")
-        try:
-            return package.loader.boxed_run(flat)[0]
-        except RuntimeError as exc:
-            # The generated input check's message: "input_handles[i]: unmatched dim value at 0, ...".
-            if "input_handles[" in str(exc):
-                raise AotMismatch(str(exc).strip().splitlines()[0]) from exc
-            raise
+        return package.run(flat)
 
-    def _load(self, args: tuple[Any, ...]) -> _Package:
+    def _refingerprint(self, static: tuple[int, ...]) -> None:
+        """Fingerprint the frozen tensors again if they are not the ones (same storage, same version) it was taken
+        of: a rebuilt argument tuple over the same weights keeps its package."""
+        tensors = [t for i in sorted(static) for t in self._static[i][1]]
+        ident = tuple((id(t), t.data_ptr(), -1 if t.is_inference() else t._version) for t in tensors)
+        if ident != self._frozen[0]:
+            self._frozen = (ident, _fingerprint(tensors))
+
+    def _load(self, args: tuple[Any, ...], static: tuple[int, ...]) -> _Package:
         leaves, spec = pytree.tree_flatten(args)
         is_tensor = [isinstance(x, torch.Tensor) for x in leaves]
-        tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+        frozen: dict[int, torch.Tensor] = {}
+        if self.freeze:
+            start = 0
+            for i, arg in enumerate(args):
+                count = len(pytree.tree_leaves(arg))
+                if i in static:
+                    frozen.update((j, leaves[j]) for j in range(start, start + count) if is_tensor[j])
+                start += count
+        tensors = [x for j, x in enumerate(leaves) if is_tensor[j] and j not in frozen]
         constants = [None if t else x for x, t in zip(leaves, is_tensor)]
         key = hashlib.sha256(repr((
             torch.__version__, self._source, self.fn.__qualname__, str(spec),
             [_describe(c) for c, t in zip(constants, is_tensor) if not t],
-            [_tensor_key(t) for t in tensors], torch.get_num_threads(), torch.backends.cpu.get_cpu_capability(),
+            [_tensor_key(t) for t in tensors], sorted(frozen), self._frozen[1],
+            torch.get_num_threads(), torch.backends.cpu.get_cpu_capability(),
         )).encode()).hexdigest()[:24]
         path = cache_dir() / f"{self.fn.__name__}-{key}.pt2"
         t0 = time.perf_counter()
         compiled = not path.exists()
         if compiled:
-            self._compile(_Flat(self.fn, spec, constants, is_tensor), tensors, path)
+            self._compile(_Flat(self.fn, spec, constants, is_tensor, frozen), tensors, path)
             _prune(path.parent, self.fn.__name__)
         else:
             with contextlib.suppress(OSError):  # a read-only cache still serves its packages
                 os.utime(path)  # used now: pruning keeps the packages in use
-        with warnings.catch_warnings():
-            # torch's own pytree use inside the loader (a FutureWarning about LeafSpec): not ours to act on.
-            warnings.simplefilter("ignore", FutureWarning)
-            loader = torch._inductor.aoti_load_package(str(path)).loader
-        package = _Package(key, loader, time.perf_counter() - t0, compiled,
+        native = None
+        if os.environ.get("HMT_AOT_NATIVE", "1") != "0":  # 0: torch's loader only (an escape hatch; A/B runs)
+            try:
+                native = NativeModel(path)
+            except NativeUnavailable as exc:
+                log.info("%s: run by torch's loader, which holds the GIL while it runs (%s)", self.fn.__name__,
+                         exc)
+        package = _Package(key, path, native, time.perf_counter() - t0, compiled,
                            [i for i, t in enumerate(tensors) if getattr(t, _DYNAMIC, ())])
+        if native is None:
+            package.loader  # noqa: B018 - load it now, while the caller expects to wait
         log.info("%s: %s in %.1f s (%s)", self.fn.__name__, "compiled ahead of time" if compiled else "loaded",
                  package.seconds, path)
         return package
@@ -258,5 +334,9 @@ class AotFunction:
         with torch.inference_mode(), warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             program = torch.export.export(module, (tensors,), dynamic_shapes=(dynamic,), strict=False)
-            torch._inductor.aoti_compile_and_package(program, package_path=str(partial))
+            # Freezing (it applies with gradients off, as here) folds the module's buffers into the code as
+            # constants; a float32 linear over a constant weight then runs oneDNN's `_linear_pointwise` on a copy
+            # packed at compile time, the layout the eager step packs its weights into (decode/dense.py).
+            configs = {"freezing": True} if module.frozen else {}
+            torch._inductor.aoti_compile_and_package(program, package_path=str(partial), inductor_configs=configs)
         os.replace(partial, path)  # another process compiling the same key finds a whole file or none

@@ -60,9 +60,11 @@ class _Compiled:
     #: Arguments that are the same object at every call (the model's weights; see AotFunction).
     STATIC: tuple[int, ...] = ()
 
-    def __init__(self, fn: Any) -> None:
+    def __init__(self, fn: Any, freeze: bool = False) -> None:
         self._eager = fn
-        self._fn = AotFunction(fn, sources=(marian, dense, grouped, int8))
+        self._fn = AotFunction(fn, sources=(marian, dense, grouped, int8), freeze=freeze)
+        #: The weights (the STATIC arguments) are compiled in as constants: callers pass them unpacked.
+        self.frozen = freeze
         #: Why compiling failed, once it has; the calls are eager from then on.
         self.error: str | None = None
         self.calls = 0
@@ -127,8 +129,8 @@ class CompiledStep(_Compiled):
 
     STATIC = (8,)  # the model
 
-    def __init__(self) -> None:
-        super().__init__(decoder_step)
+    def __init__(self, freeze: bool = False) -> None:
+        super().__init__(decoder_step, freeze)
 
     def padding(self, rows: int) -> int:
         """Padding rows a step of `rows` rows runs with."""
@@ -167,8 +169,8 @@ class CompiledEncoder(_Compiled):
 
     STATIC = (2, 4)  # the encoder's weights, the cross-attention K/V projections'
 
-    def __init__(self) -> None:
-        super().__init__(encode_cross)
+    def __init__(self, freeze: bool = False) -> None:
+        super().__init__(encode_cross, freeze)
 
     def __call__(self, src: torch.Tensor, mask: torch.Tensor, model: tuple[Any, ...], lora: list[tuple[Any, ...]],
                  cross: tuple[Any, ...], cross_lora: list[Any]) -> torch.Tensor:

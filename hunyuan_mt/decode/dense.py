@@ -72,6 +72,8 @@ class Projection:
         weight, bias, q = _fused(bases)
         #: The base layer as `project` takes it: (int8 weightᵀ, scales, bias) or (float weight, bias).
         self.base: tuple[Any, ...] = (q.weight_t, q.scale, q.bias) if q is not None else packed(weight, bias)
+        #: The base unpacked: what a compiled step freezes (and packs itself); the int8 layer as it is.
+        self.plain: tuple[Any, ...] = self.base if q is not None else (weight, bias)
         slots = [m if isinstance(m, SlotLinear) else None for m in modules]
         int8_base = (q.weight_t, q.scale) if q is not None else None
         self.lora = (GroupedLoRA(slots, self.widths, mapping, int8_base) if mapping is not None and any(slots)

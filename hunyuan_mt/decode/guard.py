@@ -47,6 +47,8 @@ class LoopGuard:
             needed = max(self.repeats * period, self.min_span)
             if n < needed:
                 break
+            if generated[n - 1] != generated[n - 1 - period]:
+                continue  # not even two copies (the common case: a check per period, no slicing)
             unit = generated[n - period:n]
             count = 1
             # Walk back one unit at a time while the copies match.

@@ -100,7 +100,7 @@ class MarianBatch(RunningBatch):
         self._layers: list[_Layer] = []
         self._head: Projection | None = None
         self._encoder: list[_EncoderLayer] = []
-        self._layout: tuple[int, int] | None = None
+        self._layout: tuple[int, int, bool] | None = None
         self._decoder_args: tuple[Any, ...] = ()
         self._encoder_args: tuple[Any, ...] = ()
         #: The compiled decode step and encoder (`decode/compiled.py`), shared by the backbone's batches; None: eager.
@@ -116,7 +116,10 @@ class MarianBatch(RunningBatch):
     def _build(self) -> list[_Layer]:
         """The step's view of the model, rebuilt when the slot layers change (modules wrapped, slots grown)."""
         mapping = self.mapping
-        layout = (id(self.decoder), -1 if mapping is None else mapping.structure)
+        # A compiled step that freezes the weights takes them unpacked (decode/compiled.py); eager after it failed,
+        # the step goes back to the packed ones.
+        plain = self._step() is not None and self.compiled.frozen
+        layout = (id(self.decoder), -1 if mapping is None else mapping.structure, plain)
         if layout == self._layout:
             return self._layers
         layers = []
@@ -146,8 +149,8 @@ class MarianBatch(RunningBatch):
         self._head = Projection([self.model.lm_head], None)
         self._layers, self._layout = layers, layout
         # What decoder_step / encoder_forward take, built once per layout rather than at every forward.
-        self._decoder_args, self._encoder_args = self._model(), self._encoder_model()
-        self._cross_args = tuple(layer.cross_kv.base for layer in layers)
+        self._decoder_args, self._encoder_args = self._model(plain), self._encoder_model(plain)
+        self._cross_args = tuple(_base(layer.cross_kv, plain) for layer in layers)
         return layers
 
     def _encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
@@ -190,12 +193,12 @@ class MarianBatch(RunningBatch):
         kv = kv[:, :, :n, :, :source]
         return [kv[i, 0].contiguous() for i in range(len(kv))], [kv[i, 1].contiguous() for i in range(len(kv))]
 
-    def _encoder_model(self) -> tuple[Any, ...]:
-        """The encoder's weights as `encoder_forward` takes them."""
+    def _encoder_model(self, plain: bool = False) -> tuple[Any, ...]:
+        """The encoder's weights as `encoder_forward` takes them (`plain`: float weights unpacked)."""
         enc = self.model.get_encoder()
         return (enc.embed_tokens.weight, enc.embed_positions.weight, float(enc.embed_scale),
                 (self.heads, self.head_dim, self.scaling),
-                tuple(((layer.qkv.base, layer.out.base, layer.fc1.base, layer.fc2.base), layer.norms,
+                tuple((tuple(_base(p, plain) for p in (layer.qkv, layer.out, layer.fc1, layer.fc2)), layer.norms,
                        layer.activation) for layer in self._encoder))
 
     # ------------------------------------------------------------------ the step
@@ -219,15 +222,16 @@ class MarianBatch(RunningBatch):
         return (step or decoder_step)(ids, pos, mask, cmask, cache.k, cache.v, cache.ck, cache.cv,
                                       self._decoder_args, lora)
 
-    def _model(self) -> tuple[Any, ...]:
-        """The decoder's weights as `decoder_step` takes them (tensors, and the constants of the architecture)."""
+    def _model(self, plain: bool = False) -> tuple[Any, ...]:
+        """The decoder's weights as `decoder_step` takes them (tensors, and the constants of the architecture;
+        `plain`: float weights unpacked)."""
         dec = self.decoder
         bias = getattr(self.model, "final_logits_bias", None)
         return (dec.embed_tokens.weight, dec.embed_positions.weight, float(dec.embed_scale),
                 (self.heads, self.head_dim, self.scaling),
-                tuple((tuple(p.base for p in _step_projections(layer)), layer.norms, layer.activation)
+                tuple((tuple(_base(p, plain) for p in _step_projections(layer)), layer.norms, layer.activation)
                       for layer in self._layers),
-                self._head.base, bias)
+                _base(self._head, plain), bias)
 
     # ------------------------------------------------------------------ RunningBatch's moves
 
@@ -390,6 +394,10 @@ def encode_cross(src: torch.Tensor, mask: torch.Tensor, model: tuple[Any, ...], 
     flat = states.reshape(n * source, d)
     return torch.stack([project(flat, base, term).view(n, source, 2, h, hd).permute(2, 0, 3, 1, 4)
                         for base, term in zip(cross, cross_lora)])
+
+
+def _base(projection: Projection, plain: bool) -> tuple[Any, ...]:
+    return projection.plain if plain else projection.base
 
 
 def _step_projections(layer: _Layer) -> tuple[Projection, ...]:
