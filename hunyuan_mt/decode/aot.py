@@ -47,8 +47,6 @@ from typing import Any, Callable, Iterable
 import torch
 import torch.utils._pytree as pytree
 
-from .aoti_native import NativeFailed, NativeModel, NativeUnavailable
-
 log = logging.getLogger(__name__)
 
 # Read once per process by the compiled code, at its first call: set before any package runs.
@@ -164,29 +162,17 @@ def _fingerprint(tensors: Iterable[torch.Tensor]) -> str:
 class _Package:
     key: str
     path: Path
-    native: NativeModel | None  # None: torch's loader runs every call
+    loader: Any
     seconds: float         # to compile or load
     compiled: bool         # False: read from the disk cache
     dynamic: list[int]     # positions of the tensors with dimensions marked dynamic
-    _loader: Any = None
-
-    @property
-    def loader(self) -> Any:
-        """torch's runner of the package (holds the GIL while it runs; loaded when first needed)."""
-        if self._loader is None:
-            with warnings.catch_warnings():
-                # torch's own pytree use inside the loader (a FutureWarning about LeafSpec): not ours to act on.
-                warnings.simplefilter("ignore", FutureWarning)
-                self._loader = torch._inductor.aoti_load_package(str(self.path)).loader
-        return self._loader
 
     def run(self, flat: list[torch.Tensor]) -> torch.Tensor:
-        if self.native is not None:
-            try:
-                return self.native.run(flat)[0]
-            except NativeFailed:
-                pass  # the library printed why; torch's loader raises it as an exception (the input check's
-                # refusal happens before anything is computed, so running it again writes nothing twice)
+        # torch's loader keeps the GIL while the package computes. On a small CPU that is what we want: the step's
+        # OpenMP threads take every core, and a Python thread let in beside them (calling the library through its C
+        # interface with ctypes, which releases the GIL, was tried) preempts one and stalls the others at their
+        # barriers: a 2-row package call ran 9x slower beside a spinning thread, and a short request 1.5 ms slower
+        # (BENCHMARKS.md).
         try:
             return self.loader.boxed_run(flat)[0]
         except RuntimeError as exc:
@@ -312,17 +298,12 @@ class AotFunction:
         else:
             with contextlib.suppress(OSError):  # a read-only cache still serves its packages
                 os.utime(path)  # used now: pruning keeps the packages in use
-        native = None
-        if os.environ.get("HMT_AOT_NATIVE", "1") != "0":  # 0: torch's loader only (an escape hatch; A/B runs)
-            try:
-                native = NativeModel(path)
-            except NativeUnavailable as exc:
-                log.info("%s: run by torch's loader, which holds the GIL while it runs (%s)", self.fn.__name__,
-                         exc)
-        package = _Package(key, path, native, time.perf_counter() - t0, compiled,
+        with warnings.catch_warnings():
+            # torch's own pytree use inside the loader (a FutureWarning about LeafSpec): not ours to act on.
+            warnings.simplefilter("ignore", FutureWarning)
+            loader = torch._inductor.aoti_load_package(str(path)).loader
+        package = _Package(key, path, loader, time.perf_counter() - t0, compiled,
                            [i for i, t in enumerate(tensors) if getattr(t, _DYNAMIC, ())])
-        if native is None:
-            package.loader  # noqa: B018 - load it now, while the caller expects to wait
         log.info("%s: %s in %.1f s (%s)", self.fn.__name__, "compiled ahead of time" if compiled else "loaded",
                  package.seconds, path)
         return package
