@@ -35,6 +35,7 @@ import httpx
 import psutil
 
 from hunyuan_mt.config import PROJECT_ROOT
+from hunyuan_mt.cpu import with_intel_openmp
 
 from .loadgen import percentile
 from .workload import TEXTS
@@ -63,6 +64,9 @@ class Server:
             cmd += ["--set", item]
         env = dict(os.environ, TMPDIR=str(tmpdir), GRADIO_TEMP_DIR=str(tmpdir / "gradio"), HF_HUB_OFFLINE="1",
                    TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
+        # As ./start.sh starts it: Intel's OpenMP preloaded (hunyuan_mt/cpu.py). Without it the server ran on
+        # torch's libgomp, where model.cpu_threads resolves to one thread: not what a user runs.
+        env = with_intel_openmp(env)
         self.log = log_path.open("w")
         self.proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.ps = psutil.Process(self.proc.pid)

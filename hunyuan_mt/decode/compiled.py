@@ -9,6 +9,11 @@ ms, BENCHMARKS.md). The GEMMs stay aten's (`torch._int_mm`, `mm`, `bmm`). Compil
 called from C++ without dynamo's guards and inductor's Python wrapper: a short request 23.4 → 19.8 ms against
 the same graph run by `torch.compile` (alternating, one process).
 
+int8 weights are inputs of the packages. Float32 weights are compiled in (`AotFunction(freeze=True)`): inductor
+then packs each linear's weight for oneDNN, as the eager float32 step does its own (decode/dense.py), and the
+batches pass the weights unpacked (`Projection.plain`). 600 sentences in float32, compiled and eager alternating in
+one process: 3.38 → 2.91 s for one pair, 4.15 → 3.47 s over 8 pairs mixed (BENCHMARKS.md).
+
 One compiled package serves every batch. Everything that varies between steps is a tensor dimension marked dynamic
 (rows, cache columns and capacity, source length, the LoRA columns), and this wrapper keeps those dimensions away
 from 1 and from a tensor's whole extent, which the exported graph does not cover: a lone row runs beside a padding
