@@ -210,7 +210,9 @@ class AotFunction:
     def __init__(self, fn: Callable[..., Any], sources: Iterable[types.ModuleType] = (), freeze: bool = False) -> None:
         self.fn = fn
         #: The `static` arguments' tensors are compiled into the package as constants (inductor's freezing) instead
-        #: of being inputs: for float32 CPU linears it then packs their weights for oneDNN (see `_compile`).
+        #: of being inputs: for float32 CPU linears it then packs their weights for oneDNN (see `_compile`). Their
+        #: values key the package; they are read again when a static argument is a new object, so weights changed
+        #: in place under the same argument tuple would go unnoticed (the service never changes its base weights).
         self.freeze = freeze
         digest = hashlib.sha256()
         for module in (inspect.getmodule(fn), *sources):
@@ -222,7 +224,7 @@ class AotFunction:
         self._packages: dict[tuple[int, str], _Package] = {}
         #: position → (object, its tensors) for arguments that stay the same object call after call (the weights).
         self._static: dict[int, tuple[Any, list[torch.Tensor]]] = {}
-        #: The frozen tensors' fingerprint, and what identified them when it was taken (`_frozen_key`).
+        #: The frozen tensors' fingerprint, and what identified them when it was taken (`_refingerprint`).
         self._frozen: tuple[Any, str] = ((), "")
         #: Tuples seen lately → their tensors (`_tensors`); cleared when it grows past _MEMO entries.
         self._memo: dict[int, tuple[Any, list[torch.Tensor]]] = {}
