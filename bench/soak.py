@@ -64,8 +64,9 @@ class Server:
             cmd += ["--set", item]
         env = dict(os.environ, TMPDIR=str(tmpdir), GRADIO_TEMP_DIR=str(tmpdir / "gradio"), HF_HUB_OFFLINE="1",
                    TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
-        # As ./start.sh starts it: Intel's OpenMP preloaded (hunyuan_mt/cpu.py). Without it the server ran on
-        # torch's libgomp, where model.cpu_threads resolves to one thread: not what a user runs.
+        # As ./start.sh starts it: Intel's OpenMP preloaded (hunyuan_mt/cpu.py), whatever the caller's shell. From a
+        # shell without the preload the server ran on torch's libgomp, where model.cpu_threads resolves to one
+        # thread: not what a user runs.
         env = with_intel_openmp(env)
         self.log = log_path.open("w")
         self.proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)

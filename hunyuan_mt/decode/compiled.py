@@ -22,8 +22,8 @@ row, a batch's first step sees one masked cache column, and the caches keep a sp
 one). The LoRA term comes `complete` (`lora.GroupedLoRA`), so a mixed batch, one adapter and the bare backbone are
 the same package.
 
-Compiling needs a C++ compiler (inductor calls g++): ~95 s for both on the 2-core box the first time (the demo), then the
-packages are read from disk. Where compiling fails, or a call does not fit the package (its C++ input check
+Compiling needs a C++ compiler (inductor calls g++): ~95 s for both on the 2-core box the first time (the demo),
+then the packages are read from disk. Where compiling fails, or a call does not fit the package (its C++ input check
 refuses it), the step logs why once and runs eagerly for the rest of the process: the same arithmetic, slower.
 `Backbone.compile_step` turns this on (the service does, after its pinned adapters are in, and warms it up), never
 a one-off process: the compile costs more than it saves for a few sentences.
