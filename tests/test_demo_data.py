@@ -284,3 +284,19 @@ def test_unpack_group_reports_a_package_it_cannot_fetch(tmp_path: Path, monkeypa
     target = packages.unpack_group("apps", tmp_path / "data")
     assert target == tmp_path / "data" / "apps" and not (target / ".unpacked").exists()
     assert "apps: packages not available" in capsys.readouterr().out
+
+
+def test_a_kept_split_stays_the_test_and_out_of_training(locale_root: Path) -> None:
+    """--keep-split: a continued build is scored on its parent's held-out strings, and trains on none of them,
+    even when today's extraction would draw another split."""
+    entries = list(sources.gettext_catalogues(locale_root, {k: (v,) for k, v in LANG_FOLDERS.items()}))
+    fresh = build_corpus(entries, test_size=2, frequent_size=2, seed=1)
+    parent = build_corpus(entries, test_size=2, frequent_size=2, seed=5)
+    assert parent.test != fresh.test            # another seed, another split: the case --keep-split is for
+    kept = build_corpus(entries, test_size=2, frequent_size=2, seed=1, keep=parent)
+    assert kept.test == parent.test and kept.frequent == parent.frequent and kept.help_test == parent.help_test
+    trained = {text for rows in kept.train.values() for s, t, _ in rows for text in (s, t)}
+    for direction, rows in parent.test.items():
+        for src, ref in rows:
+            assert src not in trained and ref not in trained, (direction, src)
+    assert kept.stats["en2es"]["test"] == len(parent.test["en2es"])

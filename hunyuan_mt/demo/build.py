@@ -37,7 +37,7 @@ def fetch(data_root: Path) -> None:
         packages.unpack_group(group, data_root)
 
 
-def extract(data_root: Path) -> Corpus:
+def extract(data_root: Path, keep: Corpus | None = None) -> Corpus:
     entries = itertools.chain(
         sources.gettext_catalogues(),
         sources.babel_names(),
@@ -46,8 +46,9 @@ def extract(data_root: Path) -> Corpus:
         sources.libreoffice_catalogues(data_root / "libreoffice"),
         sources.gettext_catalogues(data_root / "apps" / "usr" / "share" / "locale", kind="apps"),
         sources.libreoffice_help(data_root / "libreoffice"),
+        sources.gnome_help(data_root / "docs"),
     )
-    corpus = build_corpus(entries)
+    corpus = build_corpus(entries, keep=keep)
     write_corpus(corpus, data_root / "demo")
     return corpus
 
@@ -150,7 +151,8 @@ def evaluate_build(out: Path, corpus: Corpus, report_path: Path, eval_limit: int
     backbone = MarianMTModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     tokenizer = load_tokenizer(model_dir / "tokenizer.json")
     report = evaluate(with_adapters(backbone, out / "adapters"), tokenizer, corpus.test, corpus.frequent,
-                      list(ADAPTER_DIRECTIONS), limit=eval_limit, help_test=corpus.help_test)
+                      list(ADAPTER_DIRECTIONS), limit=eval_limit, help_test=corpus.help_test,
+                      para_test=corpus.para_test)
     report_path.write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
     return report
 
@@ -167,18 +169,22 @@ def ship(checkpoint: Path, corpus: Corpus, out: Path, eval_limit: int | None = N
         shutil.rmtree(adapters_dir / direction, ignore_errors=True)
     backbone, tokenizer, meta = export(checkpoint, model_dir, adapters_dir)
     report = evaluate(with_adapters(backbone, adapters_dir), tokenizer, corpus.test, corpus.frequent,
-                      list(ADAPTER_DIRECTIONS), limit=eval_limit, help_test=corpus.help_test)
+                      list(ADAPTER_DIRECTIONS), limit=eval_limit, help_test=corpus.help_test,
+                      para_test=corpus.para_test)
     build = meta.get("build", {})
     for direction in ADAPTER_DIRECTIONS:
         src, tgt = direction.split("2")
-        origins = {k: v for k, v in corpus.stats[direction].items() if k not in ("train", "test", "help_test")}
+        origins = {k: v for k, v in corpus.stats[direction].items()
+                   if k not in ("train", "test", "help_test", "para_test")}
         metadata = {
             "pair": direction, "source": src, "target": tgt, "base_model": "models/demo",
             "data_sources": [{"id": origin, "pairs": count, **sources.SOURCES[origin]} for origin, count in
                              sorted(origins.items())],
             "train_size": corpus.stats[direction]["train"], "test_size": corpus.stats[direction]["test"],
             "help_test_size": corpus.stats[direction].get("help_test", 0),
+            "para_test_size": corpus.stats[direction].get("para_test", 0),
             "scores": {"chrf": report["chrf"][direction], "help_chrf": report["help_chrf"].get(direction),
+                       "para_chrf": report["para_chrf"].get(direction),
                        "frequent_phrases": {
                 k: v for k, v in report["frequent"].get(direction, {}).items() if k != "samples"}},
             "built_with": {k: build.get(k) for k in ("device", "device_name", "preset", "minutes")},
@@ -192,6 +198,7 @@ def ship(checkpoint: Path, corpus: Corpus, out: Path, eval_limit: int | None = N
     (checkpoint.parent / "eval.json").write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
     (out / "models" / "demo" / "build.json").write_text(
         json.dumps({"build": build, "chrf": report["chrf"], "help_chrf": report["help_chrf"],
+                    "para_chrf": report["para_chrf"],
                     "frequent": {d: {k: v for k, v in r.items() if k != "samples"}
                                  for d, r in report["frequent"].items()}}, indent=1), encoding="utf-8")
     return report
@@ -207,6 +214,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where models/demo and adapters/ are written (default: the project root)")
     parser.add_argument("--data", type=Path, default=PROJECT_ROOT / "data", help="scratch folder for extracted data")
     parser.add_argument("--reuse-data", action="store_true", help="use data/demo from an earlier extraction")
+    parser.add_argument("--keep-split", type=Path, default=None, metavar="DIR",
+                        help="extract anew, but keep the held-out UI strings, frequent phrases and help sentences "
+                             "of the extraction in DIR (a data/demo folder), out of training: scores stay "
+                             "comparable with the build trained on it")
     parser.add_argument("--checkpoint", type=Path, default=None, help="checkpoint folder (default: DATA/checkpoint)")
     parser.add_argument("--checkpoint-only", action="store_true", help="train and stop before export/evaluation")
     parser.add_argument("--from-checkpoint", action="store_true", help="skip training: export + evaluate")
@@ -243,8 +254,10 @@ def run(args: argparse.Namespace) -> int:
     if args.reuse_data or args.from_checkpoint or args.evaluate_only:
         corpus = load_corpus(args.data / "demo")
     else:
+        # Read before the extraction: DIR may be the data/demo folder that it rewrites.
+        keep = load_corpus(args.keep_split) if args.keep_split else None
         fetch(args.data)
-        corpus = extract(args.data)
+        corpus = extract(args.data, keep)
     print(f"data ready in {time.monotonic() - started:.0f}s: "
           + ", ".join(f"{d} {s['train']}/{s['test']}" for d, s in corpus.stats.items()))
     overrides = {k: v for k, v in (("lr", args.lr), ("max_len", args.max_len), ("max_tokens", args.max_tokens))
@@ -254,7 +267,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.evaluate_only:
         report = evaluate_build(args.out, corpus, args.evaluate_only, eval_limit=args.eval_limit)
-        print(json.dumps({"chrf": report["chrf"], "help_chrf": report["help_chrf"]}, indent=1))
+        print(json.dumps({"chrf": report["chrf"], "help_chrf": report["help_chrf"], "para_chrf": report["para_chrf"]},
+                         indent=1))
         return 0
     resume = args.resume
     if args.continue_shipped and not args.from_checkpoint and not args.memory_only:

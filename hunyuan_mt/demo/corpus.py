@@ -37,6 +37,15 @@ UI_KINDS = ("gettext", "libreoffice", "apps")
 HELP_KIND = "lohelp"
 #: Share of help pages held out (by a hash of the page path, so it does not depend on what else was read).
 HELP_HELD_OUT_PERCENT = 4
+#: Documentation translated paragraph by paragraph (GNOME's help): the paragraph data and its held-out pages.
+PARA_KIND = "gnomehelp"
+PARA_HELD_OUT_PERCENT = 10
+#: Whole paragraphs and runs of two sentences up to this long are trained on (about 100 tokens, inside the
+#: 128-token examples a paragraph build uses); the held-out paragraphs are PARA_TEST_MIN_CHARS to this long.
+PARAGRAPH_MAX_CHARS = 400
+PARA_TEST_MIN_CHARS = 40
+#: Prose carries more do-not-translate spans (key names, file names, commands) than a UI string.
+PARAGRAPH_MAX_SPANS = 8
 
 _MNEMONIC_ZH = re.compile(r"\s*[(（][_&][A-Za-z0-9][)）]")
 _ACCEL = re.compile(r"(?<![&\w])[_&](?=[^\W_])")
@@ -97,11 +106,11 @@ def clean_pair(en: str, text: str, lang: str, max_chars: int = MAX_CHARS) -> tup
             None if cleaned is None else strip_accelerators(cleaned, lang))
 
 
-def mask_pair(src: str, tgt: str) -> tuple[str, str] | None:
+def mask_pair(src: str, tgt: str, max_spans: int = MAX_SPANS) -> tuple[str, str] | None:
     """A pair masked for training; None when the two sides do not carry the same do-not-translate spans or the
-    source has more than MAX_SPANS of them (format-heavy strings)."""
+    source has more than `max_spans` of them (format-heavy strings)."""
     masked = protect_pair(src, tgt)
-    if masked is None or masked[0].count("⟦") > MAX_SPANS or not _HAS_LETTER.search(re.sub(r"⟦\d+⟧", "", masked[0])):
+    if masked is None or masked[0].count("⟦") > max_spans or not _HAS_LETTER.search(re.sub(r"⟦\d+⟧", "", masked[0])):
         return None
     return masked
 
@@ -122,6 +131,7 @@ class Corpus:
     test: dict[str, list[tuple[str, str]]] = field(default_factory=dict)         # raw (src, reference)
     frequent: dict[str, list[tuple[str, str]]] = field(default_factory=dict)     # raw (en, reference) per en2x
     help_test: dict[str, list[tuple[str, str]]] = field(default_factory=dict)    # raw held-out help sentences
+    para_test: dict[str, list[tuple[str, str]]] = field(default_factory=dict)    # raw held-out paragraphs
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
     #: Per direction, the UI translations in order of preference (a source's most common translation first),
     #: for the translation memory; empty when the corpus was read back from disk.
@@ -129,7 +139,11 @@ class Corpus:
 
 
 def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: int = 300,
-                 max_dictionary_pairs: int = 30000, max_help_pairs: int = 40000, seed: int = 13) -> Corpus:
+                 max_dictionary_pairs: int = 30000, max_help_pairs: int = 40000, max_paragraph_pairs: int = 40000,
+                 para_test_size: int = 240, seed: int = 13, keep: Corpus | None = None) -> Corpus:
+    """The corpus of `entries`. With `keep` (an earlier extraction), its held-out UI strings, frequent phrases and
+    help sentences stay the test sets and are kept out of training, so that a build continued from one trained on
+    that extraction is scored on what neither has seen, and against the same numbers."""
     rng = random.Random(seed)
     # Per UI source: English string → language → Counter of translations; English string → catalogues using it.
     ui: dict[str, dict[str, dict[str, Counter[str]]]] = {
@@ -137,11 +151,21 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
     domains: dict[str, set[str]] = defaultdict(set)
     extra: list[tuple[str, str, str, str]] = []          # (en, lang, text, origin) for dictionaries and CLDR
     help_pairs: list[tuple[str, str, str, str]] = []     # (page, en, lang, text)
+    # Paragraph segments (page, en, lang, text, origin) of both help sources; GNOME's whole paragraphs for the test.
+    para_pairs: list[tuple[str, str, str, str, str]] = []
+    paragraphs: list[tuple[str, str, str, str]] = []
     for entry in entries:
         kind = entry.origin.split(":")[0]
-        if kind == HELP_KIND:
+        if kind in (HELP_KIND, PARA_KIND):
             page = entry.key.split("#")[0]
-            help_pairs.extend((page, en, entry.lang, text) for en, text in help_sentences(entry.en, entry.text, entry.lang))
+            if kind == HELP_KIND:
+                help_pairs.extend((page, en, entry.lang, text)
+                                  for en, text in help_sentences(entry.en, entry.text, entry.lang))
+            else:
+                paragraphs.append((page, entry.en, entry.lang, entry.text))
+            # LibreOffice's help sentences and short paragraphs are in help_pairs already.
+            para_pairs.extend((page, en, entry.lang, text, kind) for en, text in paragraph_segments(
+                entry.en, entry.text, entry.lang, short=kind == PARA_KIND))
             continue
         en, text = clean_pair(entry.en, entry.text, entry.lang)
         if en is None or text is None or en == text or is_key_like(en) or not _ratio_ok(en, text, entry.lang):
@@ -175,10 +199,18 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
     corpus.test["es2de"] = [(best(en, "es"), best(en, "de")) for en in sorted(test_en)]
     held_out = {lang: {best(en, lang) for en in test_en} for lang in LANGS}
     help_train, help_en, help_refs = _hold_out_help(help_pairs, corpus, test_size, random.Random(seed))
-    # Nothing held out, UI string or help sentence, may reach training through any source.
-    test_en |= help_en
+    para_en, para_refs = _hold_out_paragraphs(paragraphs, corpus, para_test_size, random.Random(seed))
+    # Nothing held out, UI string, help sentence or paragraph, may reach training through any source.
+    test_en |= help_en | para_en
     for lang in LANGS:
-        held_out[lang] |= help_refs.get(lang, set())
+        held_out[lang] |= help_refs.get(lang, set()) | para_refs.get(lang, set())
+    if keep is not None:
+        corpus.test, corpus.frequent, corpus.help_test = keep.test, keep.frequent, keep.help_test
+        for lang in LANGS:
+            for part in (keep.test, keep.help_test):
+                rows = part.get(f"en2{lang}", [])
+                test_en |= {en for en, _ in rows}
+                held_out[lang] |= {ref for _, ref in rows}
 
     pairs: dict[str, dict[tuple[str, str], str]] = {d: {} for d in ADAPTER_DIRECTIONS}
     for kind in UI_KINDS:
@@ -204,6 +236,15 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
             continue
         if _add(pairs, en, lang, text, HELP_KIND):
             per_lang[lang] += 1
+    para_train = [(en, lang, text, origin) for page, en, lang, text, origin in para_pairs
+                  if not is_held_out_page(page, _held_out_percent(origin))]
+    rng.shuffle(para_train)
+    per_lang.clear()
+    for en, lang, text, origin in para_train:
+        if en in test_en or text in held_out[lang] or per_lang[lang] >= max_paragraph_pairs:
+            continue
+        if _add(pairs, en, lang, text, origin, max_spans=PARAGRAPH_MAX_SPANS):
+            per_lang[lang] += 1
 
     for direction, items in pairs.items():
         corpus.preferred[direction] = [(s, t, o) for (s, t), o in items.items()]  # insertion order: most common first
@@ -213,6 +254,7 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
         corpus.stats[direction]["train"] = len(items)
         corpus.stats[direction]["test"] = len(corpus.test[direction])
         corpus.stats[direction]["help_test"] = len(corpus.help_test.get(direction, []))
+        corpus.stats[direction]["para_test"] = len(corpus.para_test.get(direction, []))
     corpus.stats["es2de"] = {"train": 0, "test": len(corpus.test["es2de"])}
     return corpus
 
@@ -234,8 +276,63 @@ def help_sentences(en: str, text: str, lang: str) -> list[tuple[str, str]]:
     return kept
 
 
-def is_held_out_page(page: str) -> bool:
-    return zlib.crc32(page.encode("utf-8")) % 100 < HELP_HELD_OUT_PERCENT
+def paragraph_segments(en: str, text: str, lang: str, short: bool = True) -> list[tuple[str, str]]:
+    """Training segments longer than a sentence from one aligned paragraph: the paragraph itself when it fits
+    PARAGRAPH_MAX_CHARS, and, when both sides split into the same number of sentences (pysbd), every run of two
+    neighbouring sentences. With `short`, the paragraph's single sentences and a paragraph of HELP_MAX_CHARS or
+    less are included too (help_sentences gives those for LibreOffice's help)."""
+    en, text = re.sub(r"\s+", " ", en).strip(), re.sub(r"\s+", " ", text).strip()
+    candidates: list[tuple[str, str]] = []
+    if short or len(en) > HELP_MAX_CHARS or len(text) > HELP_MAX_CHARS:
+        candidates.append((en, text))
+    en_parts, other_parts = split_text(en, "en").segments, split_text(text, lang).segments
+    if len(en_parts) == len(other_parts) > 1:
+        if short:
+            candidates.extend(zip(en_parts, other_parts))
+        joiner = "" if lang == "zh" else " "
+        candidates.extend((f"{en_parts[i]} {en_parts[i + 1]}", f"{other_parts[i]}{joiner}{other_parts[i + 1]}")
+                          for i in range(len(en_parts) - 1) if len(en_parts) > 2)
+    kept = []
+    for source, target in candidates:
+        source, target = clean(source, PARAGRAPH_MAX_CHARS), clean(target, PARAGRAPH_MAX_CHARS)
+        if source and target and source != target and not is_key_like(source) and _ratio_ok(source, target, lang):
+            kept.append((source, target))
+    return list(dict.fromkeys(kept))
+
+
+def is_held_out_page(page: str, percent: int | None = None) -> bool:
+    """Whether `page` is held out: `percent` of pages (LibreOffice's help share when None, read at call time)."""
+    return zlib.crc32(page.encode("utf-8")) % 100 < (HELP_HELD_OUT_PERCENT if percent is None else percent)
+
+
+def _held_out_percent(origin: str) -> int:
+    return PARA_HELD_OUT_PERCENT if origin == PARA_KIND else HELP_HELD_OUT_PERCENT
+
+
+def _hold_out_paragraphs(paragraphs: list[tuple[str, str, str, str]], corpus: Corpus, size: int,
+                         rng: random.Random) -> tuple[set[str], dict[str, set[str]]]:
+    """Fill `corpus.para_test` with whole paragraphs of GNOME's held-out help pages: real prose of
+    PARA_TEST_MIN_CHARS to PARAGRAPH_MAX_CHARS, translated (not left in English). Returns every held-out English
+    paragraph and reference, tested or not, for the caller to keep out of training."""
+    tested: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    held_en: set[str] = set()
+    held_refs: dict[str, set[str]] = defaultdict(set)
+    for page, en, lang, text in paragraphs:
+        if not is_held_out_page(page, PARA_HELD_OUT_PERCENT):
+            continue
+        en, text = re.sub(r"\s+", " ", en).strip(), re.sub(r"\s+", " ", text).strip()
+        held_en.add(en)
+        held_refs[lang].add(text)
+        if (PARA_TEST_MIN_CHARS <= len(en) <= PARAGRAPH_MAX_CHARS and len(en.split()) >= 6 and en != text
+                and _ratio_ok(en, text, lang)):
+            tested[lang].append((en, text))
+    for lang in LANGS:
+        unique = sorted(set(tested[lang]))
+        chosen = sorted(rng.sample(unique, min(size, len(unique))))
+        if chosen:
+            corpus.para_test[f"en2{lang}"] = chosen
+            corpus.para_test[f"{lang}2en"] = [(t, e) for e, t in chosen]
+    return held_en, dict(held_refs)
 
 
 def _hold_out_help(help_pairs: list[tuple[str, str, str, str]], corpus: Corpus, test_size: int, rng: random.Random
@@ -258,13 +355,14 @@ def _hold_out_help(help_pairs: list[tuple[str, str, str, str]], corpus: Corpus, 
     return [(en, lang, text) for page, en, lang, text in help_pairs if not is_held_out_page(page)], help_en, help_refs
 
 
-def _add(pairs: dict[str, dict[tuple[str, str], str]], en: str, lang: str, text: str, origin: str) -> bool:
-    masked = mask_pair(en, text)
+def _add(pairs: dict[str, dict[tuple[str, str], str]], en: str, lang: str, text: str, origin: str,
+         max_spans: int = MAX_SPANS) -> bool:
+    masked = mask_pair(en, text, max_spans)
     if masked is None:
         return False
     m_en, m_text = masked
     pairs[f"en2{lang}"].setdefault((m_en, m_text), origin)
-    back = mask_pair(text, en)
+    back = mask_pair(text, en, max_spans)
     if back is not None:
         pairs[f"{lang}2en"].setdefault(back, origin)
     return True
@@ -274,7 +372,7 @@ def _add(pairs: dict[str, dict[tuple[str, str], str]], en: str, lang: str, text:
 
 def write_corpus(corpus: Corpus, root: Path) -> None:
     for part, rows in (("train", corpus.train), ("test", corpus.test), ("frequent", corpus.frequent),
-                       ("help_test", corpus.help_test)):
+                       ("help_test", corpus.help_test), ("para_test", corpus.para_test)):
         folder = root / part
         folder.mkdir(parents=True, exist_ok=True)
         for direction, items in rows.items():
@@ -296,7 +394,8 @@ def load_corpus(root: Path) -> Corpus:
     corpus = Corpus(stats=json.loads((root / "stats.json").read_text(encoding="utf-8")))
     for direction_file in sorted((root / "train").glob("*.jsonl")):
         corpus.train[direction_file.stem] = [(r["src"], r["tgt"], r.get("origin", "")) for r in read_jsonl(direction_file)]
-    for part, target in (("test", corpus.test), ("frequent", corpus.frequent), ("help_test", corpus.help_test)):
-        for direction_file in sorted((root / part).glob("*.jsonl")):   # no help_test folder: an older extraction
+    for part, target in (("test", corpus.test), ("frequent", corpus.frequent), ("help_test", corpus.help_test),
+                         ("para_test", corpus.para_test)):
+        for direction_file in sorted((root / part).glob("*.jsonl")):   # no such folder: an older extraction
             target[direction_file.stem] = [(r["src"], r["tgt"]) for r in read_jsonl(direction_file)]
     return corpus

@@ -23,6 +23,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "gwenview", "kio", "systemsettings",
         "nautilus-data", "gnome-control-center-data", "evince-common", "gedit-common",
     ),
+    # Documentation translated paragraph by paragraph (the paragraph data).
+    "docs": ("gnome-user-docs",),
 }
 
 

@@ -54,6 +54,11 @@ SOURCES: dict[str, dict[str, str]] = {
                 "paragraphs aligned by id, then by sentence",
         "licence": "MPL-2.0 (The Document Foundation)",
     },
+    "gnomehelp": {
+        "name": "GNOME Help and the GNOME System Administration Guide from Debian (gnome-user-docs 43), Mallard "
+                "pages in C, es, de, fr and zh_CN, paragraphs aligned by position",
+        "licence": "CC BY-SA 3.0 (the GNOME Documentation Project)",
+    },
 }
 
 
@@ -185,6 +190,35 @@ def libreoffice_help(root: Path, langs: Iterable[str] = ("es", "de", "fr", "zh")
                 if text:
                     yield Entry(key=f"lohelp:{relative.as_posix()}#{ident}", en=en, lang=lang, text=text,
                                 origin=f"lohelp:{relative.parent.as_posix()}")
+
+
+# --- GNOME help (Mallard) -------------------------------------------------------------------------------------
+
+GNOME_HELP_LOCALES = {"es": "es", "de": "de", "fr": "fr", "zh": "zh_CN"}
+GNOME_HELP_DOCUMENTS = ("gnome-help", "system-admin-guide")
+
+
+def gnome_help_root(root: Path) -> Path:
+    return root / "usr" / "share" / "help"
+
+
+def gnome_help(root: Path, langs: Iterable[str] = ("es", "de", "fr", "zh")) -> Iterator[Entry]:
+    """English paragraphs of GNOME's help aligned with each language's by page and position. The key is
+    `gnomehelp:<document>/<page>#<position>`, so the corpus can hold out whole pages; untranslated paragraphs
+    (itstool leaves the English) come back identical and are dropped by the corpus."""
+    from .mallard import aligned_paragraphs
+
+    help_dir = gnome_help_root(root)
+    for lang in langs:
+        for document in GNOME_HELP_DOCUMENTS:
+            english_dir = help_dir / "C" / document
+            for page in sorted(english_dir.glob("*.page")):
+                other = help_dir / GNOME_HELP_LOCALES[lang] / document / page.name
+                if not other.exists():
+                    continue
+                for position, en, text in aligned_paragraphs(page, other):
+                    yield Entry(key=f"gnomehelp:{document}/{page.stem}#{position}", en=en, lang=lang, text=text,
+                                origin=f"gnomehelp:{document}")
 
 
 # --- Babel / CLDR ---------------------------------------------------------------------------------------------
