@@ -161,6 +161,9 @@ class LimitsConfig:
     #: A unit of up to 8 tokens repeated this many times (over 8 tokens at least) at the end of an output stops
     #: the row, and the unit is kept once ("de vez de vez de vez …" → "de vez"); 0 turns the guard off.
     loop_repeats: int = 3
+    #: Under that span, a short unit said twice ("ha ha", "Fi-Fi") may not begin a third copy: its first token is
+    #: forbidden for the next step and the row goes on (decode/guard.py). Off with the guard too.
+    loop_stutter: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_chars", "max_batch_items", "max_new_tokens", "max_file_bytes", "max_doc_chars",
@@ -175,6 +178,7 @@ class LimitsConfig:
                "limits.output_slack_tokens", "an integer >= 0", self.output_slack_tokens)
         _check(isinstance(self.loop_repeats, int) and (self.loop_repeats == 0 or self.loop_repeats >= 2),
                "limits.loop_repeats", "0 (off) or an integer >= 2", self.loop_repeats)
+        _check(isinstance(self.loop_stutter, bool), "limits.loop_stutter", "true or false", self.loop_stutter)
 
 
 @dataclass

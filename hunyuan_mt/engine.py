@@ -206,7 +206,7 @@ class BatchEngine:
         #: model runs. Raising torch.OutOfMemoryError here behaves exactly like the model running out of memory.
         self.before_generate: Callable[[list[Row]], None] | None = None
         self.stats = EngineStats()
-        self.guard = LoopGuard(repeats=limits.loop_repeats)
+        self.guard = LoopGuard(repeats=limits.loop_repeats, stutter=limits.loop_stutter)
         self.history: deque[StepRecord] = deque(maxlen=4000)
         self._queue: list[_Pending] = []
         self._cv = threading.Condition()

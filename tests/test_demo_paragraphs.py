@@ -145,6 +145,8 @@ def test_paragraph_test_holds_out_whole_pages(tmp_path: Path, monkeypatch) -> No
     ("a b c d e a b c d e a b c d e", "en", False),                  # five words: longer than a phrase
     ("文件文件文件", "zh", True),
     ("我们 好的", "zh", False),
+    ("「Settter」在 Windows 网络中", "zh", False),                     # a misspelt word, not "t" three times
+    ("使用 logins 有有有用的", "zh", True),
 ])
 def test_repeats_phrase(text: str, lang: str, loops: bool) -> None:
     assert repeats_phrase(text, lang) is loops

@@ -735,11 +735,12 @@ def test_light_mode_switches_the_static_cache_to_fp8_mid_flight(hunyuan_dir: Pat
 # ---------------------------------------------------------------------------------------------------- degenerate output
 
 
-def _alone(backbone: Any, text: str, guarded: bool, max_new: int = 60) -> Any:
-    """One bare-backbone row through a fresh running batch, alone: the finished `Live` row."""
+def _alone(backbone: Any, text: str, guarded: bool, max_new: int = 60, stutter: bool = False) -> Any:
+    """One bare-backbone row through a fresh running batch, alone: the finished `Live` row. The cut is tested
+    without the stutter block (which changes what the row generates), the block on its own."""
     encoded = backbone.encode(PromptRow(text, "en", "es"))
     batch = backbone.new_batch(GenerationConfig())
-    batch.guard = LoopGuard()
+    batch.guard = LoopGuard(stutter=stutter)
     with backbone.model_lock, torch.inference_mode():
         batch.add([DecodeSequence(0, encoded.input_ids, BASE_SLOT, max_new, encoded.decoder_prefix, guarded)])
         while True:
@@ -752,7 +753,7 @@ def _alone(backbone: Any, text: str, guarded: bool, max_new: int = 60) -> Any:
 def _expected_cut(tokens: list[int]) -> tuple[list[int], int] | None:
     """Where the guard must stop an unguarded output: (the kept tokens, how many had been generated)."""
     for t in range(1, len(tokens) + 1):
-        keep = LoopGuard().cut(tokens[:t])
+        keep = LoopGuard(stutter=False).cut(tokens[:t])
         if keep is not None:
             return tokens[:keep], t
     return None
@@ -776,13 +777,38 @@ def test_a_looping_row_stops_at_once_and_keeps_one_copy(model: str, request: pyt
     assert looping >= 2, "the tiny random models should loop on some of TEXTS; the test would prove nothing"
 
 
-def test_guarded_rows_in_one_batch_equal_their_runs_alone(arch: str, model_and_adapters, make_engine) -> None:
+@pytest.mark.parametrize("model", ["marian", "hunyuan"])
+def test_a_stuttering_row_never_takes_the_third_copy(model: str, request: pytest.FixtureRequest,
+                                                     fresh_backbone) -> None:
+    backbone = fresh_backbone(request.getfixturevalue(f"{model}_dir"))
+    guard = LoopGuard()
+    changed = 0
+    for text in TEXTS:
+        free = _alone(backbone, text, guarded=False).generated
+        row = _alone(backbone, text, guarded=True, stutter=True).generated
+        # At every step the row took something else than the token that would have begun a third copy...
+        assert all(guard.third_copy(row[:t]) != row[t] for t in range(len(row)))
+        # ...and until the first such step it generated what it generates free.
+        first = next((t for t in range(len(free)) if guard.third_copy(free[:t]) == free[t]), None)
+        if first is None:
+            assert row == free
+        else:
+            changed += 1
+            assert row[:first] == free[:first] and row[first] != free[first]
+    assert changed >= 2, "the tiny random models should stutter on some of TEXTS; the test would prove nothing"
+
+
+@pytest.mark.parametrize("stutter", [False, True])
+def test_guarded_rows_in_one_batch_equal_their_runs_alone(arch: str, model_and_adapters, make_engine,
+                                                          stutter: bool) -> None:
     model_dir, adapters = model_and_adapters
-    engine = make_engine(model_dir, adapters, max_new_tokens=48, limits={"loop_repeats": 3, "max_output_ratio": 0})
+    engine = make_engine(model_dir, adapters, max_new_tokens=48,
+                         limits={"loop_repeats": 3, "max_output_ratio": 0, "loop_stutter": stutter})
     rows = [row(key, text) for key in ("en2de", "es2en", None) for text in TEXTS]
     alone = references(engine, rows)
     cut_alone = engine.status()["loops_cut"]
-    assert cut_alone >= 2
+    # The stutter block keeps the tiny models from most loops: then the cut has little to do.
+    assert cut_alone >= (0 if stutter else 2)
     assert [f.result(timeout=120) for f in held(engine, rows)] == alone
     assert engine.status()["loops_cut"] == 2 * cut_alone
 
@@ -790,7 +816,7 @@ def test_guarded_rows_in_one_batch_equal_their_runs_alone(arch: str, model_and_a
 def test_the_engine_answers_the_cut_output_and_counts_it(make_engine, marian_dir: Path, marian_adapters: Path,
                                                          fresh_backbone) -> None:
     engine = make_engine(marian_dir, marian_adapters, max_new_tokens=60,
-                         limits={"loop_repeats": 3, "max_output_ratio": 0})
+                         limits={"loop_repeats": 3, "max_output_ratio": 0, "loop_stutter": False})
     looping = next(t for t in TEXTS if _expected_cut(_alone(engine.backbone, t, guarded=False).generated))
     kept, _ = _expected_cut(_alone(engine.backbone, looping, guarded=False).generated)
     assert engine.run([row(None, looping)])[0] == engine.backbone.decode(kept)

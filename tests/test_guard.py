@@ -31,6 +31,19 @@ def test_a_loop_that_ended_earlier_is_not_the_tails() -> None:
     assert guard.cut(tokens, end=10) == 1
 
 
+@pytest.mark.parametrize("tokens, token", [
+    ([1, 2, 5, 5], 5),                       # "ha ha": a third "ha" is forbidden
+    ([1, 7, 8, 7, 8], 7),                    # "Fi-Fi": the third copy would start with 7
+    ([4, 6, 7, 8, 9, 6, 7, 8, 9], 6),        # a 4-token unit twice
+    ([1, 2, 3, 4, 5], None),
+    ([5], None),
+    ([3, 5, 5, 3, 5, 5], 5),                 # the shortest unit decides: 5 5, not 3 5 5
+])
+def test_the_third_copy_of_a_short_unit(tokens: list[int], token: int | None) -> None:
+    assert LoopGuard().third_copy(tokens) == token
+    assert LoopGuard(stutter=False).third_copy(tokens) is None and LoopGuard(repeats=0).third_copy(tokens) is None
+
+
 def test_words_and_the_switch() -> None:
     guard = LoopGuard()
     assert guard.cut_words("Haga clic de vez de vez de vez de vez") == "Haga clic de vez"

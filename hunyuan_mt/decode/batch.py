@@ -254,7 +254,14 @@ class RunningBatch(ABC):
             self.mapping.set(slots)
 
     def _choose(self, logits: torch.Tensor, live: list[Live]) -> None:
-        tokens = self.picker.pick(logits, [r.tokens for r in live])
+        forbidden: dict[int, int] = {}
+        if self.guard is not None:
+            for i, row in enumerate(live):
+                if row.seq.guarded:
+                    token = self.guard.third_copy(row.generated)
+                    if token is not None:
+                        forbidden[i] = token
+        tokens = self.picker.pick(logits, [r.tokens for r in live], forbidden)
         for row, token in zip(live, tokens):
             row.generated.append(token)
             row.tokens.seen.append(token)

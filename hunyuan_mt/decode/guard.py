@@ -7,6 +7,10 @@ row's output stays what it would be alone):
 - `output_cap`: a row may generate at most `ratio` × its input tokens + `slack` (never above the absolute limit);
 - `LoopGuard.cut`: when the generated tokens end in a unit of at most `max_period` tokens repeated `repeats` times
   (and the repeats cover at least `min_span` tokens), the row stops and keeps one copy of the unit.
+- `LoopGuard.third_copy`: a short stutter ("ha ha", "Fi-Fi") is below `min_span`, and stopping the row there would
+  lose the rest of its translation; instead the token that would begin a third copy is forbidden for the next step
+  and the row goes on. On held-out paragraphs this took en→X outputs with a phrase said three times from 15 of
+  743 to none while chrF rose by up to 0.3 (BENCHMARKS.md); stopping rows at a 3-token span instead cost 0.3–0.4.
 
 The decode loop asks `cut` after every token, so a looping row leaves the batch at once; rows that ran in
 transformers' `generate` (beam search) are cut afterwards, on their final tokens.
@@ -32,6 +36,8 @@ class LoopGuard:
     repeats: int = 3
     max_period: int = 8
     min_span: int = 8
+    #: Forbid the token that would begin a third copy of a short unit (third_copy); off, only `cut` acts.
+    stutter: bool = True
 
     @property
     def enabled(self) -> bool:
@@ -56,6 +62,19 @@ class LoopGuard:
                 count += 1
             if count >= self.repeats and count * period >= self.min_span:
                 return n - (count - 1) * period
+        return None
+
+    def third_copy(self, generated: list) -> int | None:
+        """The token that would start a third copy of the unit `generated` ends with twice (the shortest such
+        unit of at most `max_period` tokens), else None."""
+        if not self.enabled or not self.stutter:
+            return None
+        n = len(generated)
+        for period in range(1, min(self.max_period, n // 2) + 1):
+            if generated[n - 1] != generated[n - 1 - period]:
+                continue
+            if generated[n - 2 * period:n - period] == generated[n - period:]:
+                return generated[n - period]
         return None
 
     def has_loop(self, tokens: list) -> bool:

@@ -84,11 +84,15 @@ class TokenPicker:
                    forced_eos=get("forced_eos_token_id"), min_new_tokens=min_new,
                    no_repeat_ngram=int(get("no_repeat_ngram_size") or 0))
 
-    def pick(self, logits: torch.Tensor, rows: Sequence[RowTokens]) -> list[int]:
-        """One next token per row. `logits` is [rows, vocab] (float32 is used for the rules)."""
+    def pick(self, logits: torch.Tensor, rows: Sequence[RowTokens],
+             forbidden: dict[int, int] | None = None) -> list[int]:
+        """One next token per row. `logits` is [rows, vocab] (float32 is used for the rules); `forbidden` maps a
+        row's index to one token it may not take this step (the loop guard's third copy)."""
         scores = logits.float()
         if self.banned:
             scores[:, self.banned] = -float("inf")
+        for i, token in (forbidden or {}).items():
+            scores[i, token] = -float("inf")
         if self.gen.repetition_penalty != 1.0:
             scores = self._penalise(scores, rows)
         forced: dict[int, int] = {}

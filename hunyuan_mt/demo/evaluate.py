@@ -64,11 +64,14 @@ def chrf(hypotheses: list[str], references: list[str]) -> float:
 #: A phrase of 1–4 words ("la orden de shell, la orden de shell, la orden de shell") or, in unspaced Chinese, of
 #: 1–8 characters, said three times in a row: the shape of a decoding loop. Punctuation and case are ignored.
 _MAX_WORDS, _MAX_ZH_CHARS = 4, 8
+_ZH_UNITS = r"[\u3400-\u9fff]|[^\W\u3400-\u9fff]+"
 
 
 def repeats_phrase(text: str, lang: str) -> bool:
     """Whether `text` says a short phrase three times in a row."""
-    units = [ch for ch in text if ch.isalnum()] if lang == "zh" else re.findall(r"\w+", text.casefold())
+    # Chinese: each Han character is a unit, and so is each run of other letters or digits ("Settter" is a
+    # misspelt word, not "t" said three times).
+    units = re.findall(_ZH_UNITS if lang == "zh" else r"\w+", text.casefold())
     longest = _MAX_ZH_CHARS if lang == "zh" else _MAX_WORDS
     for n in range(1, longest + 1):
         for i in range(len(units) - 3 * n + 1):
