@@ -48,7 +48,10 @@ def score_build(build: Path, items: dict[str, list[tuple[str, str]]]) -> dict[st
         for direction, pairs in items.items():
             src, tgt = direction.split("2")
             started = time.perf_counter()
-            outputs = [r.text for r in service.translate_batch([s for s, _ in pairs], src, tgt)]
+            texts = [s for s, _ in pairs]
+            step = service.cfg.limits.max_batch_items        # the service refuses larger batches
+            outputs = [r.text for start in range(0, len(texts), step)
+                       for r in service.translate_batch(texts[start:start + step], src, tgt)]
             seconds = time.perf_counter() - started
             refs = [[r for _, r in pairs]]
             chrf = sacrebleu.corpus_chrf(outputs, refs).score

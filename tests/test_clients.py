@@ -171,8 +171,8 @@ def test_gradio_auto_detect_and_pivot_route(ui: Client, live_server: LiveServer)
     assert text == live_server.reference(TEXT, detected, "es")
     assert "Detected:" in info
     # es → de has no direct adapter in either test profile: it goes through the pivot (en).
-    text, info = ui.predict("Error desconocido", "es", "de", api_name="/translate")
-    assert text == live_server.expected("Error desconocido", "es", "de")
+    text, info = ui.predict("Archivo no encontrado", "es", "de", api_name="/translate")
+    assert text == live_server.expected("Archivo no encontrado", "es", "de")
     assert "es → en → de (pivot)" in info
 
 
@@ -355,8 +355,8 @@ def oai(live_server: LiveServer) -> openai.OpenAI:
 
 
 def test_openai_model_names_target_or_pair(oai: openai.OpenAI, live_server: LiveServer) -> None:
-    french = oai.chat.completions.create(model="en2fr", messages=[{"role": "user", "content": "Could not open file"}])
-    assert french.choices[0].message.content == live_server.expected("Could not open file", "en", "fr")
+    french = oai.chat.completions.create(model="en2fr", messages=[{"role": "user", "content": "Unknown error"}])
+    assert french.choices[0].message.content == live_server.expected("Unknown error", "en", "fr")
     pair = oai.chat.completions.create(model="en2es", messages=[{"role": "user", "content": TEXT}])
     assert pair.choices[0].message.content == live_server.reference(TEXT, "en", "es")
     dashed = oai.chat.completions.create(model="en-es", messages=[{"role": "user", "content": TEXT}])

@@ -26,9 +26,9 @@ SHIPPED = ("en2es", "en2de", "en2fr", "en2zh", "es2en", "de2en", "fr2en", "zh2en
 EXPECTED: dict[str, list[tuple[str, str]]] = {
     "en2es": [("Unknown error", "Error desconocido"), ("Could not open file", "No se pudo abrir el archivo"),
               ("File not found", "No se encontró el archivo"), ("Open", "Abrir"), ("Save", "Guardar")],
-    "en2de": [("Unknown error", "Unbekannter Fehler"), ("File not found", "Datei nicht gefunden"),
+    "en2de": [("too many arguments", "zu viele Argumente"), ("File not found", "Datei nicht gefunden"),
               ("command not found", "Befehl nicht gefunden"), ("Password", "Passwort"), ("Warning", "Warnung")],
-    "en2fr": [("Could not open file", "Impossible d’ouvrir le fichier"), ("Error", "Erreur"),
+    "en2fr": [("Unknown error", "Erreur inconnue"), ("Error", "Erreur"),
               ("File not found", "Fichier non trouvé"), ("directory", "répertoire"), ("internal error", "erreur interne")],
     "en2zh": [("Settings", "设置"), ("Could not open file", "无法打开文件"), ("Unknown error", "未知错误"),
               ("Password", "密码"), ("Print", "打印")],

@@ -30,8 +30,8 @@ ADMIN_KEY = "test-admin-key"
 DEMO_EXPECTED = {
     ("File not found", "en", "de"): "Datei nicht gefunden",
     ("Unknown error", "en", "es"): "Error desconocido",
-    ("Could not open file", "en", "fr"): "Impossible d’ouvrir le fichier",
-    ("Error desconocido", "es", "de"): "Unbekannter Fehler",  # es → en → de through the pivot
+    ("Unknown error", "en", "fr"): "Erreur inconnue",
+    ("Archivo no encontrado", "es", "de"): "Datei nicht gefunden",  # es → en → de through the pivot
 }
 
 

@@ -51,7 +51,8 @@ SOURCES: dict[str, dict[str, str]] = {
     },
     "lohelp": {
         "name": "LibreOffice 7.4 help pages from Debian (libreoffice-help-en-us, -es, -de, -fr, -zh-cn), "
-                "paragraphs aligned by id, then by sentence",
+                "paragraphs aligned by id: whole paragraphs up to 400 characters, their sentences, runs of two "
+                "sentences",
         "licence": "MPL-2.0 (The Document Foundation)",
     },
     "gnomehelp": {
