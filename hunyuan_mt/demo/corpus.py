@@ -326,13 +326,19 @@ def _hold_out_paragraphs(paragraphs: list[tuple[str, str, str, str]], corpus: Co
         if (PARA_TEST_MIN_CHARS <= len(en) <= PARAGRAPH_MAX_CHARS and len(en.split()) >= 6 and en != text
                 and _ratio_ok(en, text, lang)):
             tested[lang].append((en, text))
+    _sample_both_ways(tested, size, rng, corpus.para_test)
+    return held_en, dict(held_refs)
+
+
+def _sample_both_ways(tested: dict[str, list[tuple[str, str]]], size: int, rng: random.Random,
+                      target: dict[str, list[tuple[str, str]]]) -> None:
+    """Up to `size` distinct (en, text) pairs per language, sorted, as en→X and X→en tests into `target`."""
     for lang in LANGS:
         unique = sorted(set(tested[lang]))
         chosen = sorted(rng.sample(unique, min(size, len(unique))))
         if chosen:
-            corpus.para_test[f"en2{lang}"] = chosen
-            corpus.para_test[f"{lang}2en"] = [(t, e) for e, t in chosen]
-    return held_en, dict(held_refs)
+            target[f"en2{lang}"] = chosen
+            target[f"{lang}2en"] = [(t, e) for e, t in chosen]
 
 
 def _hold_out_help(help_pairs: list[tuple[str, str, str, str]], corpus: Corpus, test_size: int, rng: random.Random
@@ -344,12 +350,7 @@ def _hold_out_help(help_pairs: list[tuple[str, str, str, str]], corpus: Corpus, 
     for page, en, lang, text in help_pairs:
         if is_held_out_page(page) and len(en.split()) >= 4 and not protect(en).spans:
             tested[lang].append((en, text))
-    for lang in LANGS:
-        unique = sorted(set(tested[lang]))
-        chosen = sorted(rng.sample(unique, min(test_size, len(unique))))
-        if chosen:
-            corpus.help_test[f"en2{lang}"] = chosen
-            corpus.help_test[f"{lang}2en"] = [(t, e) for e, t in chosen]
+    _sample_both_ways(tested, test_size, rng, corpus.help_test)
     help_en = {en for rows in tested.values() for en, _ in rows}
     help_refs = {lang: {t for _, t in rows} for lang, rows in tested.items()}
     return [(en, lang, text) for page, en, lang, text in help_pairs if not is_held_out_page(page)], help_en, help_refs
