@@ -255,7 +255,7 @@ class RunningBatch(ABC):
 
     def _choose(self, logits: torch.Tensor, live: list[Live]) -> None:
         forbidden: dict[int, int] = {}
-        if self.guard is not None:
+        if self.guard is not None and self.guard.enabled and self.guard.stutter:
             for i, row in enumerate(live):
                 if row.seq.guarded:
                     token = self.guard.third_copy(row.generated)
