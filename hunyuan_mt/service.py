@@ -160,6 +160,7 @@ class TranslationService:
         #: What the warm-up ran (warmup.py), once it has.
         self.warmup: WarmupReport | None = None
         self._warm = threading.Event()
+        self._closing = threading.Event()
         if cfg.model.warmup:
             # lingua's models take seconds to load and hold the GIL meanwhile: they load in a helper process, so
             # this process keeps serving while they and the first request of every kind run in the background; a
@@ -173,8 +174,12 @@ class TranslationService:
         try:
             self.warmup = warm_service(self)
             log.info("warm-up: %s", self.warmup.line())
-        except Exception:  # noqa: BLE001 - a warm-up bug must not keep the server from ever becoming ready
-            log.exception("warm-up failed; serving cold")
+        except Exception as exc:  # noqa: BLE001 - a warm-up bug must not keep the server from ever becoming ready
+            if self._closing.is_set():
+                # Stopped while it ran (Ctrl+C during start-up): its requests fail because the engine is gone.
+                log.info("warm-up stopped: the service is closing (%s)", exc)
+            else:
+                log.exception("warm-up failed; serving cold")
         finally:
             self._warm.set()
 
@@ -191,6 +196,7 @@ class TranslationService:
 
     def close(self) -> None:
         """Stop the engine and the memory monitor (tests, and the server on its way out)."""
+        self._closing.set()
         self.memory.stop()
         self.engine.close()
 

@@ -331,6 +331,37 @@ def test_ready_only_after_the_first_request_of_every_kind_ran(marian_dir: Path, 
         service.close()
 
 
+def test_closing_during_warm_up_is_no_failure(marian_dir: Path, marian_adapters: Path,
+                                              monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+                                              ) -> None:
+    """Ctrl+C while the warm-up still runs: its requests then fail because the engine is gone, which is the stop
+    the user asked for, not a warm-up bug worth a traceback."""
+    import logging
+
+    import hunyuan_mt.service as service_mod
+
+    release, finished = threading.Event(), threading.Event()
+    real = service_mod.warm_service
+
+    def held(service: TranslationService):
+        release.wait(60)
+        try:
+            return real(service)
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(service_mod, "warm_service", held)
+    service = make_service(marian_dir, marian_adapters, **{"model.warmup": True, "model.compile": "off",
+                                                           "cache.pinned": ["en2es"]})
+    with caplog.at_level(logging.INFO, logger="hunyuan_mt.service"):
+        service.close()
+        release.set()
+        assert finished.wait(60) and service._warm.wait(60)
+    records = [r for r in caplog.records if r.name == "hunyuan_mt.service" and "warm-up" in r.getMessage()]
+    assert records and all(r.levelno == logging.INFO for r in records), [r.getMessage() for r in records]
+    assert records[-1].getMessage().startswith("warm-up stopped: the service is closing")
+
+
 def test_warm_up_says_why_a_kind_was_not_warmed(marian_dir: Path, marian_adapters: Path) -> None:
     from hunyuan_mt.warmup import warm_service
 
