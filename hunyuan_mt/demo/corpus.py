@@ -280,18 +280,18 @@ def paragraph_segments(en: str, text: str, lang: str, short: bool = True) -> lis
     """Training segments longer than a sentence from one aligned paragraph: the paragraph itself when it fits
     PARAGRAPH_MAX_CHARS, and, when both sides split into the same number of sentences (pysbd), every run of two
     neighbouring sentences. With `short`, the paragraph's single sentences and a paragraph of HELP_MAX_CHARS or
-    less are included too (help_sentences gives those for LibreOffice's help)."""
-    en, text = re.sub(r"\s+", " ", en).strip(), re.sub(r"\s+", " ", text).strip()
+    less are included too (help_sentences gives those for LibreOffice's help). Both help readers collapse
+    whitespace already."""
     candidates: list[tuple[str, str]] = []
     if short or len(en) > HELP_MAX_CHARS or len(text) > HELP_MAX_CHARS:
         candidates.append((en, text))
     en_parts, other_parts = split_text(en, "en").segments, split_text(text, lang).segments
-    if len(en_parts) == len(other_parts) > 1:
-        if short:
-            candidates.extend(zip(en_parts, other_parts))
+    if short and len(en_parts) == len(other_parts) > 1:
+        candidates.extend(zip(en_parts, other_parts))
+    if len(en_parts) == len(other_parts) > 2:     # with two sentences, the run of two is the paragraph
         joiner = "" if lang == "zh" else " "
         candidates.extend((f"{en_parts[i]} {en_parts[i + 1]}", f"{other_parts[i]}{joiner}{other_parts[i + 1]}")
-                          for i in range(len(en_parts) - 1) if len(en_parts) > 2)
+                          for i in range(len(en_parts) - 1))
     kept = []
     for source, target in candidates:
         source, target = clean(source, PARAGRAPH_MAX_CHARS), clean(target, PARAGRAPH_MAX_CHARS)
@@ -320,7 +320,6 @@ def _hold_out_paragraphs(paragraphs: list[tuple[str, str, str, str]], corpus: Co
     for page, en, lang, text in paragraphs:
         if not is_held_out_page(page, PARA_HELD_OUT_PERCENT):
             continue
-        en, text = re.sub(r"\s+", " ", en).strip(), re.sub(r"\s+", " ", text).strip()
         held_en.add(en)
         held_refs[lang].add(text)
         if (PARA_TEST_MIN_CHARS <= len(en) <= PARAGRAPH_MAX_CHARS and len(en.split()) >= 6 and en != text

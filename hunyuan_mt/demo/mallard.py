@@ -27,22 +27,19 @@ def _inline(element: ET.Element) -> str | None:
     if name == "link" and not "".join(element.itertext()).strip():
         return None
     if name in _JOINERS:
-        parts = [_inline(child) for child in element if isinstance(child.tag, str)]
+        parts = [_inline(child) for child in element]
         if any(part is None for part in parts):
             return None
         return _JOINERS[name].join(part.strip() for part in parts if part)
     pieces = [element.text or ""]
+    # ElementTree's parser drops XML comments and processing instructions: every child is an element. Mallard's
+    # own <comment> (an editor's note) and <media> are not part of the text; their tails are.
     for child in element:
-        if not isinstance(child.tag, str):      # comments and processing instructions
-            pieces.append(child.tail or "")
-            continue
-        if child.tag.removeprefix(MALLARD) in ("comment", "media"):
-            pieces.append(child.tail or "")
-            continue
-        text = _inline(child)
-        if text is None:
-            return None
-        pieces.append(text)
+        if child.tag.removeprefix(MALLARD) not in ("comment", "media"):
+            text = _inline(child)
+            if text is None:
+                return None
+            pieces.append(text)
         pieces.append(child.tail or "")
     return "".join(pieces)
 
@@ -54,8 +51,8 @@ def page_blocks(path: Path) -> list[str | None]:
     blocks: list[str | None] = []
 
     def walk(element: ET.Element, in_info: bool) -> None:
-        name = element.tag.removeprefix(MALLARD) if isinstance(element.tag, str) else ""
-        if not name or name in _SKIP or not element.tag.startswith(MALLARD):
+        name = element.tag.removeprefix(MALLARD)
+        if name in _SKIP or not element.tag.startswith(MALLARD):
             return
         if name in _BLOCKS and (not in_info or name == "desc"):
             text = _inline(element)
