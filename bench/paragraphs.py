@@ -6,7 +6,8 @@ that repeat a phrase their source does not.
 The paragraphs are `data/demo/para_test` (whole pages of GNOME's help held out by `build-demo`, 40–400 characters,
 with their published translations as references). Each build is a folder with `models/demo/` and `adapters/`,
 served by the same TranslationService code with the translation memory off, so the model answers; each direction's
-paragraphs go in one `translate_batch` call, through the service's sentence splitting, masking and loop guard.
+paragraphs go in `translate_batch` calls of `limits.max_batch_items` (64), through the service's sentence
+splitting, masking and loop guard.
 Issue 20's targets: en→{es,de,fr} chrF at least 15 above copying the source, en→zh 8 above, es→en and zh→en 50,
 no repeated phrase.
 """
