@@ -33,6 +33,7 @@ from .errors import ConfigError, InputTooLarge, ModelUnavailable
 from .languages import LANGUAGES, hunyuan_prompt
 from .lora import BASE_SLOT
 from .peft_format import BackboneSpec
+from .tokens import PromptTokens
 
 log = logging.getLogger(__name__)
 
@@ -265,8 +266,8 @@ class Backbone:
         #: Serialises forward passes with each other and with slot writes: the slot mapping is one per model, so
         #: two forwards, or a forward and an attach that grows the layers, must not overlap.
         self.model_lock = threading.RLock()
-        #: Tokenizing is safe beside a running generate, except for NLLB/M2M's per-row `src_lang` switch.
-        self._tok_lock = threading.Lock()
+        #: Prompts to ids and back (thread-safe; see tokens.py). Tokenizing is safe beside a running generate.
+        self.tokens = PromptTokens(tokenizer)
         self._target_prefix = self._detect_target_prefix()
         positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
         #: Longest model input a row may have (tokens), or None when the model sets no limit. The engine checks
@@ -406,23 +407,20 @@ class Backbone:
             return f"{self._target_prefix.format(row.tgt)} {row.text}"
         return row.text
 
-    def _encode(self, row: PromptRow) -> list[int]:
+    def _encode(self, row: PromptRow) -> tuple[int, ...]:
         tok = self.tokenizer
         templated = self.arch == DECODER_ONLY and bool(getattr(tok, "chat_template", None))
-        text = self.prompt_text(row)
-        with self._tok_lock:
-            if self.arch == ENCODER_DECODER and hasattr(tok, "src_lang"):
-                # NLLB/M2M tokenizers prefix the source-language token from `src_lang`; rows differ, so set it
-                # per row.
-                for code in (_NLLB.get(row.src), row.src):
-                    if code and tok.convert_tokens_to_ids(code) != tok.unk_token_id:
-                        tok.src_lang = code
-                        break
-            return tok(text, add_special_tokens=not templated)["input_ids"]
+        source = None
+        if self.arch == ENCODER_DECODER and self.tokens.per_source:
+            # NLLB/M2M tokenizers prefix the source-language token from `src_lang`; rows differ, so it is set per
+            # row (by `tokens`, under its lock).
+            source = next((code for code in (_NLLB.get(row.src), row.src)
+                           if code and tok.convert_tokens_to_ids(code) != tok.unk_token_id), None)
+        return self.tokens.ids(self.prompt_text(row), special=not templated, source=source)
 
     def encode(self, row: PromptRow) -> Encoded:
         """The row's model input. Thread-safe; callers tokenize in their own thread, off the decode loop."""
-        ids = tuple(self._encode(row))
+        ids = self._encode(row)
         if self.arch != ENCODER_DECODER:
             return Encoded(ids)
         start = self.model.config.decoder_start_token_id
@@ -459,7 +457,7 @@ class Backbone:
         return max(1, min(requested, self._max_positions - used))
 
     def decode(self, token_ids: list[int]) -> str:
-        return self.tokenizer.decode(token_ids, skip_special_tokens=True).strip()
+        return self.tokens.text(token_ids)
 
     # ------------------------------------------------------------------ generation
 
@@ -601,7 +599,7 @@ class Backbone:
                     out[i * per_row:(i + 1) * per_row] = texts[j * per_row:(j + 1) * per_row]
             return out
         tok = self.tokenizer
-        with self._tok_lock:
+        with self.tokens.lock:
             batch = tok.pad([{"input_ids": list(e.input_ids)} for e in encoded], padding=True, return_tensors="pt")
         batch = {k: v.to(self.device) for k, v in batch.items()}
         if self._max_positions is not None:
