@@ -234,6 +234,40 @@ def test_int8_projection_takes_lora_a_into_its_gemm(marian_dir: Path, adapters: 
     lease.__exit__(None, None, None)
 
 
+def test_an_adapter_back_in_a_slot_is_not_quantized_again(marian_dir: Path, adapters: Path, fresh_backbone,
+                                                          make_cache, monkeypatch) -> None:
+    """Over int8 weights each adapter's A and B are quantized once, by what the slot holds, not at each write: an
+    adapter evicted from the one slot and attached again gets its kept pieces back, and the term it adds is the
+    same bit for bit; another adapter in that slot gets its own."""
+    from hunyuan_mt.decode.dense import Projection
+    from hunyuan_mt.lora import grouped
+
+    bb = fresh_backbone(marian_dir, quantization="int8")
+    cache = make_cache(bb, adapters, slots=1)
+    attn = bb.model.get_decoder().layers[0].self_attn
+    proj = Projection([attn.q_proj, attn.k_proj, attn.v_proj], bb.lora.mapping)
+    quantized: list[int] = []
+    real = grouped.quantize_columns
+    monkeypatch.setattr(grouped, "quantize_columns", lambda a: quantized.append(a.shape[1]) or real(a))
+    torch.manual_seed(0)
+    x = torch.randn(3, attn.q_proj.in_features)
+
+    def term(pair: str) -> torch.Tensor:
+        lease, (slot,) = _slots(cache, [pair])
+        try:
+            with torch.inference_mode(), bb.lora.mapping.use([slot] * 3):
+                return proj.lora.add_to(x, torch.zeros(3, sum(proj.widths)))
+        finally:
+            lease.__exit__(None, None, None)
+
+    es = term("en2es")
+    assert len(quantized) == 1
+    fr = term("en2fr")  # takes the one slot from en2es
+    assert len(quantized) == 2 and not torch.equal(fr, es)
+    assert torch.equal(term("en2es"), es) and len(quantized) == 2  # back in the slot: its pieces were kept
+    assert torch.equal(term("en2fr"), fr) and len(quantized) == 2
+
+
 def test_float32_projections_run_packed_for_onednn(marian_dir: Path, fresh_backbone) -> None:
     """Float32 bases on the CPU are packed once into oneDNN's layout and compute what the layer computes; a weight
     changed in place is packed again rather than served stale."""

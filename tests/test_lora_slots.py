@@ -235,3 +235,22 @@ def test_marian_rows_that_join_on_their_start_token_match_peft(fresh_backbone, m
             peft.set_adapter(key)
             ref = ref_bb._hf_generate([ref_bb.encode(r)], [BASE_SLOT], GREEDY, 12)
         assert ours[i] == ref[0], (i, key)
+
+
+def test_column_mask_follows_the_rule_for_every_mix() -> None:
+    """Each token's mask row is 1 exactly on the columns of its row's slot (when that slot is in `used`), 0 on the
+    padding, for random mixes, tokens per row and padding; a new mix gets a new mask."""
+    import random
+
+    rng = random.Random(3)
+    mapping = SlotMapping()
+    for _ in range(200):
+        slots = [rng.randrange(0, 5) for _ in range(rng.randrange(1, 9))]
+        used = sorted(rng.sample(range(1, 5), rng.randrange(1, 5)))
+        rank, per_row, padding = rng.choice([1, 2, 4]), rng.choice([1, 3]), rng.randrange(0, 3)
+        mapping.set(slots)
+        mask = mapping.column_mask(used, rank, per_row, padding, torch.device("cpu"), torch.float32)
+        tokens = [s for s in slots for _ in range(per_row)] + [None] * padding
+        expected = torch.tensor([[1.0 if s == used[c // rank] else 0.0 for c in range(len(used) * rank)]
+                                 for s in tokens])
+        assert torch.equal(mask, expected), (slots, used, rank, per_row, padding)

@@ -94,9 +94,10 @@ class GroupedLoRA:
         #: The widened int8 weight (see the module docstring): the buffers, and which slots' columns they hold.
         self._wide: tuple[torch.Tensor, torch.Tensor] | None = None
         self._wide_holds: tuple[Any, tuple[torch.Tensor, torch.Tensor]] | None = None
-        #: slot → (its writes, A's int8 columns of every projection, their scales, each projection's B as int8
-        #: rows, their scales), for `_pieces_version` (the layers' structure).
-        self._pieces: dict[int, tuple[Any, torch.Tensor, torch.Tensor]] = {}
+        #: What a slot holds (`SlotMapping.content`) → (A's int8 columns of every projection, their scales, each
+        #: projection's B as int8 rows, their scales), for `_pieces_version` (the layers' structure); sized in
+        #: `_quantized` to twice the slots.
+        self._pieces: LRUCache | None = None
         self._pieces_version: int | None = None
 
     def add_to(self, x: torch.Tensor, y: torch.Tensor, tokens_per_row: int = 1) -> torch.Tensor:
@@ -125,7 +126,7 @@ class GroupedLoRA:
         layers = [self.layers[i] for i in self.present]
         rank = layers[0].rank
         used = (mapping.uniform,) if mapping.uniform is not None else tuple(sorted(set(mapping.slots) - {BASE_SLOT}))
-        key = (used, tuple(mapping.written(s) for s in used), mapping.structure)
+        key = (used, tuple(mapping.content(s) for s in used), mapping.structure)
         stacked = self._weights.get(key)
         if stacked is None:
             stacked = self._weights[key] = self._stack_weights(layers, used)
@@ -166,18 +167,18 @@ class GroupedLoRA:
 
     def _quantized(self, layers: list[SlotLinear], slot: int) -> tuple[Any, ...]:
         """A of `slot` for every projection of the group, side by side [in, P·r], as int8 columns and their
-        scales, and each projection's B [r, out] as int8 rows and their scales, quantized once per write to the slot
-        (the slots in use change far more often than what a slot holds; a 3-slot LRU under many pairs still writes
-        one at nearly every admission, so this stays lean)."""
-        if self._pieces_version != self.mapping.structure:
-            self._pieces, self._pieces_version = {}, self.mapping.structure
-        written = self.mapping.written(slot)
-        found = self._pieces.get(slot)
-        if found is None or found[0] != written:
+        scales, and each projection's B [r, out] as int8 rows and their scales. Quantized once per adapter (what the
+        slot holds, `SlotMapping.content`) and kept for twice as many adapters as there are slots: a 3-slot LRU
+        under many pairs writes a slot at nearly every admission, mostly with an adapter it held before."""
+        if self._pieces is None or self._pieces_version != self.mapping.structure:
+            self._pieces, self._pieces_version = LRUCache(maxsize=2 * layers[0].slots), self.mapping.structure
+        content = self.mapping.content(slot)
+        found = self._pieces.get(content)
+        if found is None:
             a = torch.cat([layer.a_t[slot] for layer in layers], dim=1) if len(layers) > 1 else layers[0].a_t[slot]
             bs = [quantize_matrix_rows(layer.b_t[slot]) for layer in layers]
-            found = self._pieces[slot] = (written, *quantize_columns(a), [q for q, _ in bs], [sc for _, sc in bs])
-        return found[1:]
+            found = self._pieces[content] = (*quantize_columns(a), [q for q, _ in bs], [sc for _, sc in bs])
+        return found
 
     def _widened(self, key: Any, pieces: list[tuple[torch.Tensor, torch.Tensor]],
                  layers: list[SlotLinear]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -194,10 +195,13 @@ class GroupedLoRA:
             wide[:, :out], wide_scale[:out] = weight_t, scale
             self._wide = (wide, wide_scale)
         wide, wide_scale = self._wide
-        at = out
-        for q, q_scale in pieces:
-            wide[:, at:at + q.shape[1]], wide_scale[at:at + q.shape[1]] = q, q_scale
-            at += q.shape[1]
+        # Two copies whatever the pieces (P·U of them with U slots in use): each tensor call gives the GIL up, and
+        # under many clients the slots in use change at nearly every admission.
+        if len(pieces) == 1:
+            wide[:, out:out + extra], wide_scale[out:out + extra] = pieces[0]
+        else:
+            wide[:, out:out + extra] = torch.cat([q for q, _ in pieces], dim=1)
+            wide_scale[out:out + extra] = torch.cat([q_scale for _, q_scale in pieces])
         # The whole buffer and the scales of the columns in use: `project` slices the weight to the scales' length.
         # Passed whole, it is one contiguous tensor whatever the room (a view's stride would be the room, which
         # grows with the slots, and an ahead-of-time compiled step fixes the strides it was compiled for).

@@ -13,7 +13,8 @@ once (scaling, dtype, pinned host memory on CUDA), so a RAM-tier re-attach is on
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import torch
@@ -25,6 +26,8 @@ from .slots import SlotLinear
 
 log = logging.getLogger(__name__)
 
+_SERIALS = itertools.count(1)
+
 
 @dataclass(frozen=True)
 class PreparedAdapter:
@@ -34,6 +37,8 @@ class PreparedAdapter:
     tensors: dict[str, tuple[torch.Tensor, torch.Tensor]]
     #: Largest rank over its modules.
     rank: int
+    #: Names these weights (unique in the process): what is derived from them is kept under it (SlotMapping.holds).
+    serial: int = field(default_factory=lambda: next(_SERIALS), compare=False)
 
     @property
     def modules(self) -> set[str]:
@@ -138,12 +143,24 @@ class SlotLoRA:
         # Counted before the copies: a copy that fails halfway still leaves its layers to be zeroed later.
         self._written[slot] |= adapter.modules
         self.mapping.invalidate(slot)
+        targets: list[torch.Tensor] = []
+        sources: list[torch.Tensor] = []
+        zeros: list[torch.Tensor] = []
+        for path, (a, b) in adapter.tensors.items():
+            t, s, z = self.layers[path].copies(slot, a, b)
+            targets += t
+            sources += s
+            zeros += z
+        for path in stale:
+            zeros += [self.layers[path].a_t[slot], self.layers[path].b_t[slot]]
+        # One call for all the copies and one for the zeros, not two per layer: a load runs on the decode loop's
+        # thread, between steps, and each tensor call gives the GIL up to the web server's threads.
         with torch.no_grad():
-            for path, (a, b) in adapter.tensors.items():
-                self.layers[path].set(slot, a, b)
-            for path in stale:
-                self.layers[path].clear(slot)
+            torch._foreach_copy_(targets, sources, non_blocking=True)
+            if zeros:
+                torch._foreach_zero_(zeros)
         self._written[slot] = set(adapter.modules)
+        self.mapping.holds[slot] = ("adapter", adapter.serial)
 
     def clear(self, slot: int) -> None:
         self._check(slot)

@@ -28,6 +28,8 @@ class SlotMapping:
         self._indices: dict[tuple[int, torch.device], torch.Tensor] = {}
         #: (version, used slots, rank, tokens per row, padding, device, dtype) → `column_mask`; one entry is kept.
         self._mask: tuple[tuple[Any, ...], torch.Tensor] | None = None
+        #: (slots used, rank, device, dtype) → the one-hot table `column_mask` indexes.
+        self._tables: dict[tuple[Any, ...], torch.Tensor] = {}
         #: Changes whenever the rows' slots or the weights in the slots change. Layers keep the per-row weights
         #: they gathered for one version: a decode loop whose rows stay put gathers once, not at every step.
         self.version = 0
@@ -36,6 +38,11 @@ class SlotMapping:
         #: LRU under many pairs writes a slot at nearly every admission).
         self.writes: dict[int, int] = {}
         self._all_writes = 0
+        #: What each slot holds, where its writer names it (`SlotLoRA.load`: the adapter's serial). What is derived
+        #: from one adapter's weights alone (GroupedLoRA's int8 pieces) is kept by this name, so an adapter that
+        #: comes back, into any slot, is not quantized again: under 16 clients over 20 routes, quantizing at each
+        #: of the 3-slot LRU's writes took 12 % of the decode thread (py-spy).
+        self.holds: dict[int, Any] = {}
         #: Changes whenever the slot layers' buffers are reallocated or modules are wrapped (SlotLoRA.ensure):
         #: CUDA graphs captured before read the old buffers and must be captured again.
         self.structure = 0
@@ -63,12 +70,20 @@ class SlotMapping:
         self.version += 1
         if slot is None:
             self._all_writes += 1
+            self.holds.clear()
         else:
             self.writes[slot] = self.writes.get(slot, 0) + 1
+            self.holds.pop(slot, None)
 
     def written(self, slot: int) -> tuple[int, int]:
         """A token that changes whenever `slot`'s weights may have changed."""
         return self.writes.get(slot, 0), self._all_writes
+
+    def content(self, slot: int) -> Any:
+        """A name for what `slot` holds: the writer's name for it (`holds`), else a token that changes whenever its
+        weights may have changed."""
+        found = self.holds.get(slot)
+        return found if found is not None else ("slot", slot, self.written(slot))
 
     def set_static(self, indices: torch.Tensor) -> None:
         """Graph mode: every layer gathers from `indices` (a buffer updated in place between replays) at every
@@ -101,15 +116,25 @@ class SlotMapping:
         key = (self.version, tuple(used), rank, per_row, padding, device, dtype)
         if self._mask is not None and self._mask[0] == key:
             return self._mask[1]
-        rows = torch.tensor(self._slots, device=device)
-        if per_row > 1:
-            rows = rows.repeat_interleave(per_row)
-        if padding:
-            rows = torch.cat([rows, rows.new_full((padding,), -1)])  # -1: no slot owns a column
-        owner = torch.tensor(list(used), device=device).repeat_interleave(rank)
-        mask = (rows[:, None] == owner[None, :]).to(dtype)
+        # Two tensor calls, not six: the decode loop builds a mask whenever its rows change (under many clients
+        # nearly every step), and each call gives the GIL up to whatever else runs (see web/metrics.py's
+        # RequestCounter). A row indexes a table whose row u has ones in slot u's columns; the last row, zeros,
+        # serves rows on no slot in `used` and the padding.
+        position = {slot: i for i, slot in enumerate(used)}
+        rows = [position.get(s, len(used)) for s in self._slots for _ in range(per_row)] + [len(used)] * padding
+        mask = self._table(len(used), rank, device, dtype)[torch.tensor(rows, device=device)]
         self._mask = (key, mask)
         return mask
+
+    def _table(self, used: int, rank: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """[used + 1, used × rank]: row u is 1 on the columns u·rank … (u+1)·rank − 1; the last row is 0."""
+        key = (used, rank, device, dtype)
+        found = self._tables.get(key)
+        if found is None:
+            found = self._tables[key] = torch.cat([torch.eye(used, device=device, dtype=dtype)
+                                                   .repeat_interleave(rank, dim=1),
+                                                   torch.zeros(1, used * rank, device=device, dtype=dtype)])
+        return found
 
     def indices(self, batch: int, device: torch.device) -> torch.Tensor:
         """Slot index per row of a layer input whose first dimension is `batch`.

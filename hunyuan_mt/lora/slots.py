@@ -49,12 +49,20 @@ class SlotLinear(nn.Module):
     def set(self, slot: int, a: torch.Tensor, b: torch.Tensor) -> None:
         """Copy one adapter into `slot`: a is A [r, in], b is B·scale [out, r] with r ≤ the slot rank.
         The owner calls `mapping.invalidate(slot)` afterwards (SlotLoRA does)."""
+        targets, sources, zeros = self.copies(slot, a, b)
+        for target, source in zip(targets, sources):
+            target.copy_(source, non_blocking=True)
+        for target in zeros:
+            target.zero_()
+
+    def copies(self, slot: int, a: torch.Tensor, b: torch.Tensor
+               ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+        """What `set` does, as (targets, their sources, tensors to zero): `SlotLoRA.load` runs those of every
+        layer in one foreach call each."""
         r = a.shape[0]
-        self.a_t[slot, :, :r].copy_(a.t(), non_blocking=True)
-        self.b_t[slot, :r].copy_(b.t(), non_blocking=True)
-        if r < self.rank:
-            self.a_t[slot, :, r:].zero_()
-            self.b_t[slot, r:].zero_()
+        targets, sources = [self.a_t[slot, :, :r], self.b_t[slot, :r]], [a.t(), b.t()]
+        zeros = [self.a_t[slot, :, r:], self.b_t[slot, r:]] if r < self.rank else []
+        return targets, sources, zeros
 
     def clear(self, slot: int) -> None:
         self.a_t[slot].zero_()
