@@ -224,8 +224,12 @@ def test_health_adapters_and_openapi(client: httpx.Client) -> None:
 
 def test_metrics_count_requests_pairs_and_cache(client: httpx.Client) -> None:
     client.post("/translate", json={"q": "Save the document.", "source": "en", "target": "es"})
+    client.post("/translate", json={"q": "x", "source": "en", "target": "xx"})
+    client.get("/no/such/page")
     text = client.get("/metrics").text
     assert 'hmt_http_requests_total{method="POST",route="/translate",status="200"}' in text
+    assert 'hmt_http_requests_total{method="POST",route="/translate",status="400"}' in text
+    assert 'hmt_http_requests_total{method="GET",route="unmatched",status="404"}' in text
     assert 'hmt_translations_total{front="rest",pair="en2es",route_kind="direct"}' in text
     assert 'hmt_translation_seconds_count{pair="en2es"}' in text
     assert 'hmt_resident_adapters{adapter="en2es",state="pinned"} 1.0' in text

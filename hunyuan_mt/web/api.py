@@ -39,7 +39,7 @@ from .auth import AccessPolicy, Caller
 from .doctranslate import translate_upload
 from .downloads import DownloadStore, safe_filename
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from .metrics import WebMetrics
+from .metrics import RequestCounter, WebMetrics
 from .requests import (FORM, JSON, MULTIPART, BodyLimitMiddleware, client_address, content_type, int_field,
                        read_fields, text_field)
 
@@ -751,16 +751,8 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.server.cors_origins), allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["*"])
 
-    @app.middleware("http")
-    async def count_requests(request: Request, call_next: Any) -> Response:
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", None)
-        if path is None:
-            path = "/ui" if request.url.path.startswith("/ui") else "unmatched"
-        if path != "/ui":  # the UI's own polling would drown the API's numbers
-            metrics.http_requests.labels(path, request.method, str(response.status_code)).inc()
-        return response
+    # Outermost: it sees every response, the body cap's 413s included.
+    app.add_middleware(RequestCounter, counter=metrics.http_requests)
 
     @app.exception_handler(TranslationError)
     async def on_translation_error(request: Request, exc: TranslationError) -> JSONResponse:

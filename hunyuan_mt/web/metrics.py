@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Protocol
 
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -184,3 +186,39 @@ class WebMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class RequestCounter:
+    """Counts each HTTP response by route, method and status (`hmt_http_requests`), as plain ASGI.
+
+    Starlette's `@app.middleware("http")` (BaseHTTPMiddleware) runs every request through a task group and memory
+    streams of its own; under 16 clients that event-loop work competes for the GIL with the decode loop, whose
+    every eager tensor call gives the GIL up (measured: 6 small tensor calls took 34 µs alone and 27 ms beside one
+    busy Python thread). This reads the status from the response's first message instead. The route is the
+    router's match (FastAPI leaves it in the scope); the UI's own polling is left out so it does not drown the
+    API's numbers."""
+
+    def __init__(self, app: ASGIApp, counter: Counter) -> None:
+        self.app = app
+        self.counter = counter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status: int | None = None
+
+        async def counted_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counted_send)
+        finally:
+            path = getattr(scope.get("route"), "path", None)
+            if path is None:
+                path = "/ui" if scope.get("path", "").startswith("/ui") else "unmatched"
+            if status is not None and path != "/ui":
+                self.counter.labels(path, scope.get("method", ""), str(status)).inc()
