@@ -191,7 +191,10 @@ class MarianBatch(RunningBatch):
         cross = [layer.cross_kv.lora_tensors(rows * width, width, src.device, complete, padding) for layer in layers]
         kv = (step or encode_cross)(src, mask, self._encoder_args, lora, self._cross_args, cross)
         kv = kv[:, :, :n, :, :source]
-        return [kv[i, 0].contiguous() for i in range(len(kv))], [kv[i, 1].contiguous() for i in range(len(kv))]
+        # Views, not copies: the rows are copied once anyway, into the running batch's cache (`_place`) or, for a
+        # batch of their own, into the room the first step reserves (`_reserve`). A contiguous copy here cost a
+        # pass over every cross-attention key and value of every prefill for nothing.
+        return [kv[i, 0] for i in range(len(kv))], [kv[i, 1] for i in range(len(kv))]
 
     def _encoder_model(self, plain: bool = False) -> tuple[Any, ...]:
         """The encoder's weights as `encoder_forward` takes them (`plain`: float weights unpacked)."""
