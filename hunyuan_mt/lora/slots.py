@@ -20,7 +20,7 @@ from .mapping import BASE_SLOT, SlotMapping
 
 
 class SlotLinear(nn.Module):
-    """Wraps one target module. `set`/`clear` are called only by `SlotLoRA` (for the adapter cache)."""
+    """Wraps one target module. `copies`/`clear` are used only by `SlotLoRA` (for the adapter cache)."""
 
     def __init__(self, base: nn.Module, in_features: int, out_features: int, mapping: SlotMapping, slots: int,
                  rank: int, dtype: torch.dtype, device: torch.device) -> None:
@@ -46,19 +46,11 @@ class SlotLinear(nn.Module):
     def rank(self) -> int:
         return self.a_t.shape[2]
 
-    def set(self, slot: int, a: torch.Tensor, b: torch.Tensor) -> None:
-        """Copy one adapter into `slot`: a is A [r, in], b is B·scale [out, r] with r ≤ the slot rank.
-        The owner calls `mapping.invalidate(slot)` afterwards (SlotLoRA does)."""
-        targets, sources, zeros = self.copies(slot, a, b)
-        for target, source in zip(targets, sources):
-            target.copy_(source, non_blocking=True)
-        for target in zeros:
-            target.zero_()
-
     def copies(self, slot: int, a: torch.Tensor, b: torch.Tensor
                ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
-        """What `set` does, as (targets, their sources, tensors to zero): `SlotLoRA.load` runs those of every
-        layer in one foreach call each."""
+        """Copying one adapter into `slot` (a is A [r, in], b is B·scale [out, r], r ≤ the slot rank), as
+        (targets, their sources, tensors to zero): `SlotLoRA.load` runs those of every layer in one foreach call
+        each, then invalidates the slot in the mapping."""
         r = a.shape[0]
         targets, sources = [self.a_t[slot, :, :r], self.b_t[slot, :r]], [a.t(), b.t()]
         zeros = [self.a_t[slot, :, r:], self.b_t[slot, r:]] if r < self.rank else []
