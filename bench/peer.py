@@ -18,9 +18,11 @@ threads, and answers:
 - (c) one short sentence on an idle engine, in-process, and for ours also over HTTP (POST /translate);
 - the cores busy during (a): the process's CPU time over wall time;
 - agreement with CTranslate2 fp32 (exact and chrF) and chrF against the references;
-- chrF of ours in int8 against ours in fp32 on the held-out UI strings of all 8 directions, and the held-out help
-  sentences when `data/libreoffice` holds LibreOffice's help (see `sentences`).
-Medians over `--runs` runs; the ratios are ours ÷ the peer, from medians of the same invocation.
+- chrF of ours in int8 against ours in fp32 on the held-out UI strings of all 8 directions and the held-out help
+  sentences: the shipped build's own split when `data/demo` holds its extraction, else drawn as the build draws
+  them (see `sentences`).
+Medians over `--runs` runs; the ratios are ours ÷ the peer, from medians of the same invocation. CTranslate2's
+converted model is kept in the work folder and made again when the backbone's or the adapter's weights change.
 """
 
 from __future__ import annotations
