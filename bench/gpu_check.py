@@ -391,7 +391,7 @@ class Check:
         kw = dict(bb._generation_kwargs(bb.picker and _greedy(), self.s.new_tokens), min_new_tokens=self.s.new_tokens)
 
         def batch(idx: list[int]) -> dict[str, Any]:
-            with bb._tok_lock:
+            with bb.tokens.lock:
                 padded = bb.tokenizer.pad([{"input_ids": list(encoded[i].input_ids)} for i in idx],
                                           return_tensors="pt")
             return {k: v.to(self.s.device) for k, v in padded.items()}
