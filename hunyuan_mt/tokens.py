@@ -49,28 +49,27 @@ class PromptTokens:
         self._kept: LRUCache = LRUCache(maxsize=_KEPT)
         self._kept_lock = threading.Lock()
         backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
-        self._encoder = backend if backend is not None and not self.per_source and self._agrees(backend, "ids") \
-            else None
-        self._decoder = backend if backend is not None and self._agrees(backend, "text") else None
-        refused = (self._encoder is None and not self.per_source) or self._decoder is None
-        if backend is not None and refused:
+        same_ids, same_text = self._agrees(backend) if backend is not None else (False, False)
+        self._encoder = backend if same_ids and not self.per_source else None
+        self._decoder = backend if same_text else None
+        if backend is not None and not ((same_ids or self.per_source) and same_text):
             log.info("tokenizer: the Rust tokenizer disagrees with %s on a probe; tokenizing through transformers",
                      type(tokenizer).__name__)
 
-    def _agrees(self, backend: Any, what: str) -> bool:
+    def _agrees(self, backend: Any) -> tuple[bool, bool]:
+        """Whether the Rust tokenizer gives transformers' ids, and transformers' text back, on every probe."""
         tok = self.tokenizer
+        same_ids = same_text = True
         try:
             for probe in _PROBES:
                 for special in (True, False):
                     ids = tok(probe, add_special_tokens=special)["input_ids"]
-                    if what == "ids" and backend.encode(probe, add_special_tokens=special).ids != ids:
-                        return False
-                    if what == "text" and (backend.decode(ids, skip_special_tokens=True)
-                                           != tok.decode(ids, skip_special_tokens=True)):
-                        return False
+                    same_ids = same_ids and backend.encode(probe, add_special_tokens=special).ids == ids
+                    same_text = same_text and (backend.decode(ids, skip_special_tokens=True)
+                                               == tok.decode(ids, skip_special_tokens=True))
         except Exception:  # noqa: BLE001 - any failure means: keep transformers' path
-            return False
-        return True
+            return False, False
+        return same_ids, same_text
 
     def ids(self, prompt: str, *, special: bool = True, source: str | None = None) -> tuple[int, ...]:
         """The ids of `prompt` (`special`: with the tokenizer's special tokens). `source` is the row's source
