@@ -11,14 +11,16 @@ Marian loader assumes Opus-MT's layout: `<pad>` last, the decoder started from a
 Every engine runs in a process of its own (no thread pool shared with another engine), with the same number of
 threads, and answers:
 - (a) the 600 sentences on one pair: CTranslate2 fp32 and int8 with batches of 64 (sorted by length, as its
-  translate_batch does), ours through `translate_batch` as shipped (default profile; translation memory off so
-  the model answers);
+  translate_batch does), ours through `translate_batch` in fp32 and, where this CPU's int8 GEMM beats float32's
+  (what the default profile's `model.quantization: auto` decides by, `int8.gemm_speed`), in int8 (default profile
+  otherwise; translation memory off so the model answers). On an AVX2-only CPU torch's int8 GEMM is a plain loop
+  (~25× float32's time): ours in int8 is then left out unless `--int8 always`, and "as shipped" is fp32;
 - (b) ours with the same 600 sentences spread over the 8 shipped adapters, sent by 8 concurrent callers so the
   rows mix in the running batch, against CTranslate2 int8 on its one merged model;
 - (c) one short sentence on an idle engine, in-process, and for ours also over HTTP (POST /translate);
 - the cores busy during (a): the process's CPU time over wall time;
 - agreement with CTranslate2 fp32 (exact and chrF) and chrF against the references;
-- chrF of ours in int8 against ours in fp32 on the held-out UI strings of all 8 directions and the held-out help
+- chrF of ours in int8 against ours in fp32 (when int8 ran) on the held-out UI strings of all 8 directions and the held-out help
   sentences: the shipped build's own split when `data/demo` holds its extraction, else drawn as the build draws
   them (see `sentences`).
 Medians over `--runs` runs; the ratios are ours ÷ the peer, from medians of the same invocation. CTranslate2's
@@ -348,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--threads", type=int, default=2, help="CTranslate2's intra_threads; ours: model.cpu_threads")
     p.add_argument("--quick", action="store_true", help="60 sentences and no quality pass (smoke test)")
+    p.add_argument("--int8", choices=["auto", "always", "never"], default="auto",
+                   help="run ours in int8 too: auto = where this CPU's int8 GEMM beats float32 (what the shipped "
+                        "profile's model.quantization: auto runs); always = also where it is a slow loop")
     p.add_argument("--worker", choices=["ct2", "ours"], help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     p.add_argument("--compute", default="int8", help=argparse.SUPPRESS)
@@ -364,14 +369,17 @@ def main(argv: list[str] | None = None) -> int:
     data = sentences(args.quick)
     texts, refs = workload(data)
     convert(PAIR, WORK)
-    runs: dict[str, list[dict[str, Any]]] = {"ct2-float32": [], "ct2-int8": [], "ours-int8": [], "ours-none": []}
+    speed = _int8_speed(args.threads)
+    with_int8 = args.int8 == "always" or (args.int8 == "auto" and speed.fast)
+    ours = ["ours-int8", "ours-none"] if with_int8 else ["ours-none"]
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in ("ct2-float32", "ct2-int8", *ours)}
     for r in range(args.runs):
         # Interleaved, so drift in the machine's load hits every engine alike.
         runs["ct2-float32"].append(_spawn("ct2", ["--compute", "float32"], args, f"ct2-float32-{r}"))
         runs["ct2-int8"].append(_spawn("ct2", ["--compute", "int8"], args, f"ct2-int8-{r}"))
-        quality = ["--quality"] if r == 0 and not args.quick else []
-        runs["ours-int8"].append(_spawn("ours", ["--quantization", "int8"] + quality, args, f"ours-int8-{r}"))
-        runs["ours-none"].append(_spawn("ours", ["--quantization", "none"] + quality, args, f"ours-none-{r}"))
+        quality = ["--quality"] if r == 0 and not args.quick and with_int8 else []
+        for name in ours:
+            runs[name].append(_spawn("ours", ["--quantization", name.split("-")[1]] + quality, args, f"{name}-{r}"))
     med = {name: {
         "seconds": _med([x["seconds"][0] for x in rs]), "seconds_runs": [round(x["seconds"][0], 3) for x in rs],
         "short_ms": _med([x["short_ms"] for x in rs]), "busy": _med([x["busy"][0] for x in rs]),
@@ -394,12 +402,26 @@ def main(argv: list[str] | None = None) -> int:
     for name, rs in runs.items():
         generated = sum(len(tok(o, add_special_tokens=False)["input_ids"]) + 1 for o in rs[-1]["outputs"])
         med[name]["tokens_per_s"] = round(generated / med[name]["seconds"])
-    quality = _quality_table(runs, data) if not args.quick else {}
+    quality = _quality_table(runs, data) if not args.quick and with_int8 else {}
     results = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": args.threads,
                "runs": args.runs, "sentences": len(texts), "median": med, "agreement": agreement,
-               "quality": quality, "ours_threads": runs["ours-int8"][0]["threads"]}
+               "quality": quality, "ours_threads": runs["ours-none"][0]["threads"],
+               "int8_gemm": {"int8_us": round(speed.int8_us, 1), "float32_us": round(speed.float32_us, 1),
+                             "capability": speed.capability, "note": speed.describe()},
+               # What the default profile (model.quantization: auto) runs on this CPU.
+               "shipped": "ours-int8" if speed.fast else "ours-none"}
     write_results("peer" if not args.quick else "peer-quick", results, _report(results))
     return 0
+
+
+def _int8_speed(threads: int) -> Any:
+    """`int8.gemm_speed` on the benchmark's thread count: what `model.quantization: auto` decides by."""
+    import torch
+
+    from hunyuan_mt import int8
+
+    torch.set_num_threads(threads)
+    return int8.gemm_speed(threads)
 
 
 def _quality_table(runs: dict[str, list[dict[str, Any]]], data: dict[str, Any]) -> dict[str, Any]:
@@ -418,33 +440,42 @@ def _quality_table(runs: dict[str, list[dict[str, Any]]], data: dict[str, Any]) 
 
 def _report(r: dict[str, Any]) -> list[str]:
     m, a = r["median"], r["agreement"]
-    ct8, ct32, o8, o32 = m["ct2-int8"], m["ct2-float32"], m["ours-int8"], m["ours-none"]
+    ct8, ct32, o32 = m["ct2-int8"], m["ct2-float32"], m["ours-none"]
+    shipped = m[r["shipped"]]
+    kind = "int8" if r["shipped"] == "ours-int8" else "fp32"
     lines = [f"# Ours against CTranslate2 ({r['date']}, `python -m bench.peer --runs {r['runs']} --threads "
              f"{r['threads']}`)", "",
              f"{r['sentences']} sentences en→es (held-out UI strings + longer catalogue sentences), greedy, "
              f"{r['threads']} threads each (ours: model.cpu_threads={r['ours_threads']}), translation memory off, "
              "tokenizing included. Medians of the runs.", "",
-             "| engine | seconds (runs) | generated tok/s | cores busy | short sentence, idle (ms) |",
+             f"This CPU: {r['int8_gemm']['note']}, so the shipped profile (`model.quantization: auto`) runs "
+             f"**{kind}**" + ("." if "ours-int8" in m else "; ours in int8 was not run (`--int8 always` runs it)."),
+             "", "| engine | seconds (runs) | generated tok/s | cores busy | short sentence, idle (ms) |",
              "|---|---|---|---|---|"]
-    for name, label in (("ct2-int8", "CTranslate2 int8, batch 64"), ("ct2-float32", "CTranslate2 fp32, batch 64"),
-                        ("ours-int8", "ours, int8 (the CPU default)"), ("ours-none", "ours, fp32")):
+    labels = (("ct2-int8", "CTranslate2 int8, batch 64"), ("ct2-float32", "CTranslate2 fp32, batch 64"),
+              ("ours-int8", "ours, int8"), ("ours-none", "ours, fp32"))
+    for name, label in labels:
+        if name not in m:
+            continue
         x = m[name]
+        label += " (as shipped here)" if name == r["shipped"] else ""
         lines.append(f"| {label} | {x['seconds']:.2f} ({', '.join(str(v) for v in x['seconds_runs'])}) | "
                      f"{x['tokens_per_s']:,} | "
                      f"{x['busy']:.2f} | {x['short_ms']:.1f} |")
     lines += ["", "| measure | ours | peer | ours ÷ peer |", "|---|---|---|---|",
-              f"| 600 sentences, one pair: int8 vs CTranslate2 int8 | {o8['seconds']:.2f} s | {ct8['seconds']:.2f} s | "
-              f"**{o8['seconds'] / ct8['seconds']:.2f}** |",
-              f"| the same over 8 pairs mixed vs CTranslate2 int8 on one merged model | {o8['mixed_seconds']:.2f} s "
-              f"({', '.join(str(v) for v in o8['mixed_runs'])}) | {ct8['seconds']:.2f} s | "
-              f"**{o8['mixed_seconds'] / ct8['seconds']:.2f}** |",
+              f"| 600 sentences, one pair: ours as shipped ({kind}) vs CTranslate2 int8 | {shipped['seconds']:.2f} s "
+              f"| {ct8['seconds']:.2f} s | **{shipped['seconds'] / ct8['seconds']:.2f}** |",
+              f"| the same over 8 pairs mixed vs CTranslate2 int8 on one merged model | "
+              f"{shipped['mixed_seconds']:.2f} s ({', '.join(str(v) for v in shipped['mixed_runs'])}) | "
+              f"{ct8['seconds']:.2f} s | **{shipped['mixed_seconds'] / ct8['seconds']:.2f}** |",
               f"| fp32: ours vs CTranslate2 fp32 | {o32['seconds']:.2f} s | {ct32['seconds']:.2f} s | "
               f"**{o32['seconds'] / ct32['seconds']:.2f}** |",
-              f"| one short sentence, idle, in-process, vs CTranslate2 int8 | {o8['short_ms']:.1f} ms | "
-              f"{ct8['short_ms']:.1f} ms | **{o8['short_ms'] / ct8['short_ms']:.2f}** |",
-              f"| one short sentence, idle, over HTTP, vs CTranslate2 int8 in-process | {o8['http_short_ms']:.1f} ms | "
-              f"{ct8['short_ms']:.1f} ms | **{o8['http_short_ms'] / ct8['short_ms']:.2f}** |",
-              f"| cores busy during the 600 (int8) | {o8['busy']:.2f} | {ct8['busy']:.2f} | – |",
+              f"| one short sentence, idle, in-process, vs CTranslate2 int8 | {shipped['short_ms']:.1f} ms | "
+              f"{ct8['short_ms']:.1f} ms | **{shipped['short_ms'] / ct8['short_ms']:.2f}** |",
+              f"| one short sentence, idle, over HTTP, vs CTranslate2 int8 in-process | "
+              f"{shipped['http_short_ms']:.1f} ms | {ct8['short_ms']:.1f} ms | "
+              f"**{shipped['http_short_ms'] / ct8['short_ms']:.2f}** |",
+              f"| cores busy during the 600 (as shipped) | {shipped['busy']:.2f} | {ct8['busy']:.2f} | – |",
               "", "Agreement (last run's outputs):", "",
               "| engine | identical to CTranslate2 fp32 | chrF vs CTranslate2 fp32 | chrF vs references |",
               "|---|---|---|---|"]

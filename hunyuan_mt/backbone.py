@@ -19,7 +19,7 @@ import logging
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +192,30 @@ def loaded_backbones() -> list[Backbone]:
         return list(_INSTANCES.values())
 
 
+def resolve_quantization(cfg: ModelConfig, device: str, dtype: torch.dtype) -> tuple[str, str]:
+    """`model.quantization` as it will run, and a note saying why when it was chosen for the user ("auto") or the
+    user's choice will run slow. "auto" is int8 only on a CPU whose int8 GEMM beats float32 (`int8.gemm_speed`):
+    the default profile's int8 would otherwise decode ~40× slower than float32 on an AVX2-only CPU."""
+    if cfg.quantization not in ("auto", "int8"):
+        return cfg.quantization, ""
+    if device != "cpu" or dtype != torch.float32 or not int8.available():
+        if cfg.quantization == "int8":
+            return "int8", ""  # refused with its reason by _quantization_config
+        why = ("int8 runs on the CPU only" if device != "cpu" else "int8 takes a float32 model" if dtype != torch.float32
+               else "this torch build has no CPU int8 GEMM (torch._int_mm)")
+        return "none", f"auto: none ({why})"
+    speed = int8.gemm_speed(torch.get_num_threads())
+    if cfg.quantization == "int8":
+        if speed.fast:
+            return "int8", ""
+        note = (f"int8 as configured, though {speed.describe()}: set model.quantization to auto or none for "
+                "float32, which decodes faster here")
+        log.warning("model.quantization: %s", note)
+        return "int8", note
+    return ("int8", f"auto: int8 ({speed.describe()})") if speed.fast else \
+        ("none", f"auto: float32 ({speed.describe()})")
+
+
 def _quantization_config(cfg: ModelConfig, device: str, dtype: torch.dtype) -> Any:
     """bitsandbytes' config for 8bit/4bit (CUDA), None otherwise; int8 is checked here and applied after loading."""
     if cfg.quantization == "none":
@@ -258,6 +282,8 @@ class Backbone:
         self.name = name
         self.cfg = cfg
         self.load_s = load_s
+        #: Why `cfg.quantization` is what runs, when the service chose it ("auto") or warns about it.
+        self.quantization_note = ""
         self.warmup_ms: float | None = None
         #: The compiled decode step and encoder every new batch uses (`compile_step`), or None: eager.
         self.compiled: Any = None
@@ -303,6 +329,11 @@ class Backbone:
                      "Intel's (preloaded)" if cpu.intel_openmp_loaded() else "torch's libgomp")
             if torch.get_num_threads() != threads:
                 torch.set_num_threads(threads)
+        quantization, quantization_note = resolve_quantization(cfg, device, dtype)
+        if quantization != cfg.quantization:
+            log.info("model.quantization: %s", quantization_note)
+        # From here on the configuration says what runs (the compiled step, info() and the metrics read it).
+        cfg = replace(cfg, quantization=quantization)
         quant = _quantization_config(cfg, device, dtype)
         source = _model_source(cfg)
         common = {"local_files_only": True, "trust_remote_code": cfg.trust_remote_code}
@@ -351,6 +382,7 @@ class Backbone:
             tokenizer.pad_token = tokenizer.eos_token
         name = Path(source).name if Path(source).is_dir() else source
         backbone = cls(model, tokenizer, arch, device, dtype, name, cfg, load_s=0.0)
+        backbone.quantization_note = quantization_note
         backbone.load_s = time.perf_counter() - t0
         log.info("backbone %s loaded: %s, %s, %s, attention %s, %.1fM params in %.2f s", name, arch, device,
                  str(dtype).replace("torch.", ""), backbone.info()["attn_implementation"], backbone.param_count / 1e6,
@@ -647,6 +679,7 @@ class Backbone:
             "device": self.device,
             "dtype": str(self.dtype).replace("torch.", ""),
             "quantization": self.cfg.quantization,
+            **({"quantization_note": self.quantization_note} if self.quantization_note else {}),
             "attn_implementation": getattr(getattr(self.base_model, "config", None), "_attn_implementation", None),
             "params": self.param_count,
             "load_s": round(self.load_s, 3),

@@ -51,7 +51,9 @@ class ModelConfig:
     #: "auto" → cuda:0 when available, else cpu.
     device: str = "auto"
     #: "none"; "int8": int8 weights with per-row scales on the CPU (torch._int_mm, activations per token,
-    #: hunyuan_mt/int8.py; LoRA stays float32 on top); "8bit" or "4bit": bitsandbytes on CUDA.
+    #: hunyuan_mt/int8.py; LoRA stays float32 on top); "auto": int8 where this CPU runs torch's int8 GEMM faster
+    #: than float32 (timed at load: AVX-512 and AMX do, AVX2 alone falls back to a loop ~25× slower), else none;
+    #: "8bit" or "4bit": bitsandbytes on CUDA.
     quantization: str = "none"
     #: "auto": flash_attention_2 on CUDA when flash_attn works and the dtype is fp16/bf16, else sdpa; on CPU
     #: transformers picks. Or "sdpa", "flash_attention_2", "eager".
@@ -87,8 +89,8 @@ class ModelConfig:
         _check(self.dtype in ("auto", "float32", "bfloat16", "float16"), "model.dtype",
                "one of auto, float32, bfloat16, float16", self.dtype)
         _check(bool(_DEVICE.match(self.device)), "model.device", "auto, cpu, cuda or cuda:N", self.device)
-        _check(self.quantization in ("none", "int8", "8bit", "4bit"), "model.quantization",
-               "one of none, int8, 8bit, 4bit", self.quantization)
+        _check(self.quantization in ("none", "auto", "int8", "8bit", "4bit"), "model.quantization",
+               "one of none, auto, int8, 8bit, 4bit", self.quantization)
         _check(self.attn_implementation in ("auto", "sdpa", "flash_attention_2", "eager"),
                "model.attn_implementation", "one of auto, sdpa, flash_attention_2, eager", self.attn_implementation)
         _check(isinstance(self.cpu_threads, int) and self.cpu_threads >= 0, "model.cpu_threads", "an integer >= 0",

@@ -21,7 +21,11 @@ quantized once per write; float32 backbones keep the exact float32 LoRA product.
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -140,6 +144,58 @@ def available() -> bool:
     except (RuntimeError, NotImplementedError):
         return False
     return True
+
+
+@dataclass(frozen=True)
+class GemmSpeed:
+    """How torch's int8 GEMM compares with float32's on this CPU, as timed by `gemm_speed`."""
+
+    int8_us: float
+    float32_us: float
+    capability: str  # torch's CPU instruction set (AVX2, AVX512, ...)
+
+    @property
+    def ratio(self) -> float:
+        """int8 time ÷ float32 time: below 1 where int8 pays."""
+        return self.int8_us / self.float32_us
+
+    @property
+    def fast(self) -> bool:
+        return self.ratio < 1.0
+
+    def describe(self) -> str:
+        return (f"torch's int8 GEMM takes {self.ratio:.2g}× float32's time on this CPU "
+                f"({self.int8_us:.0f} vs {self.float32_us:.0f} µs, {self.capability})")
+
+
+#: (rows, in, out) of the probe: small enough that the slow kernel's probe costs a few ms.
+_PROBE = (32, 256, 256)
+
+
+@functools.lru_cache(maxsize=None)
+def gemm_speed(threads: int | None = None) -> GemmSpeed:
+    """Time `torch._int_mm` against a float32 `mm` of the same shape, on the current thread count (the argument
+    only keys the cache). Where torch has an int8 kernel for the CPU, int8 ran ~4× faster than float32 (the 2-core
+    box of 2026-12-01, BENCHMARKS.md); on an AVX2-only CPU (an AMD Zen 3 box, 2026-12-02) torch falls back to a
+    plain loop, 20 ms against 0.8 ms for float32 at 64×384×1152. The gap either way is wide, so three tries of each
+    (best kept) decide it in a few milliseconds."""
+    rows, inner, out = _PROBE
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(-127, 128, (rows, inner), dtype=torch.int8, generator=gen)
+    b = torch.randint(-127, 128, (inner, out), dtype=torch.int8, generator=gen)
+    af, bf = a.to(torch.float32), b.to(torch.float32)
+
+    def best(fn: Any) -> float:
+        fn()  # first call: kernel selection, allocation
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times) * 1e6
+
+    return GemmSpeed(best(lambda: torch._int_mm(a, b)), best(lambda: torch.mm(af, bf)),
+                     torch.backends.cpu.get_cpu_capability())
 
 
 def weight_and_bias(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -300,6 +300,64 @@ def test_int8_is_refused_off_the_cpu_with_the_reason() -> None:
     assert "int8 runs on the CPU" in info.value.message and "8bit" in info.value.message
 
 
+
+def _gemm_speed(int8_us: float) -> "object":
+    from hunyuan_mt.int8 import GemmSpeed
+
+    return GemmSpeed(int8_us=int8_us, float32_us=100.0, capability="TEST")
+
+
+@pytest.mark.parametrize("int8_us, runs", [(25.0, "int8"), (2300.0, "none")])
+def test_auto_quantization_takes_int8_only_where_its_gemm_is_faster(marian_dir: Path, fresh_backbone, monkeypatch,
+                                                                     int8_us: float, runs: str) -> None:
+    """`model.quantization: auto` (the CPU profile's default) times torch's int8 GEMM against float32's at load:
+    on a CPU without an int8 kernel (AVX2 alone) it is a plain loop, ~25× slower, and the backbone stays float32.
+    What runs, and why, is what info() (and so /status and the metrics) reports."""
+    from hunyuan_mt import int8
+    from hunyuan_mt.int8 import Int8Linear
+
+    monkeypatch.setattr(int8, "gemm_speed", lambda threads=None: _gemm_speed(int8_us))
+    bb = fresh_backbone(marian_dir, quantization="auto")
+    info = bb.info()
+    assert info["quantization"] == runs and bb.cfg.quantization == runs
+    quantized = [m for m in bb.model.modules() if isinstance(m, Int8Linear)]
+    assert bool(quantized) == (runs == "int8")
+    word = "int8" if runs == "int8" else "float32"
+    assert info["quantization_note"] == (f"auto: {word} (torch's int8 GEMM takes {int8_us / 100:.2g}× float32's "
+                                         f"time on this CPU ({int8_us:.0f} vs 100 µs, TEST))")
+    assert bb.compile_note() is None  # both compile (int8 as inputs, float32 frozen in)
+
+
+def test_int8_asked_for_on_a_slow_cpu_runs_and_says_so(marian_dir: Path, fresh_backbone, monkeypatch,
+                                                        caplog) -> None:
+    from hunyuan_mt import int8
+
+    monkeypatch.setattr(int8, "gemm_speed", lambda threads=None: _gemm_speed(2300.0))
+    with caplog.at_level("WARNING", logger="hunyuan_mt.backbone"):
+        bb = fresh_backbone(marian_dir, quantization="int8")
+    assert bb.info()["quantization"] == "int8"
+    assert "23× float32's time" in bb.info()["quantization_note"]
+    assert any("set model.quantization to auto or none" in r.getMessage() for r in caplog.records)
+
+
+def test_auto_quantization_is_float_off_the_cpu_or_off_float32() -> None:
+    from hunyuan_mt.backbone import resolve_quantization
+    from hunyuan_mt.config import ModelConfig
+
+    auto = ModelConfig(quantization="auto")
+    assert resolve_quantization(auto, "cuda:0", torch.bfloat16) == ("none", "auto: none (int8 runs on the CPU only)")
+    assert resolve_quantization(auto, "cpu", torch.bfloat16) == ("none", "auto: none (int8 takes a float32 model)")
+    assert resolve_quantization(ModelConfig(quantization="4bit"), "cuda:0", torch.bfloat16) == ("4bit", "")
+
+
+def test_the_int8_speed_probe_times_both_kernels() -> None:
+    from hunyuan_mt.int8 import gemm_speed
+
+    speed = gemm_speed(torch.get_num_threads())
+    assert speed.int8_us > 0 and speed.float32_us > 0 and speed.capability
+    assert gemm_speed(torch.get_num_threads()) is speed  # timed once per process and thread count
+
+
 # ---------------------------------------------------------------------------------------------------- threads
 
 def test_default_threads_follow_the_openmp_runtime(monkeypatch) -> None:
