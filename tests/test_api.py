@@ -207,10 +207,11 @@ def test_detect(client: httpx.Client, live_server: LiveServer) -> None:
     assert_error(client.post("/detect", json={}), 400, "missing q parameter")
 
 
-def test_health_adapters_and_openapi(client: httpx.Client) -> None:
+def test_health_adapters_and_openapi(client: httpx.Client, live_server: LiveServer) -> None:
     assert client.get("/health").json() == {"status": "ok"}  # LibreTranslate's exact answer
     status = client.get("/status").json()
     assert status["status"] == "ok" and status["ready"] is True and status["model"] and status["version"]
+    assert status["quantization"] == live_server.service.backbone.info()["quantization"]
     adapters = client.get("/adapters").json()
     resident = {entry["key"] for entry in adapters["resident"]}
     assert {"en2es", "es2en"} <= resident  # pinned at start in both test profiles

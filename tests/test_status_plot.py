@@ -19,3 +19,15 @@ def test_a_long_document_is_left_out_of_the_latency_plot_and_named_in_its_captio
     only_documents, _ = _plots({"history": [[now - 5, 3000.0, 1.0, "document"]]})
     assert only_documents["caption"] == ("No text requests in the last 5 minutes. 1 document left out of the plot, "
                                          "the longest 3.0 s.")
+
+
+def test_the_status_overview_says_why_the_weights_run_as_they_do() -> None:
+    """With model.quantization: auto the service picks float32 or int8 by this CPU's int8 GEMM; the status tab says
+    which, and why (backbone info's quantization_note), and says nothing when the user's choice runs as asked."""
+    from hunyuan_mt.web.ui import _overview_markdown
+
+    backbone = {"name": "demo", "arch": "encoder-decoder", "device": "cpu", "dtype": "float32", "quantization": "none"}
+    note = "auto: float32 (torch's int8 GEMM takes 23× float32's time on this CPU (1518 vs 66 µs, AVX2))"
+    text = _overview_markdown({"backbone": {**backbone, "quantization_note": note}})
+    assert f"**Weights:** {note}" in text and "**quantization**" not in text
+    assert "**Weights:**" not in _overview_markdown({"backbone": backbone})

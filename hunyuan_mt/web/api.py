@@ -469,7 +469,11 @@ class RestApi:
         ready = bool(status.get("ready", True))
         body: dict[str, Any] = {
             "status": "ok" if ready else "starting", "ready": ready, "version": __version__,
-            "model": backbone.get("name"), "device": backbone.get("device"), "mode": memory.get("mode", "normal"),
+            "model": backbone.get("name"), "device": backbone.get("device"),
+            # What the weights run as, and why when the service chose it (model.quantization: auto).
+            "quantization": backbone.get("quantization"),
+            **({"quantization_note": backbone["quantization_note"]} if backbone.get("quantization_note") else {}),
+            "mode": memory.get("mode", "normal"),
             "uptime_s": status.get("uptime_s"), "startup_s": status.get("startup_s"), "warmup": status.get("warmup")}
         if "ray" in status:
             body["ray"] = {"groups": [{k: g.get(k) for k in ("name", "replicas", "running", "up")}

@@ -504,6 +504,9 @@ def _overview_markdown(status: dict[str, Any]) -> str:
         + (f" · **quantization** {backbone['quantization']}" if backbone.get("quantization") not in (None, "none")
            else ""),
     ]
+    if backbone.get("quantization_note"):
+        # Why the weights run as they do when the service chose (model.quantization: auto) or warns.
+        lines.append(f"**Weights:** {backbone['quantization_note']}")
     mem_line = f"**Memory:** RSS {_fmt_bytes(memory.get('rss_bytes'))}"
     gpu = memory.get("gpu") or {}
     if gpu:
