@@ -195,7 +195,7 @@ def loaded_backbones() -> list[Backbone]:
 def resolve_quantization(cfg: ModelConfig, device: str, dtype: torch.dtype) -> tuple[str, str]:
     """`model.quantization` as it will run, and a note saying why when it was chosen for the user ("auto") or the
     user's choice will run slow. "auto" is int8 only on a CPU whose int8 GEMM beats float32 (`int8.gemm_speed`):
-    the default profile's int8 would otherwise decode ~40× slower than float32 on an AVX2-only CPU."""
+    the default profile's int8 decoded 14× slower than float32 on an AVX2-only CPU (BENCHMARKS.md)."""
     if cfg.quantization not in ("auto", "int8"):
         return cfg.quantization, ""
     if device != "cpu" or dtype != torch.float32 or not int8.available():

@@ -52,7 +52,7 @@ class ModelConfig:
     device: str = "auto"
     #: "none"; "int8": int8 weights with per-row scales on the CPU (torch._int_mm, activations per token,
     #: hunyuan_mt/int8.py; LoRA stays float32 on top); "auto": int8 where this CPU runs torch's int8 GEMM faster
-    #: than float32 (timed at load: AVX-512 and AMX do, AVX2 alone falls back to a loop ~25× slower), else none;
+    #: than float32 (timed at load; on an AVX2-only CPU torch's int8 GEMM is a plain loop ~25× slower), else none;
     #: "8bit" or "4bit": bitsandbytes on CUDA.
     quantization: str = "none"
     #: "auto": flash_attention_2 on CUDA when flash_attn works and the dtype is fp16/bf16, else sdpa; on CPU
