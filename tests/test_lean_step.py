@@ -104,6 +104,31 @@ def test_lean_marian_logits_equal_transformers_per_step(marian_dir: Path, adapte
     assert checked >= 31  # every row at every step, adapters mixed
 
 
+
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+def test_final_logits_bias_rides_in_the_output_projection(marian_dir: Path, fresh_backbone,
+                                                          quantization: str) -> None:
+    """Marian's final logits bias is added by the output projection's GEMM, not after it. The demo's and the tiny
+    model's biases are zeros, so this one is set: the lean step's logits still equal transformers' (float32), or
+    stay as close to them as int8 keeps the rest (int8), and the step adds no bias of its own."""
+    bb = fresh_backbone(marian_dir, quantization=quantization)
+    with torch.no_grad():
+        bb.model.final_logits_bias.copy_(torch.randn_like(bb.model.final_logits_bias) * 3)
+    batch = bb.new_batch(GenerationConfig())
+    seen: list[torch.Tensor] = []
+    choose = batch._choose
+    batch._choose = lambda logits, live: (seen.append(logits.clone()), choose(logits, live))[1]
+    encoded = bb.encode(PromptRow(TEXTS[0], "en", "es"))
+    with torch.inference_mode():
+        batch.add([Sequence(0, encoded.input_ids, BASE_SLOT, 4, encoded.decoder_prefix)])
+        batch.step()
+        assert batch._decoder_args[-1] is None and batch._head.base[-1] is not None
+        ref = bb.model(input_ids=torch.tensor([encoded.input_ids]),
+                       decoder_input_ids=torch.tensor([list(encoded.decoder_prefix)])).logits[0, -1]
+    tol = dict(atol=1e-4, rtol=1e-3) if quantization == "none" else dict(atol=0.3, rtol=0.05)
+    torch.testing.assert_close(seen[0][0], ref, **tol)
+
+
 def test_lean_encoder_equals_transformers_encoder(marian_dir: Path, adapters: Path, fresh_backbone,
                                                   make_cache) -> None:
     bb = fresh_backbone(marian_dir)

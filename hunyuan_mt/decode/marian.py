@@ -99,7 +99,8 @@ class MarianBatch(RunningBatch):
         self.cache: _Cache | None = None
         self._layers: list[_Layer] = []
         self._head: Projection | None = None
-        self._bias_in_head = False
+        #: The final logits bias the step adds after the output projection: None where that GEMM carries it.
+        self._logits_bias: torch.Tensor | None = None
         self._encoder: list[_EncoderLayer] = []
         self._layout: tuple[int, int, bool] | None = None
         self._decoder_args: tuple[Any, ...] = ()
@@ -147,10 +148,12 @@ class MarianBatch(RunningBatch):
             norms=tuple((n.weight, n.bias, n.eps) for n in (e.self_attn_layer_norm, e.final_layer_norm)),
             activation=_activation(e.activation_fn),
         ) for e in self.model.get_encoder().layers]
-        final, head = self._final_bias(), self.model.lm_head
+        final, head = getattr(self.model, "final_logits_bias", None), self.model.lm_head
+        final = None if final is None else final.reshape(-1)  # a buffer [1, vocab]
         # The final logits bias rides in the output projection's GEMM where that has no bias of its own.
-        self._bias_in_head = final is not None and getattr(head, "bias", None) is None
-        self._head = Projection([head], None, bias=final if self._bias_in_head else None)
+        in_head = final is not None and getattr(head, "bias", None) is None
+        self._head = Projection([head], None, bias=final if in_head else None)
+        self._logits_bias = None if in_head else final
         self._layers, self._layout = layers, layout
         # What decoder_step / encoder_forward take, built once per layout rather than at every forward.
         self._decoder_args, self._encoder_args = self._model(plain), self._encoder_model(plain)
@@ -237,12 +240,7 @@ class MarianBatch(RunningBatch):
                 (self.heads, self.head_dim, self.scaling),
                 tuple((tuple(_base(p, plain) for p in _step_projections(layer)), layer.norms, layer.activation)
                       for layer in self._layers),
-                _base(self._head, plain), None if self._bias_in_head else self._final_bias())
-
-    def _final_bias(self) -> torch.Tensor | None:
-        """Marian's final logits bias [vocab] (a buffer [1, vocab]), or None."""
-        bias = getattr(self.model, "final_logits_bias", None)
-        return None if bias is None else bias.reshape(-1)
+                _base(self._head, plain), self._logits_bias)
 
     # ------------------------------------------------------------------ RunningBatch's moves
 
