@@ -369,8 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     data = sentences(args.quick)
     texts, refs = workload(data)
     convert(PAIR, WORK)
-    speed = _int8_speed(args.threads)
-    with_int8 = args.int8 == "always" or (args.int8 == "auto" and speed.fast)
+    speed, shipped = _as_shipped(args.threads)
+    with_int8 = args.int8 == "always" or (args.int8 == "auto" and shipped == "int8")
     ours = ["ours-int8", "ours-none"] if with_int8 else ["ours-none"]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in ("ct2-float32", "ct2-int8", *ours)}
     for r in range(args.runs):
@@ -408,20 +408,25 @@ def main(argv: list[str] | None = None) -> int:
                "quality": quality, "ours_threads": runs["ours-none"][0]["threads"],
                "int8_gemm": {"int8_us": round(speed.int8_us, 1), "float32_us": round(speed.float32_us, 1),
                              "capability": speed.capability, "note": speed.describe()},
-               # What the default profile (model.quantization: auto) runs on this CPU.
-               "shipped": "ours-int8" if speed.fast else "ours-none"}
+               # What the default profile (model.quantization: auto) runs on this CPU, and the run quoted for it
+               # (float32 when int8 is shipped but was not run: --int8 never).
+               "shipped": shipped, "quoted": f"ours-{shipped}" if f"ours-{shipped}" in runs else "ours-none"}
     write_results("peer" if not args.quick else "peer-quick", results, _report(results))
     return 0
 
 
-def _int8_speed(threads: int) -> Any:
-    """`int8.gemm_speed` on the benchmark's thread count: what `model.quantization: auto` decides by."""
+def _as_shipped(threads: int) -> tuple[Any, str]:
+    """This CPU's int8 GEMM timing and what the default profile's `model.quantization: auto` runs on it ("int8" or
+    "none"), decided as the backbone decides it (`backbone.resolve_quantization`), on the benchmark's threads."""
     import torch
 
     from hunyuan_mt import int8
+    from hunyuan_mt.backbone import resolve_quantization
+    from hunyuan_mt.config import ModelConfig
 
     torch.set_num_threads(threads)
-    return int8.gemm_speed(threads)
+    shipped, _ = resolve_quantization(ModelConfig(quantization="auto"), "cpu", torch.float32)
+    return int8.gemm_speed(threads), shipped
 
 
 def _quality_table(runs: dict[str, list[dict[str, Any]]], data: dict[str, Any]) -> dict[str, Any]:
@@ -441,15 +446,19 @@ def _quality_table(runs: dict[str, list[dict[str, Any]]], data: dict[str, Any]) 
 def _report(r: dict[str, Any]) -> list[str]:
     m, a = r["median"], r["agreement"]
     ct8, ct32, o32 = m["ct2-int8"], m["ct2-float32"], m["ours-none"]
-    shipped = m[r["shipped"]]
-    kind = "int8" if r["shipped"] == "ours-int8" else "fp32"
+    shipped = m[r["quoted"]]
+    kind = "int8" if r["quoted"] == "ours-int8" else "fp32"
+    if r["quoted"] != f"ours-{r['shipped']}":
+        ran = " It was not run (`--int8 never`): the rows below quote fp32."
+    else:
+        ran = "" if "ours-int8" in m else " Ours in int8 was not run (`--int8 always` runs it)."
     lines = [f"# Ours against CTranslate2 ({r['date']}, `python -m bench.peer --runs {r['runs']} --threads "
              f"{r['threads']}`)", "",
              f"{r['sentences']} sentences en→es (held-out UI strings + longer catalogue sentences), greedy, "
              f"{r['threads']} threads each (ours: model.cpu_threads={r['ours_threads']}), translation memory off, "
              "tokenizing included. Medians of the runs.", "",
              f"This CPU: {r['int8_gemm']['note']}, so the shipped profile (`model.quantization: auto`) runs "
-             f"**{kind}**" + ("." if "ours-int8" in m else "; ours in int8 was not run (`--int8 always` runs it)."),
+             f"**{'int8' if r['shipped'] == 'int8' else 'fp32'}**.{ran}",
              "", "| engine | seconds (runs) | generated tok/s | cores busy | short sentence, idle (ms) |",
              "|---|---|---|---|---|"]
     labels = (("ct2-int8", "CTranslate2 int8, batch 64"), ("ct2-float32", "CTranslate2 fp32, batch 64"),
@@ -458,7 +467,7 @@ def _report(r: dict[str, Any]) -> list[str]:
         if name not in m:
             continue
         x = m[name]
-        label += " (as shipped here)" if name == r["shipped"] else ""
+        label += " (as shipped here)" if name == f"ours-{r['shipped']}" else ""
         lines.append(f"| {label} | {x['seconds']:.2f} ({', '.join(str(v) for v in x['seconds_runs'])}) | "
                      f"{x['tokens_per_s']:,} | "
                      f"{x['busy']:.2f} | {x['short_ms']:.1f} |")
