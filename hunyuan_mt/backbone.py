@@ -198,22 +198,22 @@ def resolve_quantization(cfg: ModelConfig, device: str, dtype: torch.dtype) -> t
     the default profile's int8 decoded 14× slower than float32 on an AVX2-only CPU (BENCHMARKS.md)."""
     if cfg.quantization not in ("auto", "int8"):
         return cfg.quantization, ""
-    if device != "cpu" or dtype != torch.float32 or not int8.available():
-        if cfg.quantization == "int8":
-            return "int8", ""  # refused with its reason by _quantization_config
-        why = ("int8 runs on the CPU only" if device != "cpu" else "int8 takes a float32 model" if dtype != torch.float32
-               else "this torch build has no CPU int8 GEMM (torch._int_mm)")
-        return "none", f"auto: none ({why})"
+    unfit = ("int8 runs on the CPU only" if device != "cpu" else
+             "int8 takes a float32 model" if dtype != torch.float32 else
+             "this torch build has no CPU int8 GEMM (torch._int_mm)" if not int8.available() else None)
+    if unfit is not None:
+        # int8 asked for is refused, with its reason, by _quantization_config.
+        return ("int8", "") if cfg.quantization == "int8" else ("none", f"auto: none ({unfit})")
     speed = int8.gemm_speed(torch.get_num_threads())
-    if cfg.quantization == "int8":
-        if speed.fast:
-            return "int8", ""
-        note = (f"int8 as configured, though {speed.describe()}: set model.quantization to auto or none for "
-                "float32, which decodes faster here")
-        log.warning("model.quantization: %s", note)
-        return "int8", note
-    return ("int8", f"auto: int8 ({speed.describe()})") if speed.fast else \
-        ("none", f"auto: float32 ({speed.describe()})")
+    if cfg.quantization == "auto":
+        return ("int8", f"auto: int8 ({speed.describe()})") if speed.fast else \
+            ("none", f"auto: float32 ({speed.describe()})")
+    if speed.fast:
+        return "int8", ""
+    note = (f"int8 as configured, though {speed.describe()}: set model.quantization to auto or none for float32, "
+            "which decodes faster here")
+    log.warning("model.quantization: %s", note)
+    return "int8", note
 
 
 def _quantization_config(cfg: ModelConfig, device: str, dtype: torch.dtype) -> Any:
