@@ -11,10 +11,10 @@ Marian loader assumes Opus-MT's layout: `<pad>` last, the decoder started from a
 Every engine runs in a process of its own (no thread pool shared with another engine), with the same number of
 threads, and answers:
 - (a) the 600 sentences on one pair: CTranslate2 fp32 and int8 with batches of 64 (sorted by length, as its
-  translate_batch does), ours through `translate_batch` in fp32 and, where this CPU's int8 GEMM beats float32's
-  (what the default profile's `model.quantization: auto` decides by, `int8.gemm_speed`), in int8 (default profile
-  otherwise; translation memory off so the model answers). On an AVX2-only CPU torch's int8 GEMM is a plain loop
-  (~25× float32's time): ours in int8 is then left out unless `--int8 always`, and "as shipped" is fp32;
+  translate_batch does), ours through `translate_batch` in fp32 and, where this CPU's faster int8 kernel beats
+  float32 (what the default profile's `model.quantization: auto` decides by, `int8.gemm_speed`: torch._int_mm
+  where torch has an int8 kernel for the CPU, fbgemm on AVX2 alone), in int8 (translation memory off so the model
+  answers). Where neither beats float32, ours in int8 is left out unless `--int8 always`, and "as shipped" is fp32;
 - (b) ours with the same 600 sentences spread over the 8 shipped adapters, sent by 8 concurrent callers so the
   rows mix in the running batch, against CTranslate2 int8 on its one merged model;
 - (c) one short sentence on an idle engine, in-process, and for ours also over HTTP (POST /translate);

@@ -200,11 +200,11 @@ def resolve_quantization(cfg: ModelConfig, device: str, dtype: torch.dtype) -> t
         return cfg.quantization, ""
     unfit = ("int8 runs on the CPU only" if device != "cpu" else
              "int8 takes a float32 model" if dtype != torch.float32 else
-             "this torch build has no CPU int8 GEMM (torch._int_mm)" if not int8.available() else None)
+             "this torch build has no CPU int8 GEMM (torch._int_mm or fbgemm)" if not int8.available() else None)
     if unfit is not None:
         # int8 asked for is refused, with its reason, by _quantization_config.
         return ("int8", "") if cfg.quantization == "int8" else ("none", f"auto: none ({unfit})")
-    speed = int8.gemm_speed(torch.get_num_threads())
+    speed = int8_speed(cfg)
     if cfg.quantization == "auto":
         return ("int8", f"auto: int8 ({speed.describe()})") if speed.fast else \
             ("none", f"auto: float32 ({speed.describe()})")
@@ -216,18 +216,29 @@ def resolve_quantization(cfg: ModelConfig, device: str, dtype: torch.dtype) -> t
     return "int8", note
 
 
+def int8_speed(cfg: ModelConfig) -> int8.GemmSpeed:
+    """The int8 kernels timed against float32 on this CPU (once per process and thread count), with the kernel
+    `model.int8_kernel` pins, if it pins one and this torch build has it."""
+    speed = int8.gemm_speed(torch.get_num_threads())
+    if cfg.int8_kernel == "auto":
+        return speed
+    if (speed.fbgemm_us if cfg.int8_kernel == "fbgemm" else speed.int8_us) in (None, float("inf")):
+        raise ConfigError(f"model.int8_kernel: {cfg.int8_kernel} is not in this torch build; set it to auto.")
+    return replace(speed, pinned=cfg.int8_kernel)
+
+
 def _quantization_config(cfg: ModelConfig, device: str, dtype: torch.dtype) -> Any:
     """bitsandbytes' config for 8bit/4bit (CUDA), None otherwise; int8 is checked here and applied after loading."""
     if cfg.quantization == "none":
         return None
     if cfg.quantization == "int8":
         if device != "cpu":
-            raise ConfigError(f"model.quantization: int8 runs on the CPU (torch's int8 GEMM, torch._int_mm); this profile runs "
+            raise ConfigError(f"model.quantization: int8 runs on the CPU (torch._int_mm or fbgemm); this profile runs "
                               f"on {device}. Use 8bit (bitsandbytes) on CUDA, or none.")
         if dtype != torch.float32:
             raise ConfigError("model.quantization: int8 takes a float32 model (model.dtype: float32 or auto).")
         if not int8.available():
-            raise ConfigError("model.quantization: int8 needs torch._int_mm on the CPU, "
+            raise ConfigError("model.quantization: int8 needs torch._int_mm or fbgemm on the CPU, "
                               "which this torch build lacks; set model.quantization: none.")
         return None
     if not device.startswith("cuda"):
@@ -284,6 +295,8 @@ class Backbone:
         self.load_s = load_s
         #: Why `cfg.quantization` is what runs, when the service chose it ("auto") or warns about it.
         self.quantization_note = ""
+        #: Which kernel multiplies the int8 weights ("int_mm" or "fbgemm"; int8.gemm_speed), None without them.
+        self.int8_kernel: str | None = None
         self.warmup_ms: float | None = None
         #: The compiled decode step and encoder every new batch uses (`compile_step`), or None: eager.
         self.compiled: Any = None
@@ -375,14 +388,18 @@ class Backbone:
             model.to(device)
         model.eval()
         model.requires_grad_(False)
+        kernel = None
         if cfg.quantization == "int8":
-            int8.quantize_linears(model)
+            # The kernel configured, or the faster of the two on this CPU (timed once per process).
+            kernel = int8_speed(cfg).kernel
+            int8.quantize_linears(model, kernel)
         tokenizer.padding_side = "left" if arch == DECODER_ONLY else "right"
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         name = Path(source).name if Path(source).is_dir() else source
         backbone = cls(model, tokenizer, arch, device, dtype, name, cfg, load_s=0.0)
         backbone.quantization_note = quantization_note
+        backbone.int8_kernel = kernel
         backbone.load_s = time.perf_counter() - t0
         log.info("backbone %s loaded: %s, %s, %s, attention %s, %.1fM params in %.2f s", name, arch, device,
                  str(dtype).replace("torch.", ""), backbone.info()["attn_implementation"], backbone.param_count / 1e6,
@@ -679,6 +696,7 @@ class Backbone:
             "device": self.device,
             "dtype": str(self.dtype).replace("torch.", ""),
             "quantization": self.cfg.quantization,
+            **({"int8_kernel": self.int8_kernel} if self.int8_kernel else {}),
             **({"quantization_note": self.quantization_note} if self.quantization_note else {}),
             "attn_implementation": getattr(getattr(self.base_model, "config", None), "_attn_implementation", None),
             "params": self.param_count,

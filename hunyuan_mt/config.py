@@ -50,11 +50,13 @@ class ModelConfig:
     dtype: str = "auto"
     #: "auto" → cuda:0 when available, else cpu.
     device: str = "auto"
-    #: "none"; "int8": int8 weights with per-row scales on the CPU (torch._int_mm, activations per token,
-    #: hunyuan_mt/int8.py; LoRA stays float32 on top); "auto": int8 where this CPU runs torch's int8 GEMM faster
-    #: than float32 (timed at load; on an AVX2-only CPU torch's int8 GEMM is a plain loop ~25× slower), else none;
-    #: "8bit" or "4bit": bitsandbytes on CUDA.
+    #: "none"; "int8": int8 weights with per-row scales on the CPU (activations per token; hunyuan_mt/int8.py,
+    #: int8_fbgemm.py; LoRA on top); "auto": int8 where this CPU runs an int8 GEMM faster than float32 (timed at
+    #: load), else none; "8bit" or "4bit": bitsandbytes on CUDA.
     quantization: str = "none"
+    #: Which GEMM multiplies int8 weights: "int_mm" (torch._int_mm; fast with AVX-512, a plain loop on AVX2 alone),
+    #: "fbgemm" (built for AVX2; 7-bit weights), or "auto": the faster here (timed at load with the above).
+    int8_kernel: str = "auto"
     #: "auto": flash_attention_2 on CUDA when flash_attn works and the dtype is fp16/bf16, else sdpa; on CPU
     #: transformers picks. Or "sdpa", "flash_attention_2", "eager".
     attn_implementation: str = "auto"
@@ -91,6 +93,8 @@ class ModelConfig:
         _check(bool(_DEVICE.match(self.device)), "model.device", "auto, cpu, cuda or cuda:N", self.device)
         _check(self.quantization in ("none", "auto", "int8", "8bit", "4bit"), "model.quantization",
                "one of none, auto, int8, 8bit, 4bit", self.quantization)
+        _check(self.int8_kernel in ("auto", "int_mm", "fbgemm"), "model.int8_kernel",
+               "one of auto, int_mm, fbgemm", self.int8_kernel)
         _check(self.attn_implementation in ("auto", "sdpa", "flash_attention_2", "eager"),
                "model.attn_implementation", "one of auto, sdpa, flash_attention_2, eager", self.attn_implementation)
         _check(isinstance(self.cpu_threads, int) and self.cpu_threads >= 0, "model.cpu_threads", "an integer >= 0",

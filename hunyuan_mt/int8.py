@@ -1,4 +1,7 @@
-"""int8 weights on the CPU: every `nn.Linear` of the backbone becomes an `Int8Linear` (`model.quantization: int8`).
+"""int8 weights on the CPU: every `nn.Linear` of the backbone becomes an int8 layer (`model.quantization: int8`),
+multiplied by one of two kernels (`model.int8_kernel`, by default the faster on this CPU, timed by `gemm_speed`):
+`Int8Linear` below, through `torch._int_mm`, where torch has an int8 kernel for the CPU (AVX-512), or
+`int8_fbgemm.FbgemmLinear`, through fbgemm, on CPUs with AVX2 alone, where `torch._int_mm` is a plain loop.
 
 The weights are quantized once, at load, symmetrically with one scale per output row; activations are quantized
 per token, symmetrically, at every call (`int8_linear`); `torch._int_mm` multiplies the two in int8 with int32
@@ -29,6 +32,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from . import int8_fbgemm
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +108,10 @@ class Int8Linear(nn.Module):
         return cls(linear.weight, getattr(linear, "bias", None))
 
     @classmethod
+    def from_float(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> "Int8Linear":
+        return cls(weight, bias)
+
+    @classmethod
     def stacked(cls, layers: "list[Int8Linear]") -> "Int8Linear":
         """One layer computing `layers` side by side (Q, K and V in one GEMM): their int8 columns and scales are
         concatenated as they are, so the fused layer computes exactly what each computes."""
@@ -136,7 +145,12 @@ class Int8Linear(nn.Module):
 
 
 def available() -> bool:
-    """Whether this torch build multiplies int8 matrices on the CPU (`torch._int_mm`)."""
+    """Whether this torch build multiplies int8 matrices on the CPU, with either kernel."""
+    return int_mm_available() or int8_fbgemm.available()
+
+
+def int_mm_available() -> bool:
+    """Whether this torch build has `torch._int_mm` on the CPU."""
     if not hasattr(torch, "_int_mm"):
         return False
     try:
@@ -146,47 +160,72 @@ def available() -> bool:
     return True
 
 
+#: The int8 kernels: torch's `_int_mm` (oneDNN; fast with AVX-512) and fbgemm (`int8_fbgemm`; built for AVX2).
+KERNELS = ("int_mm", "fbgemm")
+
+
 @dataclass(frozen=True)
 class GemmSpeed:
-    """How torch's int8 GEMM compares with float32's on this CPU, as timed by `gemm_speed`."""
+    """How the int8 GEMMs compare with float32's on this CPU, as timed by `gemm_speed`."""
 
-    int8_us: float
-    float32_us: float
+    int8_us: float  # torch._int_mm
+    float32_us: float  # the float32 path the engine runs (packed for oneDNN where it can be)
     capability: str  # torch's CPU instruction set (AVX2, AVX512, ...)
+    fbgemm_us: float | None = None  # fbgemm's path (None: this torch build has no fbgemm)
+    pinned: str | None = None  # the kernel configured (model.int8_kernel), None: the faster
+
+    @property
+    def kernel(self) -> str:
+        """The int8 kernel that runs: the one pinned, else the faster here ("int_mm" or "fbgemm")."""
+        if self.pinned is not None:
+            return self.pinned
+        return "fbgemm" if self.fbgemm_us is not None and self.fbgemm_us < self.int8_us else "int_mm"
+
+    @property
+    def best_us(self) -> float:
+        return self.fbgemm_us if self.kernel == "fbgemm" else self.int8_us  # type: ignore[return-value]
 
     @property
     def ratio(self) -> float:
-        """int8 time ÷ float32 time: below 1 where int8 pays."""
-        return self.int8_us / self.float32_us
+        """The faster int8 kernel's time ÷ float32's: below 1 where int8 pays."""
+        return self.best_us / self.float32_us
 
     @property
     def fast(self) -> bool:
         return self.ratio < 1.0
 
     def describe(self) -> str:
-        return (f"torch's int8 GEMM takes {self.ratio:.2g}× float32's time on this CPU "
-                f"({self.int8_us:.0f} vs {self.float32_us:.0f} µs, {self.capability})")
+        name = "torch._int_mm" if self.kernel == "int_mm" else "fbgemm"
+        return (f"int8 through {name} takes {self.ratio:.2g}× float32's time on this CPU "
+                f"({self.best_us:.0f} vs {self.float32_us:.0f} µs, {self.capability})")
 
 
-#: (rows, in, out) of the probe: small enough that the slow kernel's probe costs a few ms.
-_PROBE = (32, 256, 256)
+#: (rows, in, out) of the probe: a decode step's GEMM of a small model, small enough that torch._int_mm's plain
+#: loop on an AVX2-only CPU (~25× float32) costs tens of milliseconds once per process.
+_PROBE = (48, 384, 768)
 
 
 @functools.lru_cache(maxsize=None)
 def gemm_speed(threads: int | None = None) -> GemmSpeed:
-    """Time `torch._int_mm` against a float32 `mm` of the same shape, on the current thread count (the argument
-    only keys the cache). Where torch has an int8 kernel for the CPU, int8 ran ~4× faster than float32 (the 2-core
-    box of 2026-12-01, BENCHMARKS.md); on an AVX2-only CPU (an AMD Zen 3 box, 2026-12-02) torch falls back to a
-    plain loop, 20 ms against 0.8 ms for float32 at 64×384×1152. The gap either way is wide, so three tries of each
-    (best kept) decide it in a few milliseconds."""
+    """Time both int8 kernels against float32 as the engine runs it (oneDNN's packed weight where there is one), on
+    the current thread count (the argument only keys the cache).
+
+    torch._int_mm ran ~4× faster than float32 where torch has an int8 kernel for the CPU (the 2-core AVX-512 box of
+    2026-12-01, BENCHMARKS.md); on an AVX2-only CPU (AMD Zen 3, 2026-12-02) it is a plain loop, 20 ms against
+    0.8 ms at 64×384×1152, while fbgemm's path is ~1.2-2× faster than float32 there (int8_fbgemm). Each is timed
+    at its best of three after a first call; a kernel whose first call already takes 20× float32's is not timed
+    further."""
     rows, inner, out = _PROBE
     gen = torch.Generator().manual_seed(0)
-    a = torch.randint(-127, 128, (rows, inner), dtype=torch.int8, generator=gen)
-    b = torch.randint(-127, 128, (inner, out), dtype=torch.int8, generator=gen)
-    af, bf = a.to(torch.float32), b.to(torch.float32)
+    weight = torch.randn(out, inner, generator=gen) * 0.05
+    x = torch.randn(rows, inner, generator=gen)
 
-    def best(fn: Any) -> float:
+    def best(fn: Any, limit: float = float("inf")) -> float:
+        t0 = time.perf_counter()
         fn()  # first call: kernel selection, allocation
+        first = time.perf_counter() - t0
+        if first * 1e6 > limit:
+            return first * 1e6
         times = []
         for _ in range(3):
             t0 = time.perf_counter()
@@ -194,27 +233,53 @@ def gemm_speed(threads: int | None = None) -> GemmSpeed:
             times.append(time.perf_counter() - t0)
         return min(times) * 1e6
 
-    return GemmSpeed(best(lambda: torch._int_mm(a, b)), best(lambda: torch.mm(af, bf)),
-                     torch.backends.cpu.get_cpu_capability())
+    if torch.backends.mkldnn.is_available():
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+        float32_us = best(lambda: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""))
+    else:
+        weight_t = weight.t().contiguous()
+        float32_us = best(lambda: torch.mm(x, weight_t))
+    # The int8 GEMMs alone, on activations already on their grid: the compiled step fuses the per-token scaling
+    # around them into the neighbouring loops, so timing it here (eager) would charge int8 for what it does not
+    # cost there.
+    int_mm_us = float("inf")
+    if int_mm_available():
+        weight_t, _ = quantize_rows(weight)
+        q = torch.round(x / (x.abs().amax(dim=1, keepdim=True) / _LEVELS)).to(torch.int8)
+        int_mm_us = best(lambda: torch._int_mm(q, weight_t), 20 * float32_us)
+    fbgemm_us = None
+    if int8_fbgemm.available():
+        layer = int8_fbgemm.FbgemmLinear(*int8_fbgemm.quantize_rows(weight), None)
+        unit = x / x.abs().amax(dim=1, keepdim=True)
+        fbgemm_us = best(lambda: torch.ops.hmt.fbgemm_linear(unit, layer.scale), 20 * float32_us)
+    return GemmSpeed(int_mm_us, float32_us, torch.backends.cpu.get_cpu_capability(), fbgemm_us)
+
+
+#: The int8 layers, whichever kernel multiplies them.
+INT8_LAYERS = (Int8Linear, int8_fbgemm.FbgemmLinear)
 
 
 def weight_and_bias(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A linear layer's float32 weight and bias, whether it is nn.Linear or Int8Linear."""
-    if isinstance(module, Int8Linear):
+    """A linear layer's float32 weight and bias, whether it is nn.Linear or an int8 layer."""
+    if isinstance(module, INT8_LAYERS):
         return module.dequantized()
     return module.weight.detach().to(torch.float32), (None if module.bias is None else module.bias.detach())
 
 
-def quantize_linears(model: nn.Module) -> int:
-    """Replace every nn.Linear of `model` by an Int8Linear. Returns how many.
+def quantize_linears(model: nn.Module, kernel: str = "int_mm") -> int:
+    """Replace every nn.Linear of `model` by an int8 layer multiplied by `kernel` (Int8Linear for "int_mm",
+    int8_fbgemm.FbgemmLinear for "fbgemm"). Returns how many.
 
     Tied output projections (Marian's lm_head shares the token embeddings) get their own int8 copy; the
     embedding table stays float32 for look-ups.
     """
+    if kernel not in KERNELS:
+        raise ValueError(f"int8 kernel {kernel!r}: one of {', '.join(KERNELS)}")
+    layer: Any = Int8Linear if kernel == "int_mm" else int8_fbgemm.FbgemmLinear
     targets = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     for name, linear in targets:
         parent_path, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_path) if parent_path else model
-        setattr(parent, attr, Int8Linear.from_linear(linear))
-    log.info("int8 weights: %d linear layers quantized (per-row scales)", len(targets))
+        setattr(parent, attr, layer.from_linear(linear))
+    log.info("int8 weights: %d linear layers quantized (per-row scales, %s)", len(targets), kernel)
     return len(targets)

@@ -198,17 +198,20 @@ def test_int8_linear_is_close_to_float32_and_each_row_is_its_own() -> None:
     assert w.shape == (48, 64) and torch.equal(b, linear.bias.detach())
 
 
+@pytest.mark.parametrize("kernel", ["int_mm", "fbgemm"])
 def test_int8_backbone_keeps_its_spec_and_serves_adapters(marian_dir: Path, marian_adapters: Path, fresh_backbone,
-                                                          make_cache) -> None:
-    """Every Linear becomes int8, the adapters validate against the same shapes, and a batch of rows on three
-    adapters (LoRA in float32 on top) translates."""
+                                                          make_cache, kernel: str) -> None:
+    """Every Linear becomes int8 (the kernel configured), the adapters validate against the same shapes, and a
+    batch of rows on three adapters (LoRA on top) translates."""
     from hunyuan_mt.int8 import Int8Linear
+    from hunyuan_mt.int8_fbgemm import FbgemmLinear
 
     fp32 = fresh_backbone(marian_dir)
-    bb = fresh_backbone(marian_dir, quantization="int8")
-    assert bb.spec == fp32.spec
+    bb = fresh_backbone(marian_dir, quantization="int8", int8_kernel=kernel)
+    assert bb.spec == fp32.spec and bb.int8_kernel == bb.info()["int8_kernel"] == kernel
     assert not any(isinstance(m, torch.nn.Linear) for m in bb.model.modules())
-    assert sum(isinstance(m, Int8Linear) for m in bb.model.modules()) == len(fp32.spec.shapes)
+    layer = Int8Linear if kernel == "int_mm" else FbgemmLinear
+    assert sum(isinstance(m, layer) for m in bb.model.modules()) == len(fp32.spec.shapes)
     cache = make_cache(bb, marian_adapters, slots=3)
     assert cache.registry.usable_pairs() >= {Pair.parse(k) for k in ("en2es", "en2fr")}
     lease, slots = _slots(cache, [None, "en2es", "en2fr"])
@@ -227,7 +230,7 @@ def test_int8_projection_takes_lora_a_into_its_gemm(marian_dir: Path, adapters: 
     from hunyuan_mt.int8 import int8_linear
     from hunyuan_mt.lora.grouped import GroupedLoRA
 
-    bb = fresh_backbone(marian_dir, quantization="int8")
+    bb = fresh_backbone(marian_dir, quantization="int8", int8_kernel="int_mm")
     cache = make_cache(bb, adapters, slots=3)
     lease, (es, fr) = _slots(cache, ["en2es", "en2fr"])
     attn = bb.model.get_decoder().layers[0].self_attn
@@ -267,7 +270,7 @@ def test_an_adapter_back_in_a_slot_is_not_quantized_again(marian_dir: Path, adap
     from hunyuan_mt.decode.dense import Projection
     from hunyuan_mt.lora import grouped
 
-    bb = fresh_backbone(marian_dir, quantization="int8")
+    bb = fresh_backbone(marian_dir, quantization="int8", int8_kernel="int_mm")
     cache = make_cache(bb, adapters, slots=1)
     attn = bb.model.get_decoder().layers[0].self_attn
     proj = Projection([attn.q_proj, attn.k_proj, attn.v_proj], bb.lora.mapping)
@@ -326,42 +329,72 @@ def test_int8_is_refused_off_the_cpu_with_the_reason() -> None:
 
 
 
-def _gemm_speed(int8_us: float) -> "object":
+def _gemm_speed(int8_us: float, fbgemm_us: float | None = None) -> "object":
     from hunyuan_mt.int8 import GemmSpeed
 
-    return GemmSpeed(int8_us=int8_us, float32_us=100.0, capability="TEST")
+    return GemmSpeed(int8_us=int8_us, float32_us=100.0, capability="TEST", fbgemm_us=fbgemm_us)
 
 
-@pytest.mark.parametrize("int8_us, runs", [(25.0, "int8"), (2300.0, "none")])
-def test_auto_quantization_takes_int8_only_where_its_gemm_is_faster(marian_dir: Path, fresh_backbone, monkeypatch,
-                                                                     int8_us: float, runs: str) -> None:
-    """`model.quantization: auto` (the CPU profile's default) times torch's int8 GEMM against float32's at load:
-    on a CPU without an int8 kernel (AVX2 alone) it is a plain loop, ~25× slower, and the backbone stays float32.
-    What runs, and why, is what info() (and so /status and the metrics) reports."""
+@pytest.mark.parametrize("int8_us, fbgemm_us, runs, kernel", [
+    (25.0, 60.0, "int8", "int_mm"),      # AVX-512: torch._int_mm's oneDNN kernel
+    (2300.0, 55.0, "int8", "fbgemm"),    # AVX2 alone: torch._int_mm is a plain loop, fbgemm is built for it
+    (2300.0, 140.0, "none", None),       # neither beats float32
+    (2300.0, None, "none", None),        # a build without fbgemm
+])
+def test_auto_quantization_takes_the_faster_int8_kernel_only_where_it_beats_float32(
+        marian_dir: Path, fresh_backbone, monkeypatch, int8_us: float, fbgemm_us: float | None, runs: str,
+        kernel: str | None) -> None:
+    """`model.quantization: auto` (the CPU profile's default) times both int8 kernels against float32 at load: on
+    a CPU without AVX-512 torch._int_mm is a plain loop, ~25× slower, and fbgemm carries int8 there. What runs, and
+    why, is what info() (and so /status and the metrics) reports."""
     from hunyuan_mt import int8
-    from hunyuan_mt.int8 import Int8Linear
+    from hunyuan_mt.int8 import INT8_LAYERS, Int8Linear
 
-    monkeypatch.setattr(int8, "gemm_speed", lambda threads=None: _gemm_speed(int8_us))
+    monkeypatch.setattr(int8, "gemm_speed", lambda threads=None: _gemm_speed(int8_us, fbgemm_us))
     bb = fresh_backbone(marian_dir, quantization="auto")
     info = bb.info()
     assert info["quantization"] == runs and bb.cfg.quantization == runs
-    quantized = [m for m in bb.model.modules() if isinstance(m, Int8Linear)]
+    assert info.get("int8_kernel") == kernel == bb.int8_kernel
+    quantized = [m for m in bb.model.modules() if isinstance(m, INT8_LAYERS)]
     assert bool(quantized) == (runs == "int8")
+    assert all(isinstance(m, Int8Linear) == (kernel == "int_mm") for m in quantized)
     word = "int8" if runs == "int8" else "float32"
-    assert info["quantization_note"] == (f"auto: {word} (torch's int8 GEMM takes {int8_us / 100:.2g}× float32's "
-                                         f"time on this CPU ({int8_us:.0f} vs 100 µs, TEST))")
+    best, name = ((fbgemm_us, "fbgemm") if fbgemm_us is not None and fbgemm_us < int8_us
+                  else (int8_us, "torch._int_mm"))
+    assert info["quantization_note"] == (f"auto: {word} (int8 through {name} takes {best / 100:.2g}× float32's "
+                                         f"time on this CPU ({best:.0f} vs 100 µs, TEST))")
     assert bb.compile_note() is None  # both compile (int8 as inputs, float32 frozen in)
+
+
+def test_int8_kernel_can_be_pinned_and_is_checked(marian_dir: Path, fresh_backbone, monkeypatch) -> None:
+    """`model.int8_kernel` pins the kernel whatever the probe prefers (reproducing a run, or comparing the two), and
+    refuses one the torch build lacks with a message that says what to set."""
+    from hunyuan_mt import int8
+    from hunyuan_mt.config import ModelConfig
+    from hunyuan_mt.errors import ConfigError
+
+    monkeypatch.setattr(int8, "gemm_speed", lambda threads=None: _gemm_speed(25.0, 60.0))
+    bb = fresh_backbone(marian_dir, quantization="auto", int8_kernel="fbgemm")
+    assert bb.int8_kernel == "fbgemm"
+    assert "int8 through fbgemm takes 0.6× float32's time" in bb.info()["quantization_note"]
+    monkeypatch.setattr(int8, "gemm_speed", lambda threads=None: _gemm_speed(25.0, None))
+    with pytest.raises(ConfigError) as info:
+        fresh_backbone(marian_dir, quantization="int8", int8_kernel="fbgemm")
+    assert "model.int8_kernel: fbgemm is not in this torch build" in info.value.message
+    with pytest.raises(ConfigError) as info:
+        ModelConfig(int8_kernel="vnni")
+    assert "model.int8_kernel" in info.value.message and "auto, int_mm, fbgemm" in info.value.message
 
 
 def test_int8_asked_for_on_a_slow_cpu_runs_and_says_so(marian_dir: Path, fresh_backbone, monkeypatch,
                                                         caplog) -> None:
     from hunyuan_mt import int8
 
-    monkeypatch.setattr(int8, "gemm_speed", lambda threads=None: _gemm_speed(2300.0))
+    monkeypatch.setattr(int8, "gemm_speed", lambda threads=None: _gemm_speed(2300.0, 140.0))
     with caplog.at_level("WARNING", logger="hunyuan_mt.backbone"):
         bb = fresh_backbone(marian_dir, quantization="int8")
-    assert bb.info()["quantization"] == "int8"
-    assert "23× float32's time" in bb.info()["quantization_note"]
+    assert bb.info()["quantization"] == "int8" and bb.int8_kernel == "fbgemm"  # the faster of two slow ones
+    assert "int8 through fbgemm takes 1.4× float32's time" in bb.info()["quantization_note"]
     assert any("set model.quantization to auto or none" in r.getMessage() for r in caplog.records)
 
 
@@ -375,11 +408,14 @@ def test_auto_quantization_is_float_off_the_cpu_or_off_float32() -> None:
     assert resolve_quantization(ModelConfig(quantization="4bit"), "cuda:0", torch.bfloat16) == ("4bit", "")
 
 
-def test_the_int8_speed_probe_times_both_kernels() -> None:
+def test_the_int8_speed_probe_times_every_kernel() -> None:
+    from hunyuan_mt import int8_fbgemm
     from hunyuan_mt.int8 import gemm_speed
 
     speed = gemm_speed(torch.get_num_threads())
     assert speed.int8_us > 0 and speed.float32_us > 0 and speed.capability
+    assert (speed.fbgemm_us is not None) == int8_fbgemm.available()
+    assert speed.kernel in ("int_mm", "fbgemm") and speed.best_us == min(speed.int8_us, speed.fbgemm_us or 1e30)
     assert gemm_speed(torch.get_num_threads()) is speed  # timed once per process and thread count
 
 

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ..int8 import Int8Linear, int8_linear, weight_and_bias
+from ..int8 import INT8_LAYERS, Int8Linear, int8_linear, weight_and_bias
+from ..int8_fbgemm import FbgemmBase, FbgemmLinear, fbgemm_linear
 from ..lora.grouped import GroupedLoRA, LoRATensors, add_low_rank, apply_lora
 from ..lora.mapping import SlotMapping
 from ..lora.slots import SlotLinear
@@ -80,12 +81,15 @@ class Projection:
         if bias is not None and own_bias is not None:
             raise ValueError("Projection: an extra bias is for a layer without one")
         bias = own_bias if bias is None else bias
-        #: The base layer as `project` takes it: (int8 weightᵀ, scales, bias) or (float weight, bias).
-        self.base: tuple[Any, ...] = (q.weight_t, q.scale, bias) if q is not None else packed(weight, bias)
+        #: The base layer as `project` takes it: (int8 weightᵀ, scales, bias) for torch._int_mm, fbgemm's handle
+        #: and bias (`FbgemmBase`), or (float weight, bias).
+        self.base: tuple[Any, ...] = (packed(weight, bias) if q is None else FbgemmBase(q.scale, bias)
+                                      if isinstance(q, FbgemmLinear) else (q.weight_t, q.scale, bias))
         #: The base unpacked: what a compiled step freezes (and packs itself); the int8 layer as it is.
         self.plain: tuple[Any, ...] = self.base if q is not None else (weight, bias)
         slots = [m if isinstance(m, SlotLinear) else None for m in modules]
-        int8_base = (q.weight_t, q.scale) if q is not None else None
+        # LoRA's A joins the base GEMM over torch._int_mm's weight; over fbgemm's packed one it stays float32.
+        int8_base = (q.weight_t, q.scale) if isinstance(q, Int8Linear) else None
         self.lora = (GroupedLoRA(slots, self.widths, mapping, int8_base) if mapping is not None and any(slots)
                      else None)
 
@@ -107,6 +111,8 @@ def project(x: torch.Tensor, base: tuple[torch.Tensor | None, ...], lora: LoRATe
         return add_low_rank(both[:, out:], y, lora)
     if isinstance(base, PackedFloat):
         y = torch.ops.mkldnn._linear_pointwise(x, base.weight, base.bias, "none", [], "")
+    elif isinstance(base, FbgemmBase):
+        y = fbgemm_linear(x, base.handle, base.bias)
     else:
         y = int8_linear(x, *base) if len(base) == 3 else F.linear(x, *base)
     return y if lora is None else apply_lora(x, y, lora)
@@ -117,22 +123,24 @@ def project(x: torch.Tensor, base: tuple[torch.Tensor | None, ...], lora: LoRATe
 _FUSED: "weakref.WeakKeyDictionary[nn.Module, tuple[tuple[int, ...], Any]]" = weakref.WeakKeyDictionary()
 
 
-def _fused(bases: list[nn.Module]) -> tuple[torch.Tensor | None, torch.Tensor | None, Int8Linear | None]:
+def _fused(bases: list[nn.Module]) -> tuple[torch.Tensor | None, torch.Tensor | None, Any]:
     """(weight, bias, None) in float32 or (None, None, int8 layer) for the layers, rows stacked."""
     if len(bases) == 1:
         base = bases[0]
-        return (None, None, base) if isinstance(base, Int8Linear) else (base.weight, base.bias, None)
+        return (None, None, base) if isinstance(base, INT8_LAYERS) else (base.weight, base.bias, None)
     ids = tuple(id(b) for b in bases)
     found = _FUSED.get(bases[0])
     if found is not None and found[0] == ids:
         return found[1]
-    if all(isinstance(b, Int8Linear) for b in bases):
-        result: Any = (None, None, Int8Linear.stacked(bases))
-    elif any(isinstance(b, Int8Linear) for b in bases):
+    kinds = {type(b) for b in bases}
+    if len(kinds) == 1 and kinds <= set(INT8_LAYERS):
+        result: Any = (None, None, bases[0].stacked(bases))
+    elif kinds & set(INT8_LAYERS):
         parts = [weight_and_bias(b) for b in bases]
         bias = None if all(p[1] is None for p in parts) else torch.cat(
             [p[1] if p[1] is not None else p[0].new_zeros(p[0].shape[0]) for p in parts])
-        result = (None, None, Int8Linear(torch.cat([p[0] for p in parts]), bias))
+        kind = next(b for b in bases if isinstance(b, INT8_LAYERS))
+        result = (None, None, kind.from_float(torch.cat([p[0] for p in parts]), bias))
     else:
         result = (*_fuse_float(bases), None)
     _FUSED[bases[0]] = (ids, result)

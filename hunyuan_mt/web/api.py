@@ -472,6 +472,7 @@ class RestApi:
             "model": backbone.get("name"), "device": backbone.get("device"),
             # What the weights run as, and why when the service chose it (model.quantization: auto).
             "quantization": backbone.get("quantization"),
+            **({"int8_kernel": backbone["int8_kernel"]} if backbone.get("int8_kernel") else {}),
             **({"quantization_note": backbone["quantization_note"]} if backbone.get("quantization_note") else {}),
             "mode": memory.get("mode", "normal"),
             "uptime_s": status.get("uptime_s"), "startup_s": status.get("startup_s"), "warmup": status.get("warmup")}

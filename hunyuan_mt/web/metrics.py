@@ -46,8 +46,8 @@ class ServiceCollector(Collector):
         status = self.service.status()
         backbone = status.get("backbone") or {}
         info = GaugeMetricFamily("hmt_backbone_info", "The loaded backbone (value is always 1).",
-                                 labels=["name", "arch", "device", "dtype", "quantization"])
-        info.add_metric([str(backbone.get(k, "")) for k in ("name", "arch", "device", "dtype", "quantization")],
+                                 labels=["name", "arch", "device", "dtype", "quantization", "int8_kernel"])
+        info.add_metric([str(backbone.get(k, "")) for k in ("name", "arch", "device", "dtype", "quantization", "int8_kernel")],
                         1.0)
         yield info
 

@@ -502,7 +502,8 @@ def _overview_markdown(status: dict[str, Any]) -> str:
         f"**Backbone:** {backbone.get('name', '?')} ({backbone.get('arch', '?')}) · "
         f"**device** {backbone.get('device', '?')} · **dtype** {backbone.get('dtype', '?')}"
         + (f" · **quantization** {backbone['quantization']}" if backbone.get("quantization") not in (None, "none")
-           else ""),
+           else "")
+        + (f" ({backbone['int8_kernel']})" if backbone.get("int8_kernel") else ""),
     ]
     if backbone.get("quantization_note"):
         # Why the weights run as they do when the service chose (model.quantization: auto) or warns.
