@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from . import int8_fbgemm
+from .int8_layer import Int8Layer, stacked_bias, symmetric
 
 log = logging.getLogger(__name__)
 
@@ -41,16 +42,9 @@ log = logging.getLogger(__name__)
 _LEVELS = 127.0
 
 
-def _symmetric(m: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric int8 of `m` with one scale per slice along `dim` (the scale is the slice's largest magnitude over
-    127): (int8 like m, float32 scales with `dim` removed)."""
-    scale = (m.abs().amax(dim=dim, keepdim=True) / _LEVELS).clamp(min=1e-12)
-    return torch.round(m / scale).to(torch.int8), scale.squeeze(dim)
-
-
 def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-output-row symmetric int8: (weightᵀ as int8 [in, out], float32 scale per row [out])."""
-    q, scale = _symmetric(weight.detach().to(torch.float32), 1)
+    q, scale = symmetric(weight.detach().to(torch.float32), 1, _LEVELS)
     return q.t().contiguous(), scale.contiguous()
 
 
@@ -58,13 +52,13 @@ def quantize_matrix_rows(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row symmetric int8 of a matrix laid out [k, out] (a LoRA B as the slot layers store it): (int8 [k, out],
     float32 scale per row [k]). A row's scale multiplies the input's column k, so the caller folds it into the input
     before quantizing that per token (lora.grouped)."""
-    return _symmetric(b, 1)
+    return symmetric(b, 1, _LEVELS)
 
 
 def quantize_columns(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-column symmetric int8 of a matrix laid out [in, out] (a LoRA A as the slot layers store it): (int8 [in,
     out], float32 scale per column [out]). The same grid as `quantize_rows`, without its transposes."""
-    return _symmetric(a, 0)
+    return symmetric(a, 0, _LEVELS)
 
 
 def int8_linear(x: torch.Tensor, weight_t: torch.Tensor, scale: torch.Tensor,
@@ -86,12 +80,8 @@ def int8_matmul(x: torch.Tensor, weight_t: torch.Tensor) -> torch.Tensor:
     return torch._int_mm(q, weight_t).to(torch.float32) * step
 
 
-class Int8Linear(nn.Module):
+class Int8Linear(Int8Layer):
     """A linear layer with int8 weights (per-row scales) and a float32 bias, on the CPU."""
-
-    #: BackboneSpec and the slot layers read shapes from these, as from nn.Linear.
-    in_features: int
-    out_features: int
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
@@ -104,10 +94,6 @@ class Int8Linear(nn.Module):
                              persistent=False)
 
     @classmethod
-    def from_linear(cls, linear: nn.Module) -> "Int8Linear":
-        return cls(linear.weight, getattr(linear, "bias", None))
-
-    @classmethod
     def from_float(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> "Int8Linear":
         return cls(weight, bias)
 
@@ -116,28 +102,21 @@ class Int8Linear(nn.Module):
         """One layer computing `layers` side by side (Q, K and V in one GEMM): their int8 columns and scales are
         concatenated as they are, so the fused layer computes exactly what each computes."""
         fused = cls.__new__(cls)
-        nn.Module.__init__(fused)
+        Int8Layer.__init__(fused)
         fused.in_features = layers[0].in_features
         fused.out_features = sum(layer.out_features for layer in layers)
         fused.register_buffer("weight_t", torch.cat([layer.weight_t for layer in layers], dim=1).contiguous(),
                               persistent=False)
         fused.register_buffer("scale", torch.cat([layer.scale for layer in layers]), persistent=False)
-        biases = [layer.bias if layer.bias is not None else layer.scale.new_zeros(layer.out_features)
-                  for layer in layers]
-        fused.register_buffer("bias", None if all(layer.bias is None for layer in layers) else torch.cat(biases),
+        fused.register_buffer("bias", stacked_bias([(layer.bias, layer.out_features) for layer in layers]),
                               persistent=False)
         return fused
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        return self.matmul(x.reshape(-1, shape[-1]).to(torch.float32)).view(*shape[:-1], self.out_features)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x [N, in] (float32) @ Wᵀ + b; the lean decode step calls this (or `int8_linear`) directly."""
         return int8_linear(x, self.weight_t, self.scale, self.bias)
 
     def dequantized(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(float32 weight [out, in], bias), e.g. for merging an adapter into a float copy."""
         return self.weight_t.t().to(torch.float32) * self.scale[:, None], self.bias
 
     def extra_repr(self) -> str:
@@ -219,7 +198,7 @@ def gemm_speed(threads: int | None = None) -> GemmSpeed:
 
     torch._int_mm ran ~4× faster than float32 where torch has an int8 kernel for the CPU (the 2-core AVX-512 box of
     2026-12-01, BENCHMARKS.md); on an AVX2-only CPU (AMD Zen 3, 2026-12-02) it is a plain loop, 20 ms against
-    0.8 ms at 64×384×1152, while fbgemm's path is ~1.2-2× faster than float32 there (int8_fbgemm). Each is timed
+    0.8 ms at 64×384×1152, while fbgemm's probe took 0.37-0.63× float32's time there (int8_fbgemm). Each is timed
     at its best of three after a first call; a kernel whose first call already takes 20× float32's is not timed
     further."""
     rows, inner, out = _PROBE
@@ -262,13 +241,9 @@ def gemm_speed(threads: int | None = None) -> GemmSpeed:
     return GemmSpeed(int_mm_us, float32_us, torch.backends.cpu.get_cpu_capability(), fbgemm_us)
 
 
-#: The int8 layers, whichever kernel multiplies them.
-INT8_LAYERS = (Int8Linear, int8_fbgemm.FbgemmLinear)
-
-
 def weight_and_bias(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A linear layer's float32 weight and bias, whether it is nn.Linear or an int8 layer."""
-    if isinstance(module, INT8_LAYERS):
+    if isinstance(module, Int8Layer):
         return module.dequantized()
     return module.weight.detach().to(torch.float32), (None if module.bias is None else module.bias.detach())
 

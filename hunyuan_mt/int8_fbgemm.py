@@ -35,11 +35,13 @@ cannot take appended A columns as the `torch._int_mm` path's widened weight does
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
 from typing import Any, NamedTuple
 
 import torch
-from torch import nn
+
+from .int8_layer import Int8Layer, stacked_bias, symmetric
 
 #: The largest weight magnitude on the grid: 7 bits, so AVX2's pairwise int16 products cannot saturate.
 _WEIGHT_LEVELS = 63.0
@@ -121,16 +123,13 @@ def fbgemm_linear(x: torch.Tensor, handle: torch.Tensor, bias: torch.Tensor | No
 
 def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-output-row symmetric int8 on the ±63 grid: (int8 weight [out, in], float32 scale per row [out])."""
-    w = weight.detach().to(torch.float32)
-    scale = (w.abs().amax(dim=1) / _WEIGHT_LEVELS).clamp(min=1e-12)
-    return torch.round(w / scale[:, None]).to(torch.int8), scale.contiguous()
+    q, scale = symmetric(weight.detach().to(torch.float32), 1, _WEIGHT_LEVELS)
+    return q, scale.contiguous()
 
 
 def _pack(q: torch.Tensor, scale: torch.Tensor) -> Any:
     """fbgemm's packed weight for int8 rows `q` [out, in] with row scales `scale` (no bias: it is added after the
     rescale)."""
-    import warnings
-
     with warnings.catch_warnings():
         # The quantized-tensor constructors warn that they are deprecated; fbgemm's packing takes nothing else.
         warnings.simplefilter("ignore", UserWarning)
@@ -139,18 +138,16 @@ def _pack(q: torch.Tensor, scale: torch.Tensor) -> Any:
         return torch.ops.quantized.linear_prepack(qw, None)
 
 
-class FbgemmLinear(nn.Module):
+class FbgemmLinear(Int8Layer):
     """A linear layer with int8 weights (per-row scales, ±63) multiplied by fbgemm, and a float32 bias, on the
     CPU. The int8 weight lives only in fbgemm's packed form."""
-
-    in_features: int
-    out_features: int
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
         """`q` [out, in] int8 on the ±63 grid and its row `scale` [out] (`quantize_rows`)."""
         super().__init__()
         self.out_features, self.in_features = int(q.shape[0]), int(q.shape[1])
-        # Buffers follow the module like the float weights did, and are never saved with the model.
+        # Buffers follow the module like the float weights did, and are never saved with the model. The scales are
+        # the packed weight's handle, so each layer gets storage of its own (never a view of another's).
         self.register_buffer("scale", scale.to(torch.float32).contiguous().clone(), persistent=False)
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).contiguous(),
                              persistent=False)
@@ -164,10 +161,6 @@ class FbgemmLinear(nn.Module):
         return self
 
     @classmethod
-    def from_linear(cls, linear: nn.Module) -> "FbgemmLinear":
-        return cls.from_float(linear.weight, getattr(linear, "bias", None))
-
-    @classmethod
     def from_float(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> "FbgemmLinear":
         return cls(*quantize_rows(weight), bias)
 
@@ -175,26 +168,18 @@ class FbgemmLinear(nn.Module):
     def stacked(cls, layers: "list[FbgemmLinear]") -> "FbgemmLinear":
         """One layer computing `layers` side by side (Q, K and V in one GEMM): their int8 rows and scales as they
         are, so the fused layer computes exactly what each computes."""
-        biases = [layer.bias if layer.bias is not None else layer.scale.new_zeros(layer.out_features)
-                  for layer in layers]
-        bias = None if all(layer.bias is None for layer in layers) else torch.cat(biases)
         return cls(torch.cat([layer.int8_rows() for layer in layers]), torch.cat([layer.scale for layer in layers]),
-                   bias)
+                   stacked_bias([(layer.bias, layer.out_features) for layer in layers]))
 
     def int8_rows(self) -> torch.Tensor:
         """The int8 weight [out, in] (unpacked from fbgemm's copy)."""
         weight, _ = torch.ops.quantized.linear_unpack(self._packed)
         return weight.int_repr()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        return self.matmul(x.reshape(-1, shape[-1]).to(torch.float32)).view(*shape[:-1], self.out_features)
-
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         return fbgemm_linear(x, self.scale, self.bias)
 
     def dequantized(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(float32 weight [out, in], bias), e.g. for merging an adapter into a float copy."""
         return self.int8_rows().to(torch.float32) * self.scale[:, None], self.bias
 
     def extra_repr(self) -> str:

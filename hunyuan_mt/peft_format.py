@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .errors import AdapterUnusable
-from .int8 import INT8_LAYERS
+from .int8_layer import Int8Layer
 
 if TYPE_CHECKING:
     from .adapters.request import Pair
@@ -38,7 +38,7 @@ class BackboneSpec:
         shapes: dict[str, tuple[int, int]] = {}
         for name, module in model.named_modules():
             out_f, in_f = getattr(module, "out_features", None), getattr(module, "in_features", None)
-            if isinstance(module, (torch.nn.Linear, *INT8_LAYERS)) and out_f is not None and in_f is not None:
+            if isinstance(module, (torch.nn.Linear, Int8Layer)) and out_f is not None and in_f is not None:
                 shapes[name] = (int(out_f), int(in_f))
             elif type(module).__name__ == "Conv1D":  # GPT-2 style layers store (in, out)
                 in_f, out_f = module.weight.shape

@@ -349,14 +349,15 @@ def test_auto_quantization_takes_the_faster_int8_kernel_only_where_it_beats_floa
     a CPU without AVX-512 torch._int_mm is a plain loop, ~25× slower, and fbgemm carries int8 there. What runs, and
     why, is what info() (and so /status and the metrics) reports."""
     from hunyuan_mt import int8
-    from hunyuan_mt.int8 import INT8_LAYERS, Int8Linear
+    from hunyuan_mt.int8 import Int8Linear
+    from hunyuan_mt.int8_layer import Int8Layer
 
     monkeypatch.setattr(int8, "gemm_speed", lambda threads=None: _gemm_speed(int8_us, fbgemm_us))
     bb = fresh_backbone(marian_dir, quantization="auto")
     info = bb.info()
     assert info["quantization"] == runs and bb.cfg.quantization == runs
     assert info.get("int8_kernel") == kernel == bb.int8_kernel
-    quantized = [m for m in bb.model.modules() if isinstance(m, INT8_LAYERS)]
+    quantized = [m for m in bb.model.modules() if isinstance(m, Int8Layer)]
     assert bool(quantized) == (runs == "int8")
     assert all(isinstance(m, Int8Linear) == (kernel == "int_mm") for m in quantized)
     word = "int8" if runs == "int8" else "float32"
@@ -378,6 +379,7 @@ def test_int8_kernel_can_be_pinned_and_is_checked(marian_dir: Path, fresh_backbo
     assert bb.int8_kernel == "fbgemm"
     assert "int8 through fbgemm takes 0.6× float32's time" in bb.info()["quantization_note"]
     monkeypatch.setattr(int8, "gemm_speed", lambda threads=None: _gemm_speed(25.0, None))
+    monkeypatch.setattr(int8.int8_fbgemm, "available", lambda: False)  # a build without fbgemm
     with pytest.raises(ConfigError) as info:
         fresh_backbone(marian_dir, quantization="int8", int8_kernel="fbgemm")
     assert "model.int8_kernel: fbgemm is not in this torch build" in info.value.message

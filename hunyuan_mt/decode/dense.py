@@ -23,8 +23,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ..int8 import INT8_LAYERS, Int8Linear, int8_linear, weight_and_bias
+from ..int8 import Int8Linear, int8_linear, weight_and_bias
 from ..int8_fbgemm import FbgemmBase, FbgemmLinear, fbgemm_linear
+from ..int8_layer import Int8Layer, stacked_bias
 from ..lora.grouped import GroupedLoRA, LoRATensors, add_low_rank, apply_lora
 from ..lora.mapping import SlotMapping
 from ..lora.slots import SlotLinear
@@ -127,20 +128,19 @@ def _fused(bases: list[nn.Module]) -> tuple[torch.Tensor | None, torch.Tensor | 
     """(weight, bias, None) in float32 or (None, None, int8 layer) for the layers, rows stacked."""
     if len(bases) == 1:
         base = bases[0]
-        return (None, None, base) if isinstance(base, INT8_LAYERS) else (base.weight, base.bias, None)
+        return (None, None, base) if isinstance(base, Int8Layer) else (base.weight, base.bias, None)
     ids = tuple(id(b) for b in bases)
     found = _FUSED.get(bases[0])
     if found is not None and found[0] == ids:
         return found[1]
     kinds = {type(b) for b in bases}
-    if len(kinds) == 1 and kinds <= set(INT8_LAYERS):
-        result: Any = (None, None, bases[0].stacked(bases))
-    elif kinds & set(INT8_LAYERS):
+    quantized = [b for b in bases if isinstance(b, Int8Layer)]
+    if len(kinds) == 1 and quantized:
+        result: Any = (None, None, quantized[0].stacked(bases))
+    elif quantized:
         parts = [weight_and_bias(b) for b in bases]
-        bias = None if all(p[1] is None for p in parts) else torch.cat(
-            [p[1] if p[1] is not None else p[0].new_zeros(p[0].shape[0]) for p in parts])
-        kind = next(b for b in bases if isinstance(b, INT8_LAYERS))
-        result = (None, None, kind.from_float(torch.cat([p[0] for p in parts]), bias))
+        bias = stacked_bias([(b, w.shape[0]) for w, b in parts])
+        result = (None, None, quantized[0].from_float(torch.cat([w for w, _ in parts]), bias))
     else:
         result = (*_fuse_float(bases), None)
     _FUSED[bases[0]] = (ids, result)
