@@ -222,7 +222,7 @@ def int8_speed(cfg: ModelConfig) -> int8.GemmSpeed:
     speed = int8.gemm_speed(torch.get_num_threads())
     if cfg.int8_kernel == "auto":
         return speed
-    if (speed.fbgemm_us if cfg.int8_kernel == "fbgemm" else speed.int8_us) in (None, float("inf")):
+    if not (int8.int8_fbgemm.available() if cfg.int8_kernel == "fbgemm" else int8.int_mm_available()):
         raise ConfigError(f"model.int8_kernel: {cfg.int8_kernel} is not in this torch build; set it to auto.")
     return replace(speed, pinned=cfg.int8_kernel)
 
