@@ -407,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
                "runs": args.runs, "sentences": len(texts), "median": med, "agreement": agreement,
                "quality": quality, "ours_threads": runs["ours-none"][0]["threads"],
                "int8_gemm": {"int8_us": round(speed.int8_us, 1), "float32_us": round(speed.float32_us, 1),
-                             "capability": speed.capability, "note": speed.describe()},
+                             "fbgemm_us": None if speed.fbgemm_us is None else round(speed.fbgemm_us, 1),
+                             "kernel": speed.kernel, "capability": speed.capability, "note": speed.describe()},
                # What the default profile (model.quantization: auto) runs on this CPU, and the run quoted for it
                # (float32 when int8 is shipped but was not run: --int8 never).
                "shipped": shipped, "quoted": f"ours-{shipped}" if f"ours-{shipped}" in runs else "ours-none"}
