@@ -226,6 +226,7 @@ def test_int8_projection_takes_lora_a_into_its_gemm(marian_dir: Path, adapters: 
     """Over int8 weights A's columns ride in the base GEMM: the LoRA term stays close to the one with x @ A in
     float32, rows on the bare backbone get the base output bit for bit, and the widened weight is built once per
     set of slots in use, not at every admission."""
+    from hunyuan_mt import invariant
     from hunyuan_mt.decode.dense import Projection, project
     from hunyuan_mt.int8 import int8_linear
     from hunyuan_mt.lora.grouped import GroupedLoRA
@@ -246,7 +247,10 @@ def test_int8_projection_takes_lora_a_into_its_gemm(marian_dir: Path, adapters: 
             assert b_q.dtype == torch.int8 and b_q.shape == exact[1].shape and b_scale.shape == b_q.shape[:-1]
             assert lora[0] is None and exact[4] is None  # over int8 weights no float A is kept
             # The group's whole buffer (room for every slot's columns); the columns in use are as many as the scales.
-            assert weight_t.dtype == torch.int8 and scale.shape[0] == sum(proj.widths) + exact[0].shape[1]
+            # (The float A is padded to whole GEMM tiles, `invariant`; B's rows count the columns in use.)
+            a_columns = exact[1].shape[-2] * len(exact[3])
+            assert exact[0].shape[1] == invariant.round_up(a_columns, invariant.COLUMNS)
+            assert weight_t.dtype == torch.int8 and scale.shape[0] == sum(proj.widths) + a_columns
             assert weight_t.is_contiguous() and weight_t.shape[1] >= scale.shape[0]
             fused = project(x, proj.base, lora)
             exact_a = project(x, proj.base, exact)

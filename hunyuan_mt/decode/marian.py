@@ -29,6 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from .. import invariant
 from .batch import RunningBatch, Sequence, left_padded, positions
 from .dense import Projection, project
 
@@ -277,7 +278,7 @@ class MarianBatch(RunningBatch):
     def _open_columns(self, cache: _Cache, mask: torch.Tensor) -> None:
         """Make room for mask.shape[1] more columns and unmask them where `mask` is 1."""
         t = mask.shape[1]
-        _reserve(cache, cache.rows, cache.length + t)
+        _reserve(cache, cache.rows, _block(cache.length + t), source=_block(cache.source))
         cache.bias[:cache.rows, cache.length:cache.length + t] = torch.where(
             mask.bool(), 0.0, _NEG[cache.bias.dtype]).to(cache.bias.dtype)
 
@@ -317,7 +318,7 @@ class MarianBatch(RunningBatch):
         assert cache is not None
         step = self._step()
         if step is None:
-            _reserve(cache, cache.rows, cache.length + 1)
+            _reserve(cache, cache.rows, _block(cache.length + 1), source=_block(cache.source))
         else:
             # Keep every dimension the compiled graph sees away from a special value (decode/compiled.py): rows
             # that joined with an empty history see one masked column rather than a cache one column wide, and
@@ -326,7 +327,8 @@ class MarianBatch(RunningBatch):
             if cache.length == 0:
                 _reserve(cache, cache.rows, 2)
                 cache.length = 1
-            _reserve(cache, max(cache.rows, step.MIN_ROWS) + 1, cache.length + 2, source=cache.source + 1)
+            _reserve(cache, max(cache.rows, step.MIN_ROWS) + 1, _block(cache.length + 1) + 1,
+                     source=_block(cache.source) + 1)
         cache.bias[:cache.rows, cache.length] = 0.0
         logits = self._forward(last, pos, cache, step)
         cache.length += 1
@@ -382,7 +384,7 @@ def encoder_forward(src: torch.Tensor, mask: torch.Tensor, model: tuple[Any, ...
     for i, ((qkv_w, out_w, fc1_w, fc2_w), norms, activation) in enumerate(layers):
         qkv_l, out_l, fc1_l, fc2_l = lora[i]
         qkv = project(x, qkv_w, qkv_l).view(n, source, 3, h, hd).permute(2, 0, 3, 1, 4)
-        attn = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask, scale=scaling)
+        attn = _encoder_attention(qkv[0], qkv[1], qkv[2], mask, scaling)
         x = _norm(x + project(attn.transpose(1, 2).reshape(n * source, d), out_w, out_l), norms[0])
         x = _norm(x + project(activation(project(x, fc1_w, fc1_l)), fc2_w, fc2_l), norms[1])
         if fp16 and not torch.isfinite(x).all():
@@ -390,6 +392,18 @@ def encoder_forward(src: torch.Tensor, mask: torch.Tensor, model: tuple[Any, ...
             limit = torch.finfo(x.dtype).max - 1000
             x = x.clamp(min=-limit, max=limit)
     return x.view(n, source, d)
+
+
+def _encoder_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                       scale: float) -> torch.Tensor:
+    """The encoder's self-attention: SDPA over keys padded to whole blocks (`_blocked`; zero keys and values,
+    masked), so that a row's result does not depend on the sources beside it (`_attend` says why). A row's keys
+    start at column 0 whatever the batch, so SDPA's float32 sums add the same lanes in the same order, and the
+    padding adds exact zeros: 0 of 47 held-out sentences differed beside a longer one (8-column blocks: 16 of 47).
+    SDPA's fused kernel is faster than `_attend` over the square score matrix of a prefill."""
+    return F.scaled_dot_product_attention(_blocked(q, -2), _blocked(k, -2), _blocked(v, -2),
+                                          attn_mask=_blocked(mask, -1, _NEG[mask.dtype]),
+                                          scale=scale)[:, :, :q.shape[-2]]
 
 
 def encode_cross(src: torch.Tensor, mask: torch.Tensor, model: tuple[Any, ...], lora: list[tuple[Any, ...]],
@@ -428,29 +442,59 @@ def decoder_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cmask
     embed, positions, embed_scale, (h, hd, scaling), layers, head, final_bias = model
     b, t = ids.shape
     n, d = b * t, h * hd
-    end, source = mask.shape[-1], cmask.shape[-1]
+    end = width = mask.shape[-1]
+    cwidth = cmask.shape[-1]
+    if not torch.compiler.is_compiling():
+        # Eager, the scores are MKL's bmm, which rounds a column by its place among the tiles: attention reads
+        # whole blocks of columns (`_attend`), masked; the cache keeps room for them. Compiled, the scores of one
+        # query row are a dot product per column in a fixed order (Inductor writes a bmm with one row as a
+        # reduction), whatever the width, and the extra columns would only cost.
+        width, cwidth = _block(end), _block(cwidth)
+        mask, cmask = _blocked(mask, -1, _NEG[mask.dtype]), _blocked(cmask, -1, _NEG[cmask.dtype])
     x = (F.embedding(ids, embed) * embed_scale + F.embedding(pos, positions)).reshape(n, d)
     for i, ((qkv_w, out_w, q_w, cout_w, fc1_w, fc2_w), norms, activation) in enumerate(layers):
         qkv_l, out_l, q_l, cout_l, fc1_l, fc2_l = lora[i]
         qkv = project(x, qkv_w, qkv_l).view(b, t, 3, h, hd)
         k[i][:b, :, end - t:end] = qkv[:, :, 1].transpose(1, 2)
         v[i][:b, :, end - t:end] = qkv[:, :, 2].transpose(1, 2)
-        attn = _attend(qkv[:, :, 0].transpose(1, 2), k[i][:b, :, :end], v[i][:b, :, :end], mask, scaling)
+        attn = _attend(qkv[:, :, 0].transpose(1, 2), k[i][:b, :, :width], v[i][:b, :, :width], mask, scaling)
         x = _norm(x + project(attn.transpose(1, 2).reshape(n, d), out_w, out_l), norms[0])
         q = project(x, q_w, q_l).view(b, t, h, hd).transpose(1, 2)
-        attn = _attend(q, ck[i][:b, :, :source], cv[i][:b, :, :source], cmask, scaling)
+        attn = _attend(q, ck[i][:b, :, :cwidth], cv[i][:b, :, :cwidth], cmask, scaling)
         x = _norm(x + project(attn.transpose(1, 2).reshape(n, d), cout_w, cout_l), norms[1])
         x = _norm(x + project(activation(project(x, fc1_w, fc1_l)), fc2_w, fc2_l), norms[2])
     logits = project(x.view(b, t, d)[:, -1], head, None)
     return logits + final_bias if final_bias is not None else logits
 
 
+def _block(columns: Any) -> Any:
+    """`columns` rounded up to whole blocks of attention keys (`invariant.COLUMNS`)."""
+    return invariant.round_up(columns, invariant.COLUMNS)
+
+
+def _blocked(t: torch.Tensor, dim: int, value: float = 0.0) -> torch.Tensor:
+    """`t` padded with `value` along `dim` to whole blocks of attention keys."""
+    return invariant.padded(t, dim, invariant.COLUMNS, value)
+
+
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """Attention written out. For one new token per row SDPA's CPU kernel blocks over queries and costs ~460 µs
-    a call at 64 rows × 31 columns (profile of the compiled step); written out, the compiled step of 64 rows
-    took 5.1 ms against 6.4 ms with SDPA (2 threads), and its scale, mask and softmax fuse into one kernel."""
+    """Attention over keys `k` whose width is a whole number of blocks, written so that a row's result does not
+    depend on the widths and columns of the rows beside it (invariant 5, to the bit; measured in `invariant`):
+    - The scores' GEMM rounds a column differently when it falls in a partial tile at the right edge of the key
+      matrix, so callers pass keys and mask over whole blocks (`_block`), the extra columns masked.
+    - The softmax's sum depends on where a row's columns sit among the SIMD lanes (the decoder's cache is right-
+      aligned, so that moves with the batch's history): it is summed in float64 and rounded back. Where the
+      GEMMs are float16/bfloat16 (a GPU) the softmax runs in float32 as usual.
+    - The GEMM with the values adds exact zeros for the masked columns.
+
+    Written out rather than SDPA: for one new token per row SDPA's CPU kernel blocks over queries and costs
+    ~460 µs a call at 64 rows × 31 columns; written out, the compiled step of 64 rows took 5.1 ms against 6.4 ms,
+    and its scale, mask and softmax fuse into one kernel."""
     weights = torch.matmul(q, k.transpose(-1, -2)) * scale + mask
-    return torch.matmul(weights.softmax(dim=-1), v)
+    if q.dtype != torch.float32:
+        return torch.matmul(weights.softmax(dim=-1, dtype=torch.float32).to(q.dtype), v)
+    e = (weights - weights.amax(dim=-1, keepdim=True)).exp()
+    return torch.matmul(e / e.sum(dim=-1, keepdim=True, dtype=torch.float64).to(e.dtype), v)
 
 
 def _norm(x: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor, float]) -> torch.Tensor:

@@ -54,6 +54,7 @@ from typing import Any, Sequence
 import torch
 from cachetools import LRUCache
 
+from .. import invariant
 from ..int8 import int8_linear, int8_matmul, quantize_columns, quantize_matrix_rows
 from .mapping import BASE_SLOT, SlotMapping
 from .slots import SlotLinear
@@ -142,7 +143,9 @@ class GroupedLoRA:
         over an int8 one, for the slots `used`: only what is multiplied, so that a change of the slots in use
         (under many clients, nearly every admission) costs as few copies as it can."""
         if self.int8_base is None:
-            a = torch.cat([layer.a_t[s] for layer in layers for s in used], dim=1).contiguous()
+            # A's columns padded with zeros to whole GEMM tiles (`invariant`); `apply_lora` drops the extra ones.
+            a = invariant.padded(torch.cat([layer.a_t[s] for layer in layers for s in used], dim=1), -1,
+                                 invariant.COLUMNS).contiguous()
             if len(layers) == 1:
                 b = torch.cat([layers[0].b_t[s] for s in used], dim=0)
             else:
@@ -213,9 +216,10 @@ class GroupedLoRA:
 def apply_lora(x: torch.Tensor, y: torch.Tensor, tensors: LoRATensors) -> torch.Tensor:
     """y [N, out] += the LoRA term of x [N, in] (in place; returns y). Over an int8 base, h comes from A's int8
     columns of the widened weight (the same product `project` takes from its one GEMM)."""
-    a, _, _, layout, fused = tensors
+    a, b, _, layout, fused = tensors
     if a is not None:
-        h = torch.mm(x, a)
+        # Rows and columns in whole tiles, so that a row's h does not depend on the batch (`invariant`).
+        h = invariant.mm(x, a)[:, :b.shape[-2] * len(layout)]
     else:
         used, extra = fused[1].shape[0], fused[2].shape[-2] * len(layout)  # P·U·r: the last columns in use
         h = int8_linear(x, fused[0][:, used - extra:used], fused[1][used - extra:], None)
@@ -231,13 +235,13 @@ def add_low_rank(h: torch.Tensor, y: torch.Tensor, tensors: LoRATensors) -> torc
         if mask is not None:
             h = h * mask
         offset, width = layout[0]
-        y[:, offset:offset + width].addmm_(h, b)
+        y[:, offset:offset + width].add_(invariant.mm(h, b))
         return y
     n, p = h.shape[0], len(layout)
     hp = h.view(n, p, -1)
     if mask is not None:
         hp = hp * mask[:, None, :]
-    delta = torch.bmm(hp.transpose(0, 1), b)  # [P, N, out]
+    delta = invariant.bmm(hp.transpose(0, 1), b)  # [P, N, out]
     width = layout[0][1]
     if all(w == width for _, w in layout) and layout[-1][0] + width == y.shape[1] and p * width == y.shape[1]:
         y.view(n, p, width).add_(delta.transpose(0, 1))
