@@ -78,8 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     data = {"args": vars(args), "quantization": backbone.get("quantization"),
             "int8_kernel": backbone.get("int8_kernel"), "requests": len(reqs),
             "identical": len(reqs) - len(differ), "differ": differ}
-    lines = [f"# Alone against beside others: {len(reqs)} requests, {args.callers} callers "
-             f"(`python -m bench.invariance{''.join(' --set ' + s for s in args.set)}`)", "",
+    command = "python -m bench.invariance" + "".join(
+        f" --{name.replace('_', '-')} {value}" for name, value in (("per_pair", args.per_pair),
+                                                                  ("callers", args.callers))
+        if value != p.get_default(name)) + "".join(" --set " + s for s in args.set)
+    lines = [f"# Alone against beside others: {len(reqs)} requests, {args.callers} callers (`{command}`)", "",
              f"Weights: {data['quantization']}{' (' + data['int8_kernel'] + ')' if data['int8_kernel'] else ''}. "
              f"**{data['identical']}/{len(reqs)}** answers identical.", ""]
     if differ:

@@ -12,9 +12,8 @@ Why this path keeps a row's result its own:
   is quantized on the same fixed grid (scale 1/127, zero point 128): the per-token symmetric 8-bit grid of the
   `torch._int_mm` path, then scaled back by the token's magnitude. The int32 accumulation is exact and fbgemm
   dequantizes element by element, so a row's output is the same bit for bit alone or in any batch (tested). The
-  float32 parts of a step around it (LoRA, attention, layer norm) still round by ~1e-7 differently at other batch
-  shapes, and int8 rounding can amplify that into another token: 1 of 96 requests under 16 HTTP clients
-  (BENCHMARKS.md); `model.quantization: none` is exact.
+  float32 parts of a step around it (LoRA, attention) are kept batch-independent to the bit too (`invariant`):
+  int8 rounding amplified their last-bit differences into another token in 1 of 96 requests before.
 - AVX2 has no int8 dot product: fbgemm multiplies unsigned activations by signed weights pairwise into int16
   (`vpmaddubsw`), which saturates when both products of a pair are large (255 · 127 · 2 > 32,767: a row of ones
   came back 3.0 instead of 384). The weights are therefore quantized to ±63 (7 bits, one scale per output row):

@@ -7,8 +7,8 @@ tile at the edge of the matrix is computed by another kernel, which sums in anot
 That is a last-bit difference; the int8 step (the CPU default) rounds each activation to 8 bits, so it moved whole
 logits (by up to 0.15) and changed 1 to 2 of 160 translations (`python -m bench.invariance`).
 
-Measured on the 2-core AVX2 box, a row's result alone against beside others (300 random cases each; /tmp scripts
-quoted in BENCHMARKS.md):
+Measured on the 2-core AVX2 box, a row's result alone against beside others (300 random cases each, a script,
+2026-12-02; tests/test_batch_invariance.py checks the padded forms):
 - `x @ A` (LoRA's A side): 152–194 differed; 0 with the rows padded to a multiple of `ROWS` and the columns to a
   multiple of `COLUMNS` (rows alone were not enough where a slot's columns were 8 wide: 266 differed).
 - `y += h @ B` (LoRA's B side, h zero outside the row's slot): 177–183 differed; 0 with the rows padded.
