@@ -17,7 +17,8 @@ Measured on the 2-core AVX2 box, a row's result alone against beside others (300
 - The attention's softmax: 27 differed in float32, 0 summed in float64 (decode/marian.py `_attend`).
 - The attention's `p @ v` over zero-padded columns: 0 differed as it was.
 
-Padding costs a copy of the (small) operands; the rows are padded only when they are not already a multiple.
+Padding costs a copy of the (small) operands, made only when they are not whole already (in a compiled graph, where
+the sizes are symbolic, the pad is always there; inductor fuses it into the loop that produces the operand).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def round_up(n: Any, multiple: int) -> Any:
 def padded(t: torch.Tensor, dim: int, multiple: int, value: float = 0.0) -> torch.Tensor:
     """`t` padded with `value` at the end of `dim` (negative) to a multiple of `multiple`."""
     extra = round_up(t.shape[dim], multiple) - t.shape[dim]
+    if isinstance(extra, int) and not extra:
+        return t  # eager and already whole (in a compiled graph a dynamic size is a SymInt: always the pad)
     return F.pad(t, (0, 0) * (-1 - dim) + (0, extra), value=value)
 
 

@@ -396,11 +396,13 @@ def encoder_forward(src: torch.Tensor, mask: torch.Tensor, model: tuple[Any, ...
 
 def _encoder_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                        scale: float) -> torch.Tensor:
-    """The encoder's self-attention: SDPA over keys padded to whole blocks (`_blocked`; zero keys and values,
-    masked), so that a row's result does not depend on the sources beside it (`_attend` says why). A row's keys
-    start at column 0 whatever the batch, so SDPA's float32 sums add the same lanes in the same order, and the
-    padding adds exact zeros: 0 of 47 held-out sentences differed beside a longer one (8-column blocks: 16 of 47).
-    SDPA's fused kernel is faster than `_attend` over the square score matrix of a prefill."""
+    """The encoder's self-attention: SDPA over queries and keys padded to whole blocks (`_blocked`; zero keys and
+    values, masked), so that a row's result does not depend on the sources beside it: its scores' GEMM then has no
+    query or key of the row's in a partial tile (`_attend` says why). A row's keys start at column 0 whatever the
+    batch, so SDPA's float32 sums add the same lanes in the same order, and the padding adds exact zeros: 0 of 47
+    held-out sentences differed beside a longer one (8-column blocks: 16 of 47; queries unpadded: random cases in
+    tests/test_batch_invariance.py differed). SDPA's fused kernel is faster than `_attend` over the square score
+    matrix of a prefill."""
     return F.scaled_dot_product_attention(_blocked(q, -2), _blocked(k, -2), _blocked(v, -2),
                                           attn_mask=_blocked(mask, -1, _NEG[mask.dtype]),
                                           scale=scale)[:, :, :q.shape[-2]]
@@ -478,10 +480,11 @@ def _blocked(t: torch.Tensor, dim: int, value: float = 0.0) -> torch.Tensor:
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """Attention over keys `k` whose width is a whole number of blocks, written so that a row's result does not
-    depend on the widths and columns of the rows beside it (invariant 5, to the bit; measured in `invariant`):
-    - The scores' GEMM rounds a column differently when it falls in a partial tile at the right edge of the key
-      matrix, so callers pass keys and mask over whole blocks (`_block`), the extra columns masked.
+    """Attention written so that a row's result does not depend on the widths and columns of the rows beside it
+    (invariant 5, to the bit; measured in `invariant`):
+    - MKL's GEMM for the scores rounds a column differently when it falls in a partial tile at the right edge of
+      the key matrix, so eager callers pass keys and mask over whole blocks (`_block`), the extra columns masked.
+      The compiled step computes one query row's scores as a reduction per column, the same whatever the width.
     - The softmax's sum depends on where a row's columns sit among the SIMD lanes (the decoder's cache is right-
       aligned, so that moves with the batch's history): it is summed in float64 and rounded back. Where the
       GEMMs are float16/bfloat16 (a GPU) the softmax runs in float32 as usual.
