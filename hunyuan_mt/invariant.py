@@ -16,6 +16,8 @@ Measured on the 2-core AVX2 box, a row's result alone against beside others (300
   wherever the row's columns sit among them.
 - The attention's softmax: 27 differed in float32, 0 summed in float64 (decode/marian.py `_attend`).
 - The attention's `p @ v` over zero-padded columns: 0 differed as it was.
+- `F.linear` over float32 weights as they are (MKL): a frozen compiled step's eager prefill of two decoder tokens
+  gave a row other logits beside a second row (tests/test_compiled_step.py); padded rows: the same bits.
 
 Padding costs a copy of the (small) operands, made only when they are not whole already (in a compiled graph, where
 the sizes are symbolic, the pad is always there; inductor fuses it into the loop that produces the operand).
@@ -58,3 +60,14 @@ def bmm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x [P, N, k] @ w [P, k, m], each row's result independent of N."""
     n = x.shape[1]
     return torch.bmm(padded(x, -2, ROWS), w)[:, :n]
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """F.linear with each row's result independent of the rows beside it, where that needs padding: float32 on the
+    CPU outside a compiled graph (MKL; the unpacked weights a frozen compiled step leaves its eager calls, e.g. a
+    prefill of several decoder tokens). A compiled graph packs the weight for oneDNN, whose rows are independent
+    as they are; other devices and dtypes run F.linear as it is."""
+    if x.device.type != "cpu" or x.dtype != torch.float32 or torch.compiler.is_compiling():
+        return F.linear(x, weight, bias)
+    n = x.shape[0]
+    return F.linear(padded(x, -2, ROWS), weight, bias)[:n]

@@ -19,10 +19,10 @@ import weakref
 from typing import Any, NamedTuple, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
+from .. import invariant
 from ..int8 import Int8Linear, int8_linear, weight_and_bias
 from ..int8_fbgemm import FbgemmBase, FbgemmLinear, fbgemm_linear
 from ..int8_layer import Int8Layer, stacked_bias
@@ -115,7 +115,7 @@ def project(x: torch.Tensor, base: tuple[torch.Tensor | None, ...], lora: LoRATe
     elif isinstance(base, FbgemmBase):
         y = fbgemm_linear(x, base.handle, base.bias)
     else:
-        y = int8_linear(x, *base) if len(base) == 3 else F.linear(x, *base)
+        y = int8_linear(x, *base) if len(base) == 3 else invariant.linear(x, *base)
     return y if lora is None else apply_lora(x, y, lora)
 
 
