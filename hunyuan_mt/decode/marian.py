@@ -327,8 +327,7 @@ class MarianBatch(RunningBatch):
             if cache.length == 0:
                 _reserve(cache, cache.rows, 2)
                 cache.length = 1
-            _reserve(cache, max(cache.rows, step.MIN_ROWS) + 1, _block(cache.length + 1) + 1,
-                     source=_block(cache.source) + 1)
+            _reserve(cache, max(cache.rows, step.MIN_ROWS) + 1, cache.length + 2, source=cache.source + 1)
         cache.bias[:cache.rows, cache.length] = 0.0
         logits = self._forward(last, pos, cache, step)
         cache.length += 1
@@ -402,7 +401,8 @@ def _encoder_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: 
     batch, so SDPA's float32 sums add the same lanes in the same order, and the padding adds exact zeros: 0 of 47
     held-out sentences differed beside a longer one (8-column blocks: 16 of 47; queries unpadded: random cases in
     tests/test_batch_invariance.py differed). SDPA's fused kernel is faster than `_attend` over the square score
-    matrix of a prefill."""
+    matrix of a prefill (eager, 2 threads, medians of 5: 1 × 9 tokens 153 against 268 µs, 64 × 27 6.1 against
+    7.2 ms, 16 × 120 12.4 against 15.5 ms)."""
     return F.scaled_dot_product_attention(_blocked(q, -2), _blocked(k, -2), _blocked(v, -2),
                                           attn_mask=_blocked(mask, -1, _NEG[mask.dtype]),
                                           scale=scale)[:, :, :q.shape[-2]]
