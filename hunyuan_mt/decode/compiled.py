@@ -38,7 +38,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from .. import int8, int8_fbgemm, int8_layer, invariant
+from .. import int8, int8_fbgemm, int8_layer, invariant, kernels
 from ..lora import grouped
 from . import dense, marian
 from .aot import AotFunction, AotMismatch, is_marked
@@ -68,8 +68,8 @@ class _Compiled:
     def __init__(self, fn: Any, freeze: bool = False) -> None:
         self._eager = fn
         # The modules whose code the graph runs: a change to any of them compiles again.
-        self._fn = AotFunction(fn, sources=(marian, dense, grouped, int8, int8_fbgemm, int8_layer, invariant),
-                               freeze=freeze)
+        self._fn = AotFunction(fn, freeze=freeze, sources=(marian, dense, grouped, int8, int8_fbgemm, int8_layer,
+                                                           invariant, kernels))
         #: The weights (the STATIC arguments) are compiled in as constants: callers pass them unpacked.
         self.frozen = freeze
         #: Why compiling failed, once it has; the calls are eager from then on.

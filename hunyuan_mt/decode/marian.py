@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .. import invariant
+from .. import invariant, kernels
 from .batch import RunningBatch, Sequence, left_padded, positions
 from .dense import Projection, project
 
@@ -238,10 +238,16 @@ class MarianBatch(RunningBatch):
         `plain`: float weights unpacked)."""
         dec = self.decoder
         return (dec.embed_tokens.weight, dec.embed_positions.weight, float(dec.embed_scale),
-                (self.heads, self.head_dim, self.scaling),
+                (self.heads, self.head_dim, self.scaling, self._attention_kernel()),
                 tuple((tuple(_base(p, plain) for p in _step_projections(layer)), layer.norms, layer.activation)
                       for layer in self._layers),
                 _base(self._head, plain), self._logits_bias)
+
+    def _attention_kernel(self) -> Any:
+        """The CPU kernel a decode step attends with (`kernels.decode_attention`), or None: tensor operations
+        (`_attend`; a GPU, half precision, a head size it does not take, or the kernel could not be built)."""
+        probe = self.decoder.embed_tokens.weight.new_empty(1, 1, 1, self.head_dim)
+        return kernels.decode_attention() if kernels.usable(probe) else None
 
     # ------------------------------------------------------------------ RunningBatch's moves
 
@@ -441,9 +447,11 @@ def decoder_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cmask
     columns end-T..end-1, where end is the width of `mask` ([B, 1, T, end], additive); the cross-attention reads
     `ck`/`cv` over the width of `cmask` ([B, 1, 1, source]). `model` is `MarianBatch._model()`, `lora` each
     layer's LoRA tensors per projection (`lora.GroupedLoRA.tensors`)."""
-    embed, positions, embed_scale, (h, hd, scaling), layers, head, final_bias = model
+    embed, positions, embed_scale, (h, hd, scaling, kernel), layers, head, final_bias = model
     b, t = ids.shape
     n, d = b * t, h * hd
+    # One new token per row: the kernel reads each row's own columns of the caches only (kernels/__init__.py).
+    ragged = kernel is not None and t == 1
     end = width = mask.shape[-1]
     cwidth = cmask.shape[-1]
     if not torch.compiler.is_compiling():
@@ -459,11 +467,19 @@ def decoder_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cmask
         qkv = project(x, qkv_w, qkv_l).view(b, t, 3, h, hd)
         k[i][:b, :, end - t:end] = qkv[:, :, 1].transpose(1, 2)
         v[i][:b, :, end - t:end] = qkv[:, :, 2].transpose(1, 2)
-        attn = _attend(qkv[:, :, 0].transpose(1, 2), k[i][:b, :, :width], v[i][:b, :, :width], mask, scaling)
-        x = _norm(x + project(attn.transpose(1, 2).reshape(n, d), out_w, out_l), norms[0])
+        q = qkv[:, :, 0].transpose(1, 2)
+        if ragged:
+            attn = kernel(q, k[i], v[i], mask, scaling).view(n, d)
+        else:
+            attn = _attend(q, k[i][:b, :, :width], v[i][:b, :, :width], mask, scaling).transpose(1, 2).reshape(n, d)
+        x = _norm(x + project(attn, out_w, out_l), norms[0])
         q = project(x, q_w, q_l).view(b, t, h, hd).transpose(1, 2)
-        attn = _attend(q, ck[i][:b, :, :cwidth], cv[i][:b, :, :cwidth], cmask, scaling)
-        x = _norm(x + project(attn.transpose(1, 2).reshape(n, d), cout_w, cout_l), norms[1])
+        if ragged:
+            attn = kernel(q, ck[i], cv[i], cmask, scaling).view(n, d)
+        else:
+            attn = _attend(q, ck[i][:b, :, :cwidth], cv[i][:b, :, :cwidth], cmask, scaling).transpose(1, 2).reshape(
+                n, d)
+        x = _norm(x + project(attn, cout_w, cout_l), norms[1])
         x = _norm(x + project(activation(project(x, fc1_w, fc1_l)), fc2_w, fc2_l), norms[2])
     logits = project(x.view(b, t, d)[:, -1], head, None)
     return logits + final_bias if final_bias is not None else logits

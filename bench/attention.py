@@ -1,0 +1,141 @@
+"""The compiled decode step with the CPU attention kernel against the same step attending with tensor operations.
+
+    python -m bench.attention                     # the default profile, steps of the 600-sentence peer workload
+    python -m bench.attention --every 10 --calls 20
+
+The service runs as shipped (compiled step, int8 where the profile picks it) and translates `bench.peer`'s 600
+sentences (one pair) once; every `--every`-th compiled decode step is captured with its inputs (caches copied).
+Each captured step is then run by two compiled packages in the same process, alternating: the shipped one, whose
+attention is `hmt_cpu::decode_attention` (hunyuan_mt/kernels), and one built without it (`marian._attend`,
+tensor operations over every column of the batch's cache). Reported per step: rows, cache columns, the share of
+them the rows do not mask, milliseconds per step (medians of `--rounds` rounds of `--calls` calls each) and the
+ratio; and whether the two give the same next tokens. Results: bench/results/attention.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+from .peer import _service, sentences, workload
+from .report import write_results
+
+
+def capture(every: int) -> tuple[Any, list[dict[str, Any]]]:
+    """The service (still open) and the compiled steps of one 600-sentence run, every `every`-th."""
+    import torch
+
+    from hunyuan_mt.decode import compiled
+
+    texts, _ = workload(sentences())
+    service = _service(None)
+    deadline = time.monotonic() + 600
+    while not service.ready and time.monotonic() < deadline:
+        time.sleep(0.1)
+    service.translate_batch(texts[:32], "en", "es")
+    steps: list[dict[str, Any]] = []
+    count = 0
+    call = compiled.CompiledStep.__call__
+
+    def spy(self: Any, ids: Any, pos: Any, mask: Any, cmask: Any, k: Any, v: Any, ck: Any, cv: Any, model: Any,
+            lora: Any) -> Any:
+        nonlocal count
+        count += 1
+        if count % every == 0:
+            copies = [[t.clone() for t in store] for store in (k, v, ck, cv)]
+            steps.append({"step": self, "args": (ids.clone(), pos.clone(), mask.clone(), cmask.clone(), *copies,
+                                                 model, lora),
+                          "rows": ids.shape[0], "columns": mask.shape[-1], "source": cmask.shape[-1],
+                          "self_seen": float((mask == 0).float().mean()),
+                          "source_seen": float((cmask == 0).float().mean())})
+        return call(self, ids, pos, mask, cmask, k, v, ck, cv, model, lora)
+
+    compiled.CompiledStep.__call__ = spy
+    try:
+        with torch.inference_mode():
+            service.translate_batch(texts, "en", "es")
+    finally:
+        compiled.CompiledStep.__call__ = call
+    return service, steps
+
+
+def compare(steps: list[dict[str, Any]], rounds: int, calls: int) -> list[dict[str, Any]]:
+    import torch
+
+    from hunyuan_mt.decode import compiled
+
+    plain: dict[int, Any] = {}
+    rows = []
+    for s in steps:
+        shipped, args = s["step"], s["args"]
+        model = args[8]
+        heads, head_dim, scaling, kernel = model[3]
+        if kernel is None:
+            raise SystemExit("the shipped step has no attention kernel here (HMT_CPU_KERNELS=0, or it did not build)")
+        without = model[:3] + ((heads, head_dim, scaling, None),) + model[4:]
+        # A package of its own: one AotFunction keeps one package per argument structure.
+        other = plain.setdefault(id(shipped), compiled.CompiledStep(freeze=shipped.frozen))
+        variants = {"kernel": (shipped, model), "tensor_ops": (other, without)}
+
+        def run(name: str) -> Any:
+            fn, m = variants[name]
+            with torch.inference_mode():
+                return fn(*args[:8], m, args[9])
+
+        same = bool(torch.equal(run("kernel").argmax(-1), run("tensor_ops").argmax(-1)))
+        ms: dict[str, list[float]] = {name: [] for name in variants}
+        for _ in range(rounds):
+            for name in variants:
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    run(name)
+                ms[name].append((time.perf_counter() - t0) / calls * 1e3)
+        kernel_ms, ops_ms = statistics.median(ms["kernel"]), statistics.median(ms["tensor_ops"])
+        rows.append({key: s[key] for key in ("rows", "columns", "source", "self_seen", "source_seen")} | {
+            "kernel_ms": kernel_ms, "tensor_ops_ms": ops_ms, "ratio": kernel_ms / ops_ms, "same_tokens": same,
+            "compiled": shipped.active and other.active})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.attention", description=__doc__.splitlines()[0])
+    p.add_argument("--every", type=int, default=20, help="capture every N-th compiled step of the run")
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--calls", type=int, default=10)
+    args = p.parse_args(argv)
+    service, steps = capture(args.every)
+    try:
+        info = service.status()["backbone"]
+        rows = compare(steps, args.rounds, args.calls)
+    finally:
+        service.close()
+    big = [r for r in rows if r["rows"] >= 32]
+    data = {"args": vars(args), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "quantization": info.get("quantization"), "steps": rows,
+            "median_ratio": statistics.median(r["ratio"] for r in rows) if rows else None,
+            "median_ratio_32_rows_or_more": statistics.median(r["ratio"] for r in big) if big else None}
+    command = "python -m bench.attention" + "".join(
+        f" --{name} {value}" for name, value in vars(args).items() if value != p.get_default(name))
+    lines = [f"# Decode step: attention kernel against tensor operations ({data['date']}, `{command}`)", "",
+             f"Weights: {data['quantization']}. Each step is a captured compiled step of the 600-sentence run, "
+             f"both packages alternating in one process; ms are medians of {args.rounds} rounds of {args.calls} "
+             "calls. 'seen' = share of the cache's columns the rows do not mask.", "",
+             "| rows | columns | self seen | source | source seen | kernel ms | tensor ops ms | ratio | same tokens |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['rows']} | {r['columns']} | {r['self_seen']:.2f} | {r['source']} | {r['source_seen']:.2f} | "
+              f"{r['kernel_ms']:.2f} | {r['tensor_ops_ms']:.2f} | {r['ratio']:.3f} | {r['same_tokens']} |"
+              for r in rows]
+    if rows:
+        lines += ["", f"Median ratio: **{data['median_ratio']:.3f}** over {len(rows)} steps"
+                  + (f", **{data['median_ratio_32_rows_or_more']:.3f}** over the {len(big)} of 32 rows or more."
+                     if big else ".")]
+    if not all(r["compiled"] for r in rows):
+        lines += ["", "Some steps ran eagerly (a package refused them): those rows compare eager steps."]
+    write_results("attention", data, lines)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,108 @@
+"""CPU kernels of our own, built from C++ source on first use: `decode_attention`.
+
+A Marian decode step's attention (one new query per row, over the keys and values the rows have cached) is a pass
+over memory, and memory is what a CPU has least of: on the 2-core box ~9 GB/s, against ~33 MB of keys and values
+a 64-row step of the demo model reads. Written with tensor operations (compiled, `marian._attend`), the step
+reads the whole rectangle of the batch's cache, rows × the longest history, but rows that joined later see
+fewer columns and rows with shorter sources mask the rest: over the 600-sentence peer benchmark 55 % of the
+self-attention columns read and 35 % of the cross-attention ones were masked. `decode_attention.cpp` reads each
+row's own columns only (and prefetches them); a row's result stays its own to the bit (tests/test_kernels.py).
+
+The kernel is compiled with torch's extension builder (g++ and ninja, both already needed: inductor compiles
+the decode step with g++; ninja comes with requirements.txt), once per machine and source (~25 s on the 2-core box),
+then loaded from disk. Where it cannot be built (no compiler), or with `HMT_CPU_KERNELS=0`, `decode_attention()`
+returns None and the step attends with tensor operations: the same arithmetic, slower.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger(__name__)
+
+_SOURCE = Path(__file__).with_name("decode_attention.cpp")
+_LOCK = threading.Lock()
+#: The op once loaded; False once building failed or is switched off (decided once per process).
+_OP: Any = None
+
+
+def decode_attention() -> Any:
+    """`torch.ops.hmt_cpu.decode_attention(q, k, v, bias, scale)`, built or loaded on the first call, or None where
+    it cannot be (the reason is logged once). q [rows, heads, 1, head_dim]; k, v [≥ rows, heads, ≥ width,
+    head_dim] (a cache with spare room); bias [rows, 1, 1, width], additive; returns [rows, heads, head_dim]."""
+    global _OP
+    if _OP is None:
+        with _LOCK:
+            if _OP is None:
+                _OP = _load() or False
+    return _OP or None
+
+
+def usable(q: torch.Tensor) -> bool:
+    """Whether the kernel takes these queries: float32 on the CPU, head_dim a multiple of 8 up to 256."""
+    return q.device.type == "cpu" and q.dtype == torch.float32 and q.shape[-1] % 8 == 0 and q.shape[-1] <= 256
+
+
+def cache_dir() -> Path:
+    """Where built kernels are kept: `HMT_KERNEL_CACHE`, else beside inductor's cache (as the compiled step)."""
+    explicit = os.environ.get("HMT_KERNEL_CACHE")
+    if explicit:
+        return Path(explicit)
+    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache
+
+    return Path(inductor_cache()) / "hunyuan-mt-kernels"
+
+
+def _flags() -> list[str]:
+    # -fopenmp: at::parallel_for is inline in ATen's headers, an OpenMP pragma; without the flag the kernel ran on
+    # one thread while the other waited (perf: all of its samples on the main thread). Built for AVX2 where the
+    # CPU has it (at::vec then uses 8-lane registers and Sleef's vector exp); elsewhere the generic at::vec code.
+    flags = ["-O3", "-fopenmp"]
+    if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+        flags += ["-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"]
+    return flags
+
+
+def _load() -> Any:
+    if os.environ.get("HMT_CPU_KERNELS", "1").strip().lower() in ("0", "false", "off", "no"):
+        log.info("CPU kernels off (HMT_CPU_KERNELS): decode attention runs as tensor operations")
+        return None
+    flags = _flags()
+    digest = hashlib.sha256(repr((_SOURCE.read_bytes(), flags, torch.__version__)).encode()).hexdigest()[:12]
+    name = f"hmt_cpu_kernels_{digest}"
+    folder = cache_dir() / name
+    t0 = time.perf_counter()
+    try:
+        from torch.utils import cpp_extension
+
+        folder.mkdir(parents=True, exist_ok=True)
+        # torch's builder runs `ninja` from PATH: the one requirements.txt installs sits beside this interpreter,
+        # which is not on PATH when .venv/bin/python is run without activating the environment.
+        here = str(Path(sys.executable).parent)
+        path = os.environ.get("PATH", "")
+        if here not in path.split(os.pathsep):
+            os.environ["PATH"] = here + (os.pathsep + path if path else "")
+        cpp_extension.load(name=name, sources=[str(_SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"],
+                           build_directory=str(folder), is_python_module=False, verbose=False)
+    except Exception as exc:  # noqa: BLE001 - the compiler, ninja and the loader fail in many ways
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        log.warning("building the CPU decode-attention kernel failed, attention runs as tensor operations "
+                    "(same output, slower): %s: %s", type(exc).__name__, first[:300])
+        return None
+    op = torch.ops.hmt_cpu.decode_attention
+
+    @torch.library.register_fake("hmt_cpu::decode_attention")
+    def _fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
+        return q.new_empty(q.shape[0], q.shape[1], q.shape[3])
+
+    log.info("CPU decode-attention kernel ready in %.1f s (%s)", time.perf_counter() - t0, folder)
+    return op

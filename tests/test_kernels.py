@@ -1,0 +1,145 @@
+"""The CPU decode-attention kernel (hunyuan_mt/kernels): the attention `marian._attend` computes, over each row's own
+columns only, a row's result the same to the bit wherever its columns sit, and a clear way out where it cannot be
+built."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import pytest
+import torch
+
+from hunyuan_mt import kernels
+from hunyuan_mt.decode.marian import _NEG, _attend
+
+NEG = _NEG[torch.float32]
+
+
+@pytest.fixture(scope="module")
+def op():
+    found = kernels.decode_attention()
+    assert found is not None, "the kernel must build here (g++ and ninja are installed with the project)"
+    return found
+
+
+@pytest.fixture()
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def _cache(rows: int, heads: int, columns: int, head_dim: int, spare: int = 3) -> tuple[torch.Tensor, ...]:
+    """Keys and values as the engine keeps them: more rows and columns allocated than in use."""
+    k = torch.randn(rows + spare, heads, columns + spare, head_dim)
+    v = torch.randn(rows + spare, heads, columns + spare, head_dim)
+    return k, v
+
+
+def _queries(rows: int, heads: int, head_dim: int) -> torch.Tensor:
+    """q [rows, heads, 1, head_dim] as the step slices it out of its fused Q/K/V projection (not contiguous)."""
+    qkv = torch.randn(rows, 1, 3, heads, head_dim)
+    return qkv[:, :, 0].transpose(1, 2)
+
+
+def test_it_computes_the_attention_of_the_tensor_operations(op) -> None:
+    """Rows masked at the start (joined later), at the end (shorter sources) and in between, against `_attend`
+    over the same columns."""
+    rng = random.Random(0)
+    torch.manual_seed(0)
+    for _ in range(40):
+        rows, heads, head_dim = rng.choice([1, 2, 5, 64]), rng.choice([1, 4, 6]), rng.choice([8, 64, 128])
+        width = rng.randint(1, 40)
+        k, v = _cache(rows, heads, width, head_dim)
+        q = _queries(rows, heads, head_dim)
+        bias = torch.zeros(rows, 1, 1, width)
+        for r in range(rows):
+            lo = rng.randrange(width)
+            hi = rng.randint(lo + 1, width)
+            bias[r, ..., :lo] = NEG
+            bias[r, ..., hi:] = NEG
+            if hi - lo > 2 and rng.random() < 0.3:
+                bias[r, ..., rng.randrange(lo, hi)] = NEG
+        got = op(q, k, v, bias, head_dim ** -0.5)
+        want = _attend(q, k[:rows, :, :width], v[:rows, :, :width], bias, head_dim ** -0.5)[:, :, 0]
+        assert got.shape == (rows, heads, head_dim)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_row_gets_the_same_bits_wherever_its_columns_sit(op, two_threads) -> None:
+    """A row alone, then among 63 others in a wider cache with its columns moved right by any offset (a batch whose
+    older rows have longer histories): bit for bit the same."""
+    rng = random.Random(1)
+    torch.manual_seed(1)
+    heads, head_dim = 6, 64
+    for _ in range(60):
+        own = rng.randint(1, 30)
+        q = _queries(1, heads, head_dim)
+        k, v = _cache(1, heads, own, head_dim, spare=0)
+        alone = op(q, k, v, torch.zeros(1, 1, 1, own), 0.125)
+
+        rows, at, shift = 64, rng.randrange(64), rng.randint(0, 20)
+        width = own + shift + rng.randint(0, 5)
+        big_k, big_v = _cache(rows, heads, width, head_dim)
+        big_k[at, :, shift:shift + own] = k[0]
+        big_v[at, :, shift:shift + own] = v[0]
+        big_q = _queries(rows, heads, head_dim).clone()
+        big_q[at] = q[0]
+        bias = torch.full((rows, 1, 1, width), NEG)
+        bias[:, ..., :width - rng.randint(0, 3)] = 0.0
+        bias[at] = NEG
+        bias[at, ..., shift:shift + own] = 0.0
+        assert torch.equal(op(big_q, big_k, big_v, bias, 0.125)[at], alone[0])
+
+
+def test_a_row_that_sees_no_column_averages_them_as_the_softmax_does(op) -> None:
+    """A padding row (every column masked) gets the mean of the values, as a softmax over equal scores gives."""
+    k, v = _cache(2, 2, 5, 8)
+    q = _queries(2, 2, 8)
+    bias = torch.zeros(2, 1, 1, 5)
+    bias[1] = NEG
+    got = op(q, k, v, bias, 0.3)
+    torch.testing.assert_close(got[1], v[1, :, :5].mean(dim=1), rtol=1e-5, atol=1e-6)
+
+
+def test_it_refuses_what_it_cannot_compute_with_the_reason(op) -> None:
+    k, v = _cache(2, 2, 4, 8)
+    q = _queries(2, 2, 8)
+    with pytest.raises(RuntimeError, match="float32 CPU tensors"):
+        op(q.double(), k, v, torch.zeros(2, 1, 1, 4), 1.0)
+    k12, v12 = _cache(2, 2, 4, 12)
+    with pytest.raises(RuntimeError, match="head_dim 12 must be a multiple of 8"):
+        op(_queries(2, 2, 12), k12, v12, torch.zeros(2, 1, 1, 4), 1.0)
+    with pytest.raises(RuntimeError, match="shapes do not match"):
+        op(q, k, v, torch.zeros(2, 1, 1, 40), 1.0)
+    assert not kernels.usable(torch.zeros(1, 1, 1, 12))
+    assert not kernels.usable(torch.zeros(1, 1, 1, 8, dtype=torch.bfloat16))
+    assert kernels.usable(torch.zeros(1, 1, 1, 64))
+
+
+def test_the_step_attends_with_it_on_the_cpu(marian_dir, fresh_backbone, op) -> None:
+    """The decode step takes the kernel as part of its model (so a compiled package is keyed by it)."""
+    from hunyuan_mt.config import GenerationConfig
+
+    backbone = fresh_backbone(marian_dir)
+    batch = backbone.new_batch(GenerationConfig())
+    batch._build()
+    assert batch._decoder_args[3][3] is op
+
+
+def test_switched_off_or_unbuildable_it_steps_aside_with_a_warning(monkeypatch, caplog) -> None:
+    monkeypatch.setenv("HMT_CPU_KERNELS", "0")
+    assert kernels._load() is None
+    monkeypatch.delenv("HMT_CPU_KERNELS")
+
+    from torch.utils import cpp_extension
+
+    def broken(**kwargs):
+        raise RuntimeError("Error building extension 'hmt_cpu_kernels': g++: not found")
+
+    monkeypatch.setattr(cpp_extension, "load", broken)
+    with caplog.at_level(logging.WARNING, logger="hunyuan_mt.kernels"):
+        assert kernels._load() is None
+    assert "attention runs as tensor operations" in caplog.text and "g++: not found" in caplog.text
