@@ -1,15 +1,18 @@
-"""The compiled decode step with the CPU attention kernel against the same step attending with tensor operations.
+"""The compiled decode step as shipped, with the CPU attention kernel, against the same step without a part of it.
 
-    python -m bench.attention                     # the default profile, steps of the 600-sentence peer workload
+    python -m bench.attention                             # against attention as tensor operations
+    python -m bench.attention --against float32-cache     # against the kernel over keys/values kept in float32
     python -m bench.attention --every 10 --calls 20
 
-The service runs as shipped (compiled step, int8 where the profile picks it) and translates `bench.peer`'s 600
-sentences (one pair) once; every `--every`-th compiled decode step is captured with its inputs (caches copied).
-Each captured step is then run by two compiled packages in the same process, alternating: the shipped one, whose
-attention is `hmt_cpu::decode_attention` (hunyuan_mt/kernels), and one built without it (`marian._attend`,
-tensor operations over every column of the batch's cache). Reported per step: rows, cache columns, the share of
-them the rows do not mask, milliseconds per step (medians of `--rounds` rounds of `--calls` calls each) and the
-ratio; and whether the two give the same next tokens. Results: bench/results/attention.{json,md}.
+The service runs as shipped (compiled step, int8 and a float16 cache where the profile picks them) and translates
+`bench.peer`'s 600 sentences (one pair) once; every `--every`-th compiled decode step is captured with its inputs
+(caches copied). Each captured step is then run by two compiled packages in the same process, alternating: the
+shipped one, whose attention is `hmt_cpu::decode_attention` (hunyuan_mt/kernels), and the baseline: one built
+without the kernel (`marian._attend`, tensor operations over every column of the batch's cache), or the kernel over
+the same caches widened to float32. Reported per step: rows, cache columns, the share of them the rows do not
+mask, milliseconds per step (medians of `--rounds` rounds of `--calls` calls each) and the ratio; and whether the
+two give the same next tokens. Results: bench/results/attention.{json,md} (attention-float32-cache.* for that
+baseline).
 """
 
 from __future__ import annotations
@@ -61,7 +64,9 @@ def capture(every: int) -> tuple[Any, list[dict[str, Any]]]:
     return service, steps
 
 
-def compare(steps: list[dict[str, Any]], rounds: int, calls: int) -> list[dict[str, Any]]:
+def compare(steps: list[dict[str, Any]], rounds: int, calls: int, against: str) -> list[dict[str, Any]]:
+    """Each step by the shipped package and by the baseline's (`against`): "tensor-ops", the attention written
+    out over every column; "float32-cache", the kernel over keys and values kept in float32."""
     import torch
 
     from hunyuan_mt.decode import compiled
@@ -74,17 +79,22 @@ def compare(steps: list[dict[str, Any]], rounds: int, calls: int) -> list[dict[s
         heads, head_dim, scaling, kernel = model[3]
         if kernel is None:
             raise SystemExit("the shipped step has no attention kernel here (HMT_CPU_KERNELS=0, or it did not build)")
-        without = model[:3] + ((heads, head_dim, scaling, None),) + model[4:]
+        if against == "tensor-ops":
+            base_args = args[:8] + (model[:3] + ((heads, head_dim, scaling, None),) + model[4:], args[9])
+        else:
+            if args[4][0].dtype == torch.float32:
+                raise SystemExit("the shipped cache is float32 already (model.kv_cache)")
+            base_args = args[:4] + tuple([t.float() for t in store] for store in args[4:8]) + args[8:]
         # A package of its own: one AotFunction keeps one package per argument structure.
         other = plain.setdefault(id(shipped), compiled.CompiledStep(freeze=shipped.frozen))
-        variants = {"kernel": (shipped, model), "tensor_ops": (other, without)}
+        variants = {"shipped": (shipped, args), "baseline": (other, base_args)}
 
         def run(name: str) -> Any:
-            fn, m = variants[name]
+            fn, a = variants[name]
             with torch.inference_mode():
-                return fn(*args[:8], m, args[9])
+                return fn(*a)
 
-        same = bool(torch.equal(run("kernel").argmax(-1), run("tensor_ops").argmax(-1)))
+        same = bool(torch.equal(run("shipped").argmax(-1), run("baseline").argmax(-1)))
         ms: dict[str, list[float]] = {name: [] for name in variants}
         for _ in range(rounds):
             for name in variants:
@@ -92,9 +102,9 @@ def compare(steps: list[dict[str, Any]], rounds: int, calls: int) -> list[dict[s
                 for _ in range(calls):
                     run(name)
                 ms[name].append((time.perf_counter() - t0) / calls * 1e3)
-        kernel_ms, ops_ms = statistics.median(ms["kernel"]), statistics.median(ms["tensor_ops"])
+        mine, theirs = statistics.median(ms["shipped"]), statistics.median(ms["baseline"])
         rows.append({key: s[key] for key in ("rows", "columns", "source", "self_seen", "source_seen")} | {
-            "kernel_ms": kernel_ms, "tensor_ops_ms": ops_ms, "ratio": kernel_ms / ops_ms, "same_tokens": same,
+            "shipped_ms": mine, "baseline_ms": theirs, "ratio": mine / theirs, "same_tokens": same,
             "compiled": shipped.active and other.active})
     return rows
 
@@ -104,28 +114,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=20, help="capture every N-th compiled step of the run")
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--calls", type=int, default=10)
+    p.add_argument("--against", choices=("tensor-ops", "float32-cache"), default="tensor-ops",
+                   help="the baseline: attention as tensor operations, or the kernel over a float32 cache")
     args = p.parse_args(argv)
     service, steps = capture(args.every)
     try:
         info = service.status()["backbone"]
-        rows = compare(steps, args.rounds, args.calls)
+        rows = compare(steps, args.rounds, args.calls, args.against)
     finally:
         service.close()
     big = [r for r in rows if r["rows"] >= 32]
     data = {"args": vars(args), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "quantization": info.get("quantization"), "steps": rows,
+            "quantization": info.get("quantization"), "kv_cache": info.get("kv_cache", "model dtype"), "steps": rows,
             "median_ratio": statistics.median(r["ratio"] for r in rows) if rows else None,
             "median_ratio_32_rows_or_more": statistics.median(r["ratio"] for r in big) if big else None}
     command = "python -m bench.attention" + "".join(
         f" --{name} {value}" for name, value in vars(args).items() if value != p.get_default(name))
-    lines = [f"# Decode step: attention kernel against tensor operations ({data['date']}, `{command}`)", "",
-             f"Weights: {data['quantization']}. Each step is a captured compiled step of the 600-sentence run, "
-             f"both packages alternating in one process; ms are medians of {args.rounds} rounds of {args.calls} "
-             "calls. 'seen' = share of the cache's columns the rows do not mask.", "",
-             "| rows | columns | self seen | source | source seen | kernel ms | tensor ops ms | ratio | same tokens |",
+    baseline = {"tensor-ops": "attention as tensor operations over every column (`marian._attend`)",
+                "float32-cache": "the same kernel over keys and values kept in float32"}[args.against]
+    lines = [f"# Decode step: as shipped against {args.against} ({data['date']}, `{command}`)", "",
+             f"Weights: {data['quantization']}, attention keys/values: {data['kv_cache']}. Shipped: the attention "
+             f"kernel (hunyuan_mt/kernels); baseline: {baseline}. Each step is a captured compiled step of the "
+             f"600-sentence run, both packages alternating in one process; ms are medians of {args.rounds} rounds "
+             f"of {args.calls} calls. 'seen' = share of the cache's columns the rows do not mask.", "",
+             "| rows | columns | self seen | source | source seen | shipped ms | baseline ms | ratio | same tokens |",
              "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['rows']} | {r['columns']} | {r['self_seen']:.2f} | {r['source']} | {r['source_seen']:.2f} | "
-              f"{r['kernel_ms']:.2f} | {r['tensor_ops_ms']:.2f} | {r['ratio']:.3f} | {r['same_tokens']} |"
+              f"{r['shipped_ms']:.2f} | {r['baseline_ms']:.2f} | {r['ratio']:.3f} | {r['same_tokens']} |"
               for r in rows]
     if rows:
         lines += ["", f"Median ratio: **{data['median_ratio']:.3f}** over {len(rows)} steps"
@@ -133,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                      if big else ".")]
     if not all(r["compiled"] for r in rows):
         lines += ["", "Some steps ran eagerly (a package refused them): those rows compare eager steps."]
-    write_results("attention", data, lines)
+    write_results("attention" if args.against == "tensor-ops" else "attention-" + args.against, data, lines)
     return 0
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from . import cpu, int8
+from . import cpu, int8, kernels
 from .config import GenerationConfig, ModelConfig
 from .decode import CausalBatch, MarianBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
 from .decode.static import StaticCausalBatch
@@ -528,9 +528,20 @@ class Backbone:
             return StaticCausalBatch(*args, capacity=static.rows, max_len=static.max_len, dtype=self.dtype,
                                      graphs=graphs)
         batch = self.batch_class(*args)
-        if self.compiled is not None and isinstance(batch, MarianBatch):
-            batch.compiled, batch.compiled_encoder = self.compiled
+        if isinstance(batch, MarianBatch):
+            batch.kv_dtype = self.kv_cache_dtype()
+            if self.compiled is not None:
+                batch.compiled, batch.compiled_encoder = self.compiled
         return batch
+
+    def kv_cache_dtype(self) -> torch.dtype | None:
+        """The dtype a Marian batch keeps its attention keys/values in (`model.kv_cache`); None: the model's."""
+        mode = self.cfg.kv_cache
+        if mode == "float32" or self.batch_class is not MarianBatch or not self.device.startswith("cpu"):
+            return None
+        if mode == "auto" and (self.cfg.quantization != "int8" or kernels.decode_attention() is None):
+            return None
+        return torch.float16
 
     def compile_note(self) -> str | None:
         """None when `compile_step` applies to this backbone, else why not."""
@@ -697,6 +708,7 @@ class Backbone:
             "dtype": str(self.dtype).replace("torch.", ""),
             "quantization": self.cfg.quantization,
             **({"int8_kernel": self.int8_kernel} if self.int8_kernel else {}),
+            **({"kv_cache": str(kv).replace("torch.", "")} if (kv := self.kv_cache_dtype()) is not None else {}),
             **({"quantization_note": self.quantization_note} if self.quantization_note else {}),
             "attn_implementation": getattr(getattr(self.base_model, "config", None), "_attn_implementation", None),
             "params": self.param_count,

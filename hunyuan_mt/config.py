@@ -77,6 +77,11 @@ class ModelConfig:
     #: or float32 weights). "auto": when the service warms up (it compiles then, ~95 s the first time on 2 cores,
     #: ~1 s to load the kept packages after); true: also without warm-up (the first request compiles); false: eager.
     compile: str = "auto"
+    #: What a Marian decode step keeps its attention keys and values in on the CPU: "float16" halves what every step
+    #: reads (its attention is bound by memory; kernels/), "float32" keeps the model's precision, "auto": float16
+    #: where the weights are int8 (already rounded more coarsely than that) and the attention kernel is built, else
+    #: the model's dtype.
+    kv_cache: str = "auto"
 
     def __post_init__(self) -> None:
         # YAML reads on/off/true/false as booleans; environment variables and --set give strings.
@@ -95,6 +100,8 @@ class ModelConfig:
                "one of none, auto, int8, 8bit, 4bit", self.quantization)
         _check(self.int8_kernel in ("auto", "int_mm", "fbgemm"), "model.int8_kernel",
                "one of auto, int_mm, fbgemm", self.int8_kernel)
+        _check(self.kv_cache in ("auto", "float32", "float16"), "model.kv_cache", "one of auto, float32, float16",
+               self.kv_cache)
         _check(self.attn_implementation in ("auto", "sdpa", "flash_attention_2", "eager"),
                "model.attn_implementation", "one of auto, sdpa, flash_attention_2, eager", self.attn_implementation)
         _check(isinstance(self.cpu_threads, int) and self.cpu_threads >= 0, "model.cpu_threads", "an integer >= 0",

@@ -107,8 +107,10 @@ def test_a_row_that_sees_no_column_averages_them_as_the_softmax_does(op) -> None
 def test_it_refuses_what_it_cannot_compute_with_the_reason(op) -> None:
     k, v = _cache(2, 2, 4, 8)
     q = _queries(2, 2, 8)
-    with pytest.raises(RuntimeError, match="float32 CPU tensors"):
+    with pytest.raises(RuntimeError, match="float32 queries and bias"):
         op(q.double(), k, v, torch.zeros(2, 1, 1, 4), 1.0)
+    with pytest.raises(RuntimeError, match="both float32 or both float16"):
+        op(q, k.half(), v, torch.zeros(2, 1, 1, 4), 1.0)
     k12, v12 = _cache(2, 2, 4, 12)
     with pytest.raises(RuntimeError, match="head_dim 12 must be a multiple of 8"):
         op(_queries(2, 2, 12), k12, v12, torch.zeros(2, 1, 1, 4), 1.0)
@@ -143,3 +145,50 @@ def test_switched_off_or_unbuildable_it_steps_aside_with_a_warning(monkeypatch, 
     with caplog.at_level(logging.WARNING, logger="hunyuan_mt.kernels"):
         assert kernels._load() is None
     assert "attention runs as tensor operations" in caplog.text and "g++: not found" in caplog.text
+
+
+def test_float16_keys_and_values_give_what_float32_gives_on_the_same_values(op) -> None:
+    """The kernel widens a float16 cache as it reads: bit for bit the float32 kernel over the rounded values."""
+    torch.manual_seed(3)
+    k, v = _cache(9, 6, 30, 64)
+    k16, v16 = k.half(), v.half()
+    q = _queries(9, 6, 64)
+    bias = torch.zeros(9, 1, 1, 30)
+    bias[::2, ..., :7] = NEG
+    assert torch.equal(op(q, k16, v16, bias, 0.125), op(q, k16.float(), v16.float(), bias, 0.125))
+
+
+def test_the_kv_cache_setting_picks_float16_for_int8_weights(marian_dir, fresh_backbone, op) -> None:
+    """model.kv_cache auto: float16 under int8 weights, the model's dtype under float32 ones; the cache a batch
+    fills is in that dtype, and its tokens are the float32 cache's."""
+    from hunyuan_mt.backbone import PromptRow
+    from hunyuan_mt.config import GenerationConfig, ModelConfig
+    from hunyuan_mt.errors import ConfigError
+    from hunyuan_mt.lora import BASE_SLOT
+
+    int8 = fresh_backbone(marian_dir, quantization="int8", int8_kernel="fbgemm")
+    assert int8.kv_cache_dtype() is torch.float16 and int8.info()["kv_cache"] == "float16"
+    plain = fresh_backbone(marian_dir)
+    assert plain.kv_cache_dtype() is None and "kv_cache" not in plain.info()
+    assert fresh_backbone(marian_dir, kv_cache="float16").kv_cache_dtype() is torch.float16
+    wide = fresh_backbone(marian_dir, quantization="int8", int8_kernel="fbgemm", kv_cache="float32")
+    assert wide.kv_cache_dtype() is None
+
+    rows = [PromptRow(t, "en", "es") for t in ("Open the file.", "Save the document now, please.", "Close.")]
+    seen = []
+    batch_class = type(int8.new_batch(GenerationConfig()))
+    decode = batch_class._decode
+
+    def spy(self, last, pos):
+        seen.append({t.dtype for t in (*self.cache.k, *self.cache.ck)})
+        return decode(self, last, pos)
+
+    batch_class._decode = spy
+    try:
+        half = int8.generate(rows, [BASE_SLOT] * 3, GenerationConfig(), 8)
+    finally:
+        batch_class._decode = decode
+    assert seen and all(s == {torch.float16} for s in seen)
+    assert half == wide.generate(rows, [BASE_SLOT] * 3, GenerationConfig(), 8)
+    with pytest.raises(ConfigError, match="model.kv_cache: expected one of auto, float32, float16"):
+        ModelConfig(kv_cache="bfloat16")

@@ -8,7 +8,8 @@ feed-forward block, each projection with its LoRA term (`dense.Projection`). It 
 transformers' decoder forward on the same rows (tests/test_lean_step.py compares logits per step, float32).
 
 The cache is preallocated: keys/values `[rows, heads, columns, head_dim]` per layer with room for more rows and
-columns than are in use, grown by doubling. Rows are aligned on the right: a row that joins with a shorter history
+columns than are in use, grown by doubling, in the model's dtype or in float16 (`model.kv_cache`: a step's
+attention is bound by memory on the CPU; the attention kernel widens them as it reads). Rows are aligned on the right: a row that joins with a shorter history
 has its leading columns masked (an additive bias per row and column), and every row carries its own positions, so
 it computes what it computes alone. A decode step writes one column for every row; a row leaving is cut out with
 the next compaction (a copy of the rows kept, which also drops leading columns no row uses).
@@ -106,6 +107,9 @@ class MarianBatch(RunningBatch):
         self._layout: tuple[int, int, bool] | None = None
         self._decoder_args: tuple[Any, ...] = ()
         self._encoder_args: tuple[Any, ...] = ()
+        #: The dtype of the attention keys/values the cache keeps (`model.kv_cache`, set by the backbone): float16
+        #: halves what each step's attention reads; None: the model's dtype.
+        self.kv_dtype: torch.dtype | None = None
         #: The compiled decode step and encoder (`decode/compiled.py`), shared by the backbone's batches; None: eager.
         self.compiled: Any = None
         self.compiled_encoder: Any = None
@@ -273,6 +277,8 @@ class MarianBatch(RunningBatch):
         layers = self._build()
         (rows, source), dtype = src_mask.shape, ck[0].dtype
         cbias = torch.zeros(rows, source, dtype=dtype, device=self.device).masked_fill(src_mask == 0, _NEG[dtype])
+        if self.kv_dtype is not None and self.kv_dtype != dtype:
+            ck, cv = [t.to(self.kv_dtype) for t in ck], [t.to(self.kv_dtype) for t in cv]
         # No self-attention columns yet: entering rows usually merge into a running batch, whose cache gets their
         # columns; zero-filling room here (rows × 32 columns × 12 tensors) cost a memset per prefill for nothing.
         columns = 0
@@ -471,14 +477,15 @@ def decoder_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cmask
         if ragged:
             attn = kernel(q, k[i], v[i], mask, scaling).view(n, d)
         else:
-            attn = _attend(q, k[i][:b, :, :width], v[i][:b, :, :width], mask, scaling).transpose(1, 2).reshape(n, d)
+            attn = _attend(q, k[i][:b, :, :width].to(q.dtype), v[i][:b, :, :width].to(q.dtype), mask,
+                           scaling).transpose(1, 2).reshape(n, d)
         x = _norm(x + project(attn, out_w, out_l), norms[0])
         q = project(x, q_w, q_l).view(b, t, h, hd).transpose(1, 2)
         if ragged:
             attn = kernel(q, ck[i], cv[i], cmask, scaling).view(n, d)
         else:
-            attn = _attend(q, ck[i][:b, :, :cwidth], cv[i][:b, :, :cwidth], cmask, scaling).transpose(1, 2).reshape(
-                n, d)
+            attn = _attend(q, ck[i][:b, :, :cwidth].to(q.dtype), cv[i][:b, :, :cwidth].to(q.dtype), cmask,
+                           scaling).transpose(1, 2).reshape(n, d)
         x = _norm(x + project(attn, cout_w, cout_l), norms[1])
         x = _norm(x + project(activation(project(x, fc1_w, fc1_l)), fc2_w, fc2_l), norms[2])
     logits = project(x.view(b, t, d)[:, -1], head, None)

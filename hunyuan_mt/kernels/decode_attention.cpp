@@ -15,6 +15,10 @@
 #include <ATen/cpu/vec/vec.h>
 #include <torch/library.h>
 
+#if defined(CPU_CAPABILITY_AVX2)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -25,6 +29,20 @@ using Vec = at::vec::Vectorized<float>;
 
 // head_dim in vector registers: the weighted sum of values keeps one accumulator per chunk of head_dim.
 constexpr int64_t kMaxChunks = 32;
+
+// Cached keys and values as float32 vectors: the cache keeps them in float32, or in float16 to halve what a step
+// reads (model.kv_cache), widened here as they are loaded (F16C).
+inline Vec load(const float* p) { return Vec::loadu(p); }
+
+inline Vec load(const at::Half* p) {
+#if defined(CPU_CAPABILITY_AVX2) && defined(__F16C__)
+  return Vec(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+#else
+  float wide[Vec::size()];
+  for (int64_t i = 0; i < Vec::size(); ++i) wide[i] = static_cast<float>(p[i]);
+  return Vec::loadu(wide);
+#endif
+}
 
 // A column whose additive bias is at or below this is masked (the engine masks with finfo(float32).min / 2).
 constexpr float kMasked = std::numeric_limits<float>::lowest() / 4;
@@ -49,29 +67,16 @@ void row_ranges(const at::Tensor& bias, std::vector<int64_t>& lo, std::vector<in
   }
 }
 
-// q [B, H, 1, D]; k, v [>= B, H, >= W, D] (a cache with room beyond the rows and columns in use); bias [B, 1, 1, W]
-// additive. Returns [B, H, D].
-at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias,
-                            double scale) {
-  TORCH_CHECK(q.dim() == 4 && q.size(2) == 1, "decode_attention: q must be [rows, heads, 1, head_dim]");
-  TORCH_CHECK(k.dim() == 4 && v.dim() == 4 && bias.dim() == 4, "decode_attention: k, v and bias must be 4-D");
-  for (const at::Tensor* t : {&q, &k, &v, &bias}) {
-    TORCH_CHECK(t->scalar_type() == at::kFloat && t->device().is_cpu(), "decode_attention: float32 CPU tensors");
-  }
+template <typename T>
+void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias, double scale,
+            at::Tensor& out) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3), W = bias.size(3);
-  TORCH_CHECK(D % Vec::size() == 0 && D / Vec::size() <= kMaxChunks, "decode_attention: head_dim ", D,
-              " must be a multiple of ", Vec::size(), " and at most ", kMaxChunks * Vec::size());
-  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1, "decode_attention: head_dim not contiguous");
-  TORCH_CHECK(k.size(0) >= B && v.size(0) >= B && k.size(1) == H && v.size(1) == H && k.size(2) >= W &&
-                  v.size(2) >= W && k.size(3) == D && v.size(3) == D && bias.size(0) == B,
-              "decode_attention: shapes do not match");
-  auto out = at::empty({B, H, D}, q.options());
   std::vector<int64_t> lo(B), hi(B);
   row_ranges(bias, lo, hi);
 
   const float* qp = q.data_ptr<float>();
-  const float* kp = k.data_ptr<float>();
-  const float* vp = v.data_ptr<float>();
+  const T* kp = k.data_ptr<T>();
+  const T* vp = v.data_ptr<T>();
   const float* bp = bias.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const int64_t ks = k.stride(2), vs = v.stride(2), bs = bias.stride(3);
@@ -83,23 +88,23 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
     for (int64_t i = begin; i < end; ++i) {
       const int64_t b = i / H, h = i % H;
       const float* qi = qp + b * q.stride(0) + h * q.stride(1);
-      const float* kb = kp + b * k.stride(0) + h * k.stride(1);
-      const float* vb = vp + b * v.stride(0) + h * v.stride(1);
+      const T* kb = kp + b * k.stride(0) + h * k.stride(1);
+      const T* vb = vp + b * v.stride(0) + h * v.stride(1);
       const float* bb = bp + b * bias.stride(0);
       const int64_t c0 = lo[b], n = hi[b] - lo[b];
 
       float top = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < n; ++j) {
-        const float* kc = kb + (c0 + j) * ks;
+        const T* kc = kb + (c0 + j) * ks;
         // Memory, not arithmetic, is the cost: ask for this column's values (read next) and a later column's
         // keys while the dot product runs (~12 % faster than leaving it to the hardware prefetcher, measured).
-        for (int64_t d = 0; d < D; d += 16) {
+        for (int64_t d = 0; d < D; d += 64 / static_cast<int64_t>(sizeof(T))) {
           __builtin_prefetch(vb + (c0 + j) * vs + d);
           __builtin_prefetch(kc + 4 * ks + d);
         }
         Vec acc(0.f);
         for (int64_t u = 0; u < chunks; ++u) {
-          acc = at::vec::fmadd(Vec::loadu(qi + u * Vec::size()), Vec::loadu(kc + u * Vec::size()), acc);
+          acc = at::vec::fmadd(Vec::loadu(qi + u * Vec::size()), load(kc + u * Vec::size()), acc);
         }
         const float score =
             at::vec::vec_reduce_all<float>([](Vec& x, Vec& y) { return x + y; }, acc) * fscale + bb[(c0 + j) * bs];
@@ -122,15 +127,42 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
       Vec acc[kMaxChunks];
       for (int64_t u = 0; u < chunks; ++u) acc[u] = Vec(0.f);
       for (j = 0; j < n; ++j) {
-        const float* vc = vb + (c0 + j) * vs;
+        const T* vc = vb + (c0 + j) * vs;
         const Vec w(weights[j]);
-        for (int64_t u = 0; u < chunks; ++u) acc[u] = at::vec::fmadd(w, Vec::loadu(vc + u * Vec::size()), acc[u]);
+        for (int64_t u = 0; u < chunks; ++u) acc[u] = at::vec::fmadd(w, load(vc + u * Vec::size()), acc[u]);
       }
       float* oi = op + (b * H + h) * D;
       const Vec inv(total);
       for (int64_t u = 0; u < chunks; ++u) (acc[u] / inv).store(oi + u * Vec::size());
     }
   });
+}
+
+// q [B, H, 1, D] float32; k, v [>= B, H, >= W, D] (a cache with room beyond the rows and columns in use), float32
+// or float16; bias [B, 1, 1, W] additive, float32. Returns [B, H, D] float32.
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias,
+                            double scale) {
+  TORCH_CHECK(q.dim() == 4 && q.size(2) == 1, "decode_attention: q must be [rows, heads, 1, head_dim]");
+  TORCH_CHECK(k.dim() == 4 && v.dim() == 4 && bias.dim() == 4, "decode_attention: k, v and bias must be 4-D");
+  for (const at::Tensor* t : {&q, &k, &v, &bias}) TORCH_CHECK(t->device().is_cpu(), "decode_attention: CPU tensors");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat,
+              "decode_attention: float32 queries and bias");
+  TORCH_CHECK(k.scalar_type() == v.scalar_type() &&
+                  (k.scalar_type() == at::kFloat || k.scalar_type() == at::kHalf),
+              "decode_attention: keys and values both float32 or both float16");
+  const int64_t B = q.size(0), H = q.size(1), D = q.size(3), W = bias.size(3);
+  TORCH_CHECK(D % Vec::size() == 0 && D / Vec::size() <= kMaxChunks, "decode_attention: head_dim ", D,
+              " must be a multiple of ", Vec::size(), " and at most ", kMaxChunks * Vec::size());
+  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1, "decode_attention: head_dim not contiguous");
+  TORCH_CHECK(k.size(0) >= B && v.size(0) >= B && k.size(1) == H && v.size(1) == H && k.size(2) >= W &&
+                  v.size(2) >= W && k.size(3) == D && v.size(3) == D && bias.size(0) == B,
+              "decode_attention: shapes do not match");
+  auto out = at::empty({B, H, D}, q.options());
+  if (k.scalar_type() == at::kHalf) {
+    attend<at::Half>(q, k, v, bias, scale, out);
+  } else {
+    attend<float>(q, k, v, bias, scale, out);
+  }
   return out;
 }
 
