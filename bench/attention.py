@@ -8,11 +8,11 @@ The service runs as shipped (compiled step, int8 and a float16 cache where the p
 `bench.peer`'s 600 sentences (one pair) once; every `--every`-th compiled decode step is captured with its inputs
 (caches copied). Each captured step is then run by two compiled packages in the same process, alternating: the
 shipped one, whose attention is `hmt_cpu::decode_attention` (hunyuan_mt/kernels), and the baseline: one built
-without the kernel (`marian._attend`, tensor operations over every column of the batch's cache), or the kernel over
-the same caches widened to float32. Reported per step: rows, cache columns, the share of them the rows do not
-mask, milliseconds per step (medians of `--rounds` rounds of `--calls` calls each) and the ratio; and whether the
-two give the same next tokens. Results: bench/results/attention.{json,md} (attention-float32-cache.* for that
-baseline).
+without the kernel (`marian._attend`, tensor operations over every column of the batch's cache, kept in float32:
+the step before the kernel), or the kernel over the same caches widened to float32. Reported per step: rows, cache
+columns, the share of them the rows do not mask, milliseconds per step (medians of `--rounds` rounds of `--calls`
+calls each) and the ratio; and whether the two give the same next tokens. Results:
+bench/results/attention.{json,md} (attention-float32-cache.* for that baseline).
 """
 
 from __future__ import annotations
@@ -79,12 +79,14 @@ def compare(steps: list[dict[str, Any]], rounds: int, calls: int, against: str) 
         heads, head_dim, scaling, kernel = model[3]
         if kernel is None:
             raise SystemExit("the shipped step has no attention kernel here (HMT_CPU_KERNELS=0, or it did not build)")
+        # Both baselines keep keys and values in float32 (the tensor operations would otherwise widen a float16
+        # cache at every step, a cost of their own): "tensor-ops" is the step as it was before the kernel.
+        if against == "float32-cache" and args[4][0].dtype == torch.float32:
+            raise SystemExit("the shipped cache is float32 already (model.kv_cache)")
+        caches = tuple([t.float() for t in store] for store in args[4:8])
         if against == "tensor-ops":
-            base_args = args[:8] + (model[:3] + ((heads, head_dim, scaling, None),) + model[4:], args[9])
-        else:
-            if args[4][0].dtype == torch.float32:
-                raise SystemExit("the shipped cache is float32 already (model.kv_cache)")
-            base_args = args[:4] + tuple([t.float() for t in store] for store in args[4:8]) + args[8:]
+            model = model[:3] + ((heads, head_dim, scaling, None),) + model[4:]
+        base_args = args[:4] + caches + (model, args[9])
         # A package of its own: one AotFunction keeps one package per argument structure.
         other = plain.setdefault(id(shipped), compiled.CompiledStep(freeze=shipped.frozen))
         variants = {"shipped": (shipped, args), "baseline": (other, base_args)}
@@ -130,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             "median_ratio_32_rows_or_more": statistics.median(r["ratio"] for r in big) if big else None}
     command = "python -m bench.attention" + "".join(
         f" --{name} {value}" for name, value in vars(args).items() if value != p.get_default(name))
-    baseline = {"tensor-ops": "attention as tensor operations over every column (`marian._attend`)",
+    baseline = {"tensor-ops": "attention as tensor operations over every column (`marian._attend`) of a float32 cache",
                 "float32-cache": "the same kernel over keys and values kept in float32"}[args.against]
     lines = [f"# Decode step: as shipped against {args.against} ({data['date']}, `{command}`)", "",
              f"Weights: {data['quantization']}, attention keys/values: {data['kv_cache']}. Shipped: the attention "
