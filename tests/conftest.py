@@ -99,3 +99,15 @@ def make_cache():
 
 # Web tests: the real app on 127.0.0.1 over one session-wide service (tests/web_server.py).
 from web_server import live_server, web_cfg, web_service  # noqa: E402,F401
+
+
+@pytest.fixture()
+def two_threads():
+    """As the CPU profile runs: MKL and the kernels split their work by thread, and that is part of what must not
+    change a row's result."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)

@@ -26,15 +26,6 @@ ADAPTERS = PROJECT_ROOT / "adapters"
 NEG = _NEG[torch.float32]
 
 
-@pytest.fixture()
-def two_threads():
-    """As the CPU profile runs: MKL splits its work by thread, and that is part of what must not matter."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
 def _cases(seed: int, n: int):
     rng = random.Random(seed)
     torch.manual_seed(seed)

@@ -23,14 +23,6 @@ def op():
     return found
 
 
-@pytest.fixture()
-def two_threads():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
 def _cache(rows: int, heads: int, columns: int, head_dim: int, spare: int = 3) -> tuple[torch.Tensor, ...]:
     """Keys and values as the engine keeps them: more rows and columns allocated than in use."""
     k = torch.randn(rows + spare, heads, columns + spare, head_dim)

@@ -456,13 +456,14 @@ def decoder_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cmask
     embed, positions, embed_scale, (h, hd, scaling, kernel), layers, head, final_bias = model
     b, t = ids.shape
     n, d = b * t, h * hd
-    # One new token per row: the kernel reads each row's own columns of the caches only (kernels/__init__.py).
-    ragged = kernel is not None and t == 1
+    # The kernel takes one new token per row (and reads each row's own columns of the caches; kernels/__init__.py).
+    kernel = kernel if t == 1 else None
     end = width = mask.shape[-1]
     cwidth = cmask.shape[-1]
     if not torch.compiler.is_compiling():
-        # Eager, the scores are MKL's bmm, which rounds a column by its place among the tiles: attention reads
-        # whole blocks of columns (`_attend`), masked; the cache keeps room for them. Compiled, the scores of one
+        # Eager, where attention is written out (no kernel, or several tokens per row), the scores are MKL's bmm,
+        # which rounds a column by its place among the tiles: attention reads whole blocks of columns
+        # (`_attend`), masked; the cache keeps room for them (the kernel skips the masked ones). Compiled, the scores of one
         # query row are a dot product per column in a fixed order (Inductor writes a bmm with one row as a
         # reduction), whatever the width, and the extra columns would only cost.
         width, cwidth = _block(end), _block(cwidth)
@@ -473,23 +474,26 @@ def decoder_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cmask
         qkv = project(x, qkv_w, qkv_l).view(b, t, 3, h, hd)
         k[i][:b, :, end - t:end] = qkv[:, :, 1].transpose(1, 2)
         v[i][:b, :, end - t:end] = qkv[:, :, 2].transpose(1, 2)
-        q = qkv[:, :, 0].transpose(1, 2)
-        if ragged:
-            attn = kernel(q, k[i], v[i], mask, scaling).view(n, d)
-        else:
-            attn = _attend(q, k[i][:b, :, :width].to(q.dtype), v[i][:b, :, :width].to(q.dtype), mask,
-                           scaling).transpose(1, 2).reshape(n, d)
+        attn = _cached_attention(qkv[:, :, 0].transpose(1, 2), k[i], v[i], mask, width, scaling, kernel)
         x = _norm(x + project(attn, out_w, out_l), norms[0])
         q = project(x, q_w, q_l).view(b, t, h, hd).transpose(1, 2)
-        if ragged:
-            attn = kernel(q, ck[i], cv[i], cmask, scaling).view(n, d)
-        else:
-            attn = _attend(q, ck[i][:b, :, :cwidth].to(q.dtype), cv[i][:b, :, :cwidth].to(q.dtype), cmask,
-                           scaling).transpose(1, 2).reshape(n, d)
+        attn = _cached_attention(q, ck[i], cv[i], cmask, cwidth, scaling, kernel)
         x = _norm(x + project(attn, cout_w, cout_l), norms[1])
         x = _norm(x + project(activation(project(x, fc1_w, fc1_l)), fc2_w, fc2_l), norms[2])
     logits = project(x.view(b, t, d)[:, -1], head, None)
     return logits + final_bias if final_bias is not None else logits
+
+
+def _cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, width: Any,
+                      scale: float, kernel: Any) -> torch.Tensor:
+    """Queries q [B, heads, T, head_dim] over the first `width` columns of cached keys/values ([≥ B, heads, ≥ width,
+    head_dim]) with the additive `mask` [B, 1, T, width]: [B·T, heads·head_dim]. Through the kernel where one is
+    given (T = 1; it reads each row's own columns), else written out (`_attend`, the cache widened to q's dtype)."""
+    b, h, t, hd = q.shape
+    if kernel is not None:
+        return kernel(q, k, v, mask, scale).view(b, h * hd)
+    return _attend(q, k[:b, :, :width].to(q.dtype), v[:b, :, :width].to(q.dtype), mask, scale).transpose(
+        1, 2).reshape(b * t, h * hd)
 
 
 def _block(columns: Any) -> Any:
