@@ -8,11 +8,12 @@ feed-forward block, each projection with its LoRA term (`dense.Projection`). It 
 transformers' decoder forward on the same rows (tests/test_lean_step.py compares logits per step, float32).
 
 The cache is preallocated: keys/values `[rows, heads, columns, head_dim]` per layer with room for more rows and
-columns than are in use, grown by doubling, in the model's dtype or in float16 (`model.kv_cache`: a step's
-attention is bound by memory on the CPU; the attention kernel widens them as it reads). Rows are aligned on the right: a row that joins with a shorter history
-has its leading columns masked (an additive bias per row and column), and every row carries its own positions, so
-it computes what it computes alone. A decode step writes one column for every row; a row leaving is cut out with
-the next compaction (a copy of the rows kept, which also drops leading columns no row uses).
+columns than are in use, grown by doubling, in the model's dtype or in float16 (`model.kv_cache`: a step's attention
+is bound by memory on the CPU; the attention kernel widens them as it reads). Rows are aligned on the right: a row
+that joins with a shorter history has its leading columns masked (an additive bias per row and column), and every
+row carries its own positions, so it computes what it computes alone. A decode step writes one column for every row;
+a row leaving is cut out with the next compaction (a copy of the rows kept, which also drops leading columns no row
+uses).
 
 The encoder runs once per row, at prefill, through the same written-out layers, together with every decoder
 layer's cross-attention keys/values (`encode_cross`; the slot layers give each row its adapter there too). When
@@ -463,9 +464,9 @@ def decoder_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cmask
     if not torch.compiler.is_compiling():
         # Eager, where attention is written out (no kernel, or several tokens per row), the scores are MKL's bmm,
         # which rounds a column by its place among the tiles: attention reads whole blocks of columns
-        # (`_attend`), masked; the cache keeps room for them (the kernel skips the masked ones). Compiled, the scores of one
-        # query row are a dot product per column in a fixed order (Inductor writes a bmm with one row as a
-        # reduction), whatever the width, and the extra columns would only cost.
+        # (`_attend`), masked; the cache keeps room for them (the kernel skips the masked ones). Compiled, the
+        # scores of one query row are a dot product per column in a fixed order (Inductor writes a bmm with one row
+        # as a reduction), whatever the width, and the extra columns would only cost.
         width, cwidth = _block(end), _block(cwidth)
         mask, cmask = _blocked(mask, -1, _NEG[mask.dtype]), _blocked(cmask, -1, _NEG[cmask.dtype])
     x = (F.embedding(ids, embed) * embed_scale + F.embedding(pos, positions)).reshape(n, d)
