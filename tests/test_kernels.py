@@ -110,7 +110,7 @@ def test_it_refuses_what_it_cannot_compute_with_the_reason(op) -> None:
         op(q, k, v, torch.zeros(2, 1, 1, 40), 1.0)
     assert not kernels.usable(torch.zeros(1, 1, 1, 12))
     assert not kernels.usable(torch.zeros(1, 1, 1, 8, dtype=torch.bfloat16))
-    assert kernels.usable(torch.zeros(1, 1, 1, 64))
+    assert kernels.usable(torch.zeros(1, 1, 1, 64)) and not kernels.usable(torch.zeros(1, 1, 1, 256))
 
 
 def test_the_step_attends_with_it_on_the_cpu(marian_dir, fresh_backbone, op) -> None:
