@@ -5,6 +5,7 @@ built."""
 from __future__ import annotations
 
 import logging
+import os
 import random
 
 import pytest
@@ -108,9 +109,11 @@ def test_it_refuses_what_it_cannot_compute_with_the_reason(op) -> None:
         op(_queries(2, 2, 12), k12, v12, torch.zeros(2, 1, 1, 4), 1.0)
     with pytest.raises(RuntimeError, match="shapes do not match"):
         op(q, k, v, torch.zeros(2, 1, 1, 40), 1.0)
-    assert not kernels.usable(torch.zeros(1, 1, 1, 12))
-    assert not kernels.usable(torch.zeros(1, 1, 1, 8, dtype=torch.bfloat16))
-    assert kernels.usable(torch.zeros(1, 1, 1, 64)) and not kernels.usable(torch.zeros(1, 1, 1, 256))
+    cpu = torch.device("cpu")
+    assert not kernels.usable(cpu, torch.float32, 12)
+    assert not kernels.usable(cpu, torch.bfloat16, 8)
+    assert not kernels.usable(torch.device("cuda"), torch.float32, 64)
+    assert kernels.usable(cpu, torch.float32, 64) and not kernels.usable(cpu, torch.float32, 256)
 
 
 def test_the_step_attends_with_it_on_the_cpu(marian_dir, fresh_backbone, op) -> None:
@@ -134,8 +137,10 @@ def test_switched_off_or_unbuildable_it_steps_aside_with_a_warning(monkeypatch, 
         raise RuntimeError("Error building extension 'hmt_cpu_kernels': g++: not found")
 
     monkeypatch.setattr(cpp_extension, "load", broken)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
     with caplog.at_level(logging.WARNING, logger="hunyuan_mt.kernels"):
         assert kernels._load() is None
+    assert os.environ["PATH"] == "/usr/bin:/bin"  # the venv's folder was on it for the build only
     assert "attention runs as tensor operations" in caplog.text and "g++: not found" in caplog.text
 
 

@@ -47,6 +47,8 @@ from typing import Any, Callable, Iterable
 import torch
 import torch.utils._pytree as pytree
 
+from ..kernels import cache_folder
+
 log = logging.getLogger(__name__)
 
 # Read once per process by the compiled code, at its first call: set before any package runs.
@@ -184,12 +186,7 @@ class _Package:
 
 def cache_dir() -> Path:
     """Where packages are kept: `HMT_AOT_CACHE`, else beside inductor's cache."""
-    explicit = os.environ.get("HMT_AOT_CACHE")
-    if explicit:
-        return Path(explicit)
-    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache
-
-    return Path(inductor_cache()) / "hunyuan-mt-aot"
+    return cache_folder("HMT_AOT_CACHE", "hunyuan-mt-aot")
 
 
 def _prune(folder: Path, name: str) -> None:

@@ -251,8 +251,8 @@ class MarianBatch(RunningBatch):
     def _attention_kernel(self) -> Any:
         """The CPU kernel a decode step attends with (`kernels.decode_attention`), or None: tensor operations
         (`_attend`; a GPU, half precision, a head size it does not take, or the kernel could not be built)."""
-        probe = self.decoder.embed_tokens.weight.new_empty(1, 1, 1, self.head_dim)
-        return kernels.decode_attention() if kernels.usable(probe) else None
+        weight = self.decoder.embed_tokens.weight
+        return kernels.decode_attention() if kernels.usable(weight.device, weight.dtype, self.head_dim) else None
 
     # ------------------------------------------------------------------ RunningBatch's moves
 
@@ -461,10 +461,10 @@ def decoder_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cmask
     kernel = kernel if t == 1 else None
     end = width = mask.shape[-1]
     cwidth = cmask.shape[-1]
-    if not torch.compiler.is_compiling():
+    if kernel is None and not torch.compiler.is_compiling():
         # Eager, where attention is written out (no kernel, or several tokens per row), the scores are MKL's bmm,
         # which rounds a column by its place among the tiles: attention reads whole blocks of columns
-        # (`_attend`), masked; the cache keeps room for them (the kernel skips the masked ones). Compiled, the
+        # (`_attend`), masked; the cache keeps room for them (the kernel needs no blocks). Compiled, the
         # scores of one query row are a dot product per column in a fixed order (Inductor writes a bmm with one row
         # as a reduction), whatever the width, and the extra columns would only cost.
         width, cwidth = _block(end), _block(cwidth)

@@ -19,6 +19,7 @@ returns None and the step attends with tensor operations: the same arithmetic, s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -26,7 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -50,20 +51,22 @@ def decode_attention() -> Any:
     return _OP or None
 
 
-def usable(q: torch.Tensor) -> bool:
-    """Whether the kernel takes these queries: float32 on the CPU, head_dim a multiple of 8 up to 128 (what the
+def usable(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
+    """Whether the kernel takes a model's queries: float32 on the CPU, head_dim a multiple of 8 up to 128 (what the
     kernel holds in registers on every CPU at::vec builds for: 32 vectors of 8 lanes with AVX2, of 4 on ARM)."""
-    return q.device.type == "cpu" and q.dtype == torch.float32 and q.shape[-1] % 8 == 0 and q.shape[-1] <= 128
+    return device.type == "cpu" and dtype == torch.float32 and head_dim % 8 == 0 and head_dim <= 128
 
 
-def cache_dir() -> Path:
-    """Where built kernels are kept: `HMT_KERNEL_CACHE`, else beside inductor's cache (as the compiled step)."""
-    explicit = os.environ.get("HMT_KERNEL_CACHE")
+def cache_folder(variable: str, name: str) -> Path:
+    """Where compiled code of ours is kept (these kernels, the compiled step's packages): the folder the environment
+    variable `variable` names, else `name` beside inductor's own cache (TORCHINDUCTOR_CACHE_DIR; ./start.sh keeps it
+    under ~/.cache)."""
+    explicit = os.environ.get(variable)
     if explicit:
         return Path(explicit)
     from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache
 
-    return Path(inductor_cache()) / "hunyuan-mt-kernels"
+    return Path(inductor_cache()) / name
 
 
 def _flags() -> list[str]:
@@ -76,6 +79,24 @@ def _flags() -> list[str]:
     return flags
 
 
+@contextlib.contextmanager
+def _ninja_on_path() -> Iterator[None]:
+    """torch's builder runs `ninja` from PATH: the one requirements.txt installs sits beside this interpreter, which
+    is not on PATH when .venv/bin/python is run without activating the environment. PATH is put back after."""
+    here, before = str(Path(sys.executable).parent), os.environ.get("PATH")
+    if here in (before or "").split(os.pathsep):
+        yield
+        return
+    os.environ["PATH"] = here + (os.pathsep + before if before else "")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = before
+
+
 def _load() -> Any:
     if os.environ.get("HMT_CPU_KERNELS", "1").strip().lower() in ("0", "false", "off", "no"):
         log.info("CPU kernels off (HMT_CPU_KERNELS): decode attention runs as tensor operations")
@@ -83,20 +104,15 @@ def _load() -> Any:
     flags = _flags()
     digest = hashlib.sha256(repr((_SOURCE.read_bytes(), flags, torch.__version__)).encode()).hexdigest()[:12]
     name = f"hmt_cpu_kernels_{digest}"
-    folder = cache_dir() / name
+    folder = cache_folder("HMT_KERNEL_CACHE", "hunyuan-mt-kernels") / name
     t0 = time.perf_counter()
     try:
         from torch.utils import cpp_extension
 
         folder.mkdir(parents=True, exist_ok=True)
-        # torch's builder runs `ninja` from PATH: the one requirements.txt installs sits beside this interpreter,
-        # which is not on PATH when .venv/bin/python is run without activating the environment.
-        here = str(Path(sys.executable).parent)
-        path = os.environ.get("PATH", "")
-        if here not in path.split(os.pathsep):
-            os.environ["PATH"] = here + (os.pathsep + path if path else "")
-        cpp_extension.load(name=name, sources=[str(_SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"],
-                           build_directory=str(folder), is_python_module=False, verbose=False)
+        with _ninja_on_path():
+            cpp_extension.load(name=name, sources=[str(_SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"],
+                               build_directory=str(folder), is_python_module=False, verbose=False)
     except Exception as exc:  # noqa: BLE001 - the compiler, ninja and the loader fail in many ways
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         log.warning("building the CPU decode-attention kernel failed, attention runs as tensor operations "

@@ -97,7 +97,8 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
       for (int64_t j = 0; j < n; ++j) {
         const T* kc = kb + (c0 + j) * ks;
         // Memory, not arithmetic, is the cost: ask for this column's values (read next) and a later column's
-        // keys while the dot product runs (~12 % faster than leaving it to the hardware prefetcher, measured).
+        // keys while the dot product runs (six attentions over 64 rows in a loop, float32: 0.88× inductor's
+        // written-out attention with these prefetches, 1.03× without; medians of 7).
         for (int64_t d = 0; d < D; d += 64 / static_cast<int64_t>(sizeof(T))) {
           __builtin_prefetch(vb + (c0 + j) * vs + d);
           __builtin_prefetch(kc + 4 * ks + d);
