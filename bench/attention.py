@@ -2,6 +2,7 @@
 
     python -m bench.attention                             # against attention as tensor operations
     python -m bench.attention --against float32-cache     # against the kernel over keys/values kept in float32
+    python -m bench.attention --against python-fbgemm     # against int8 layers calling fbgemm through Python
     python -m bench.attention --every 10 --calls 20
 
 The service runs as shipped (compiled step, int8 and a float16 cache where the profile picks them) and translates
@@ -9,10 +10,12 @@ The service runs as shipped (compiled step, int8 and a float16 cache where the p
 (caches copied). Each captured step is then run by two compiled packages in the same process, alternating: the
 shipped one, whose attention is `hmt_cpu::decode_attention` (hunyuan_mt/kernels), and the baseline: one built
 without the kernel (`marian._attend`, tensor operations over every column of the batch's cache, kept in float32:
-the step before the kernel), or the kernel over the same caches widened to float32. Reported per step: rows, cache
+the step before the kernel), or the kernel over the same caches widened to float32, or the shipped step with its int8
+layers calling fbgemm through Python (`hmt::fbgemm_linear`) instead of from C++ (`hmt_cpu::fbgemm_linear`, the
+same fbgemm call). Reported per step: rows, cache
 columns, the share of them the rows do not mask, milliseconds per step (medians of `--rounds` rounds of `--calls`
 calls each) and the ratio; and whether the two give the same next tokens. Results:
-bench/results/attention.{json,md} (attention-float32-cache.* for that baseline).
+bench/results/attention.{json,md} (attention-<baseline>.* for the other baselines).
 """
 
 from __future__ import annotations
@@ -66,10 +69,21 @@ def capture(every: int) -> tuple[Any, list[dict[str, Any]]]:
 
 def compare(steps: list[dict[str, Any]], rounds: int, calls: int, against: str) -> list[dict[str, Any]]:
     """Each step by the shipped package and by the baseline's (`against`): "tensor-ops", the attention written
-    out over every column; "float32-cache", the kernel over keys and values kept in float32."""
+    out over every column; "float32-cache", the kernel over keys and values kept in float32; "python-fbgemm", the
+    int8 layers' GEMM called through Python."""
     import torch
 
     from hunyuan_mt.decode import compiled
+    from hunyuan_mt.int8_fbgemm import FbgemmBase
+
+    python_op = torch.ops.hmt.fbgemm_linear
+    moved: list[Any] = []
+
+    def through_python(obj: Any) -> Any:
+        if isinstance(obj, FbgemmBase):
+            moved.append(obj.op)
+            return obj._replace(op=python_op)
+        return type(obj)(through_python(x) for x in obj) if isinstance(obj, (tuple, list)) else obj
 
     plain: dict[int, Any] = {}
     rows = []
@@ -83,9 +97,15 @@ def compare(steps: list[dict[str, Any]], rounds: int, calls: int, against: str) 
         # cache at every step, a cost of their own): "tensor-ops" is the step as it was before the kernel.
         if against == "float32-cache" and args[4][0].dtype == torch.float32:
             raise SystemExit("the shipped cache is float32 already (model.kv_cache)")
-        caches = tuple([t.float() for t in store] for store in args[4:8])
+        # The python-fbgemm baseline keeps the shipped caches: only the layers' op differs.
+        caches = tuple([t.float() if against != "python-fbgemm" else t.clone() for t in store]
+                       for store in args[4:8])
         if against == "tensor-ops":
             model = model[:3] + ((heads, head_dim, scaling, None),) + model[4:]
+        if against == "python-fbgemm":
+            model = through_python(model)
+            if not moved or all(op is python_op for op in moved):
+                raise SystemExit("the shipped step has no int8 layers calling fbgemm from C++ here")
         base_args = args[:4] + caches + (model, args[9])
         # A package of its own: one AotFunction keeps one package per argument structure.
         other = plain.setdefault(id(shipped), compiled.CompiledStep(freeze=shipped.frozen))
@@ -116,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=int, default=20, help="capture every N-th compiled step of the run")
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--calls", type=int, default=10)
-    p.add_argument("--against", choices=("tensor-ops", "float32-cache"), default="tensor-ops",
-                   help="the baseline: attention as tensor operations, or the kernel over a float32 cache")
+    p.add_argument("--against", choices=("tensor-ops", "float32-cache", "python-fbgemm"), default="tensor-ops",
+                   help="the baseline: attention as tensor operations, the kernel over a float32 cache, or int8 "
+                        "layers calling fbgemm through Python")
     args = p.parse_args(argv)
     service, steps = capture(args.every)
     try:
@@ -133,10 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench.attention" + "".join(
         f" --{name} {value}" for name, value in vars(args).items() if value != p.get_default(name))
     baseline = {"tensor-ops": "attention as tensor operations over every column (`marian._attend`) of a float32 cache",
-                "float32-cache": "the same kernel over keys and values kept in float32"}[args.against]
+                "float32-cache": "the same kernel over keys and values kept in float32",
+                "python-fbgemm": "the same step with its int8 layers calling fbgemm through Python "
+                                 "(`hmt::fbgemm_linear`)"}[args.against]
     lines = [f"# Decode step: as shipped against {args.against} ({data['date']}, `{command}`)", "",
              f"Weights: {data['quantization']}, attention keys/values: {data['kv_cache']}. Shipped: the attention "
-             f"kernel (hunyuan_mt/kernels); baseline: {baseline}. Each step is a captured compiled step of the "
+             f"kernel and the int8 GEMM called from C++ (hunyuan_mt/kernels); baseline: {baseline}. Each step is a captured compiled step of the "
              f"600-sentence run, both packages alternating in one process; ms are medians of {args.rounds} rounds "
              f"of {args.calls} calls. 'seen' = share of the cache's columns the rows do not mask.", "",
              "| rows | columns | self seen | source | source seen | shipped ms | baseline ms | ratio | same tokens |",

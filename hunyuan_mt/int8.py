@@ -237,7 +237,8 @@ def gemm_speed(threads: int | None = None) -> GemmSpeed:
     if int8_fbgemm.available():
         layer = int8_fbgemm.FbgemmLinear(*int8_fbgemm.quantize_rows(weight), None)
         unit = x / x.abs().amax(dim=1, keepdim=True)
-        fbgemm_us = best(lambda: torch.ops.hmt.fbgemm_linear(unit, layer.scale), 20 * float32_us)
+        op = int8_fbgemm.linear_op()  # the op the layers will call
+        fbgemm_us = best(lambda: op(unit, layer.scale), 20 * float32_us)
     return GemmSpeed(int_mm_us, float32_us, torch.backends.cpu.get_cpu_capability(), fbgemm_us)
 
 

@@ -24,8 +24,10 @@ Why this path keeps a row's result its own:
 fbgemm keeps its weights prepacked in a C++ object that neither `torch.export` nor AOTInductor can hold, so the GEMM
 is a custom operator, `hmt::fbgemm_linear(x, handle)`: the handle is the layer's row scales (a float32 tensor
 [out]), whose storage identifies the packed weight in this module's table and whose length gives the output
-width. The compiled decode step calls it like an aten op (through AOTInductor's proxy executor, ~11 µs a call),
-and inductor fuses the normalisation before it and the rescale after it into the neighbouring loops.
+width. The compiled decode step calls it like an aten op (through AOTInductor's proxy executor), and inductor fuses
+the normalisation before it and the rescale after it into the neighbouring loops. Where our CPU kernels build
+(`kernels`), the step calls `hmt_cpu::fbgemm_linear` instead: the same fbgemm call made from C++, its table kept in
+step with this one, without the round trip through Python at every layer (`linear_op`).
 
 The slot layers' LoRA stays float32 on top of these bases (`lora.grouped`, float path): fbgemm's packed weight
 cannot take appended A columns as the `torch._int_mm` path's widened weight does.
@@ -40,6 +42,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from . import kernels
 from .int8_layer import Int8Layer, stacked_bias, symmetric
 
 #: The largest weight magnitude on the grid: 7 bits, so AVX2's pairwise int16 products cannot saturate.
@@ -60,23 +63,52 @@ def available() -> bool:
     return "fbgemm" in torch.backends.quantized.supported_engines
 
 
+#: The C++ op (`kernels.fbgemm_linear`) once its table holds every packed weight of `_TABLE`; False where the
+#: kernels are not built (or switched off); None until the first `linear_op()` decides.
+_NATIVE: Any = None
+
+
 class FbgemmBase(NamedTuple):
-    """A `dense.Projection`'s base when its weights are fbgemm's: the handle (the row scales) and the bias."""
+    """A `dense.Projection`'s base when its weights are fbgemm's: the handle (the row scales), the bias, and the
+    op that multiplies (`linear_op()`: which one is part of a compiled package's key)."""
 
     handle: torch.Tensor
     bias: torch.Tensor | None
+    op: Any
 
 
 def _forget(key: int) -> None:
     with _TABLE_LOCK:
         _TABLE.pop(key, None)
+        if _NATIVE:
+            torch.ops.hmt_cpu.fbgemm_forget(key)
 
 
 def _register(handle: torch.Tensor, packed: Any) -> None:
     key = handle.data_ptr()
     with _TABLE_LOCK:
         _TABLE[key] = (weakref.ref(handle), packed)
+        if _NATIVE:
+            torch.ops.hmt_cpu.fbgemm_register(handle, packed)
     weakref.finalize(handle, _forget, key)
+
+
+def linear_op() -> Any:
+    """The op a layer multiplies with, `op(x, handle)`: `hmt_cpu::fbgemm_linear` (C++) where our CPU kernels are
+    built, else `hmt::fbgemm_linear` (Python). Both make the same fbgemm call, so the results are the same bits; the
+    C++ one saves a round trip through Python per layer (at one row a quarter of a compiled step)."""
+    global _NATIVE
+    if _NATIVE is None:
+        native = kernels.fbgemm_linear() or False  # built or loaded outside the table's lock (~25 s the first time)
+        with _TABLE_LOCK:
+            if _NATIVE is None:
+                if native:
+                    for ref, packed in _TABLE.values():
+                        handle = ref()
+                        if handle is not None:
+                            torch.ops.hmt_cpu.fbgemm_register(handle, packed)
+                _NATIVE = native
+    return _NATIVE or torch.ops.hmt.fbgemm_linear
 
 
 def _packed(handle: torch.Tensor) -> Any:
@@ -112,11 +144,12 @@ def _fbgemm_linear_fake(x: torch.Tensor, handle: torch.Tensor) -> torch.Tensor:
     return x.new_empty(x.shape[0], handle.shape[0])
 
 
-def fbgemm_linear(x: torch.Tensor, handle: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def fbgemm_linear(x: torch.Tensor, handle: torch.Tensor, bias: torch.Tensor | None, op: Any = None) -> torch.Tensor:
     """x [N, in] (float32) @ the layer's int8 weightᵀ + bias, each token quantized on its own scale (see the module
-    docstring). Plain tensor operations around the custom op: the lean decode step runs this eagerly or compiled."""
+    docstring), multiplied by `op` (`linear_op()` unless given). Plain tensor operations around the custom op: the
+    lean decode step runs this eagerly or compiled."""
     step = x.abs().amax(dim=1, keepdim=True).clamp(min=1e-30)
-    y = torch.ops.hmt.fbgemm_linear(x / step, handle) * step
+    y = (op or linear_op())(x / step, handle) * step
     return y if bias is None else y + bias
 
 

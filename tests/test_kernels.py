@@ -1,6 +1,6 @@
-"""The CPU decode-attention kernel (hunyuan_mt/kernels): the attention `marian._attend` computes, over each row's own
-columns only, a row's result the same to the bit wherever its columns sit, and a clear way out where it cannot be
-built."""
+"""The CPU kernels (hunyuan_mt/kernels): the decode-attention kernel computes the attention `marian._attend`
+computes, over each row's own columns only, a row's result the same to the bit wherever its columns sit; the C++
+int8 GEMM gives the bits of the Python op; and a clear way out where they cannot be built."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from hunyuan_mt import kernels
+from hunyuan_mt import int8_fbgemm, kernels
 from hunyuan_mt.decode.marian import _NEG, _attend
 
 NEG = _NEG[torch.float32]
@@ -128,7 +128,7 @@ def test_the_step_attends_with_it_on_the_cpu(marian_dir, fresh_backbone, op) -> 
 
 def test_switched_off_or_unbuildable_it_steps_aside_with_a_warning(monkeypatch, caplog) -> None:
     monkeypatch.setenv("HMT_CPU_KERNELS", "0")
-    assert kernels._load() is None
+    assert kernels._load() is False
     monkeypatch.delenv("HMT_CPU_KERNELS")
 
     from torch.utils import cpp_extension
@@ -139,7 +139,7 @@ def test_switched_off_or_unbuildable_it_steps_aside_with_a_warning(monkeypatch, 
     monkeypatch.setattr(cpp_extension, "load", broken)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     with caplog.at_level(logging.WARNING, logger="hunyuan_mt.kernels"):
-        assert kernels._load() is None
+        assert kernels._load() is False
     assert os.environ["PATH"] == "/usr/bin:/bin"  # the venv's folder was on it for the build only
     assert "attention runs as tensor operations" in caplog.text and "g++: not found" in caplog.text
 
@@ -189,3 +189,54 @@ def test_the_kv_cache_setting_picks_float16_for_int8_weights(marian_dir, fresh_b
     assert half == wide.generate(rows, [BASE_SLOT] * 3, GenerationConfig(), 8)
     with pytest.raises(ConfigError, match="model.kv_cache: expected one of auto, float32, float16"):
         ModelConfig(kv_cache="bfloat16")
+
+
+# ---------------------------------------------------------------------------------------------------- fbgemm_linear
+
+@pytest.fixture(scope="module")
+def native_linear():
+    found = kernels.fbgemm_linear()
+    assert found is not None, "the kernels must build here (g++ and ninja are installed with the project)"
+    if not int8_fbgemm.available():
+        pytest.skip("this torch has no fbgemm")
+    assert int8_fbgemm.linear_op() is found
+    return found
+
+
+@pytest.mark.parametrize("rows", [1, 3, 64])
+def test_the_cpp_int8_gemm_gives_the_bits_of_the_python_op(native_linear, rows) -> None:
+    torch.manual_seed(rows)
+    layer = int8_fbgemm.FbgemmLinear.from_float(torch.randn(96, 48), torch.randn(96))
+    x = torch.randn(rows, 48)
+    with torch.inference_mode():
+        cpp = int8_fbgemm.fbgemm_linear(x, layer.scale, layer.bias, native_linear)
+        python = int8_fbgemm.fbgemm_linear(x, layer.scale, layer.bias, torch.ops.hmt.fbgemm_linear)
+    assert torch.equal(cpp, python)
+    assert cpp.shape == (rows, 96)
+
+
+def test_the_cpp_op_knows_layers_made_before_it_loaded_and_forgets_freed_ones(native_linear, monkeypatch) -> None:
+    """Layers made while the library was not loaded yet are in the Python table only: the first `linear_op()`
+    copies them over. A layer's entry goes from the C++ table with its handle; a tensor that is no layer's handle
+    is refused with a message."""
+    monkeypatch.setattr(int8_fbgemm, "_NATIVE", None)
+    early = int8_fbgemm.FbgemmLinear.from_float(torch.randn(16, 32), None)
+    x = torch.randn(2, 32)
+    with torch.inference_mode():
+        assert int8_fbgemm.linear_op() is native_linear
+        expected = int8_fbgemm.fbgemm_linear(x, early.scale, None, torch.ops.hmt.fbgemm_linear)
+        assert torch.equal(int8_fbgemm.fbgemm_linear(x, early.scale, None, native_linear), expected)
+        with pytest.raises(RuntimeError, match="no packed weight for this handle"):
+            native_linear(x, early.scale.clone())
+        int8_fbgemm._forget(early.scale.data_ptr())  # what the handle's finalizer calls when it is freed
+        with pytest.raises(RuntimeError, match="no packed weight for this handle"):
+            native_linear(x, early.scale)
+
+
+def test_the_step_calls_the_cpp_int8_gemm(native_linear) -> None:
+    """The op is part of each layer's base, so a compiled package is keyed by which one it calls."""
+    from hunyuan_mt.decode.dense import Projection
+
+    layer = int8_fbgemm.FbgemmLinear.from_float(torch.randn(24, 16), None)
+    base = Projection([layer], None).base
+    assert isinstance(base, int8_fbgemm.FbgemmBase) and base.op is native_linear

@@ -24,7 +24,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import invariant
 from ..int8 import Int8Linear, int8_linear, weight_and_bias
-from ..int8_fbgemm import FbgemmBase, FbgemmLinear, fbgemm_linear
+from ..int8_fbgemm import FbgemmBase, FbgemmLinear, fbgemm_linear, linear_op
 from ..int8_layer import Int8Layer, stacked_bias
 from ..lora.grouped import GroupedLoRA, LoRATensors, add_low_rank, apply_lora
 from ..lora.mapping import SlotMapping
@@ -82,9 +82,9 @@ class Projection:
         if bias is not None and own_bias is not None:
             raise ValueError("Projection: an extra bias is for a layer without one")
         bias = own_bias if bias is None else bias
-        #: The base layer as `project` takes it: (int8 weightᵀ, scales, bias) for torch._int_mm, fbgemm's handle
-        #: and bias (`FbgemmBase`), or (float weight, bias).
-        self.base: tuple[Any, ...] = (packed(weight, bias) if q is None else FbgemmBase(q.scale, bias)
+        #: The base layer as `project` takes it: (int8 weightᵀ, scales, bias) for torch._int_mm, fbgemm's handle,
+        #: bias and op (`FbgemmBase`), or (float weight, bias).
+        self.base: tuple[Any, ...] = (packed(weight, bias) if q is None else FbgemmBase(q.scale, bias, linear_op())
                                       if isinstance(q, FbgemmLinear) else (q.weight_t, q.scale, bias))
         #: The base unpacked: what a compiled step freezes (and packs itself); the int8 layer as it is.
         self.plain: tuple[Any, ...] = self.base if q is not None else (weight, bias)
@@ -113,7 +113,7 @@ def project(x: torch.Tensor, base: tuple[torch.Tensor | None, ...], lora: LoRATe
     if isinstance(base, PackedFloat):
         y = torch.ops.mkldnn._linear_pointwise(x, base.weight, base.bias, "none", [], "")
     elif isinstance(base, FbgemmBase):
-        y = fbgemm_linear(x, base.handle, base.bias)
+        y = fbgemm_linear(x, base.handle, base.bias, base.op)
     else:
         y = int8_linear(x, *base) if len(base) == 3 else invariant.linear(x, *base)
     return y if lora is None else apply_lora(x, y, lora)

@@ -1,4 +1,5 @@
-"""CPU kernels of our own, built from C++ source on first use: `decode_attention`.
+"""CPU kernels of our own, built from C++ source on first use: `decode_attention`, and `fbgemm_linear`, the int8
+GEMM of `int8_fbgemm` called without Python in between (fbgemm_linear.cpp says why).
 
 A Marian decode step's attention (one new query per row, over the keys and values the rows have cached) is a pass
 over memory, and memory is what a CPU has least of: on the 2-core box ~9 GB/s, and the key/value slices a 64-row
@@ -11,10 +12,11 @@ benchmark 55 % of the self-attention columns read and 35 % of the cross-attentio
 0.82–0.90× the time of the step before it, which attended with tensor operations over a float32 cache (`python -m
 bench.attention`, BENCHMARKS.md).
 
-The kernel is compiled with torch's extension builder (g++ and ninja, both already needed: inductor compiles
+The kernels are compiled with torch's extension builder (g++ and ninja, both already needed: inductor compiles
 the decode step with g++; ninja comes with requirements.txt), once per machine and source (~25 s on the 2-core box),
-then loaded from disk. Where it cannot be built (no compiler), or with `HMT_CPU_KERNELS=0`, `decode_attention()`
-returns None and the step attends with tensor operations: the same arithmetic, slower.
+then loaded from disk. Where they cannot be built (no compiler), or with `HMT_CPU_KERNELS=0`, `decode_attention()`
+returns None and the step attends with tensor operations, and `fbgemm_linear()` returns None and the int8 layers
+call fbgemm through Python: the same arithmetic, slower.
 """
 
 from __future__ import annotations
@@ -33,22 +35,34 @@ import torch
 
 log = logging.getLogger(__name__)
 
-_SOURCE = Path(__file__).with_name("decode_attention.cpp")
+_SOURCES = tuple(Path(__file__).with_name(name) for name in ("decode_attention.cpp", "fbgemm_linear.cpp"))
 _LOCK = threading.Lock()
-#: The op once loaded; False once building failed or is switched off (decided once per process).
-_OP: Any = None
+#: Whether the library is loaded; None until the first call decides it (once per process).
+_LOADED: bool | None = None
+
+
+def _library() -> bool:
+    """Build or load the library once: whether its ops are there."""
+    global _LOADED
+    if _LOADED is None:
+        with _LOCK:
+            if _LOADED is None:
+                _LOADED = _load()
+    return _LOADED
 
 
 def decode_attention() -> Any:
     """`torch.ops.hmt_cpu.decode_attention(q, k, v, bias, scale)`, built or loaded on the first call, or None where
     it cannot be (the reason is logged once). q [rows, heads, 1, head_dim]; k, v [≥ rows, heads, ≥ width,
     head_dim] (a cache with spare room); bias [rows, 1, 1, width], additive; returns [rows, heads, head_dim]."""
-    global _OP
-    if _OP is None:
-        with _LOCK:
-            if _OP is None:
-                _OP = _load() or False
-    return _OP or None
+    return torch.ops.hmt_cpu.decode_attention if _library() else None
+
+
+def fbgemm_linear() -> Any:
+    """`torch.ops.hmt_cpu.fbgemm_linear(x, handle)`, what `int8_fbgemm`'s Python op computes, from C++, or None
+    where the library cannot be built. Its packed weights are registered with `torch.ops.hmt_cpu.fbgemm_register
+    (handle, packed)` and dropped with `torch.ops.hmt_cpu.fbgemm_forget(key)` (`int8_fbgemm` does both)."""
+    return torch.ops.hmt_cpu.fbgemm_linear if _library() else None
 
 
 def usable(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
@@ -97,12 +111,14 @@ def _ninja_on_path() -> Iterator[None]:
             os.environ["PATH"] = before
 
 
-def _load() -> Any:
+def _load() -> bool:
     if os.environ.get("HMT_CPU_KERNELS", "1").strip().lower() in ("0", "false", "off", "no"):
-        log.info("CPU kernels off (HMT_CPU_KERNELS): decode attention runs as tensor operations")
-        return None
+        log.info("CPU kernels off (HMT_CPU_KERNELS): decode attention runs as tensor operations, int8 layers call "
+                 "fbgemm through Python")
+        return False
     flags = _flags()
-    digest = hashlib.sha256(repr((_SOURCE.read_bytes(), flags, torch.__version__)).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(repr(([src.read_bytes() for src in _SOURCES], flags, torch.__version__)).encode()
+                            ).hexdigest()[:12]
     name = f"hmt_cpu_kernels_{digest}"
     folder = cache_folder("HMT_KERNEL_CACHE", "hunyuan-mt-kernels") / name
     t0 = time.perf_counter()
@@ -111,18 +127,21 @@ def _load() -> Any:
 
         folder.mkdir(parents=True, exist_ok=True)
         with _ninja_on_path():
-            cpp_extension.load(name=name, sources=[str(_SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"],
+            cpp_extension.load(name=name, sources=[str(src) for src in _SOURCES], extra_cflags=flags, extra_ldflags=["-fopenmp"],
                                build_directory=str(folder), is_python_module=False, verbose=False)
     except Exception as exc:  # noqa: BLE001 - the compiler, ninja and the loader fail in many ways
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        log.warning("building the CPU decode-attention kernel failed, attention runs as tensor operations "
-                    "(same output, slower): %s: %s", type(exc).__name__, first[:300])
-        return None
-    op = torch.ops.hmt_cpu.decode_attention
+        log.warning("building the CPU kernels failed, attention runs as tensor operations and int8 layers call "
+                    "fbgemm through Python (same output, slower): %s: %s", type(exc).__name__, first[:300])
+        return False
 
     @torch.library.register_fake("hmt_cpu::decode_attention")
     def _fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
         return q.new_empty(q.shape[0], q.shape[1], q.shape[3])
 
-    log.info("CPU decode-attention kernel ready in %.1f s (%s)", time.perf_counter() - t0, folder)
-    return op
+    @torch.library.register_fake("hmt_cpu::fbgemm_linear")
+    def _fake_linear(x: torch.Tensor, handle: torch.Tensor) -> torch.Tensor:
+        return x.new_empty(x.shape[0], handle.shape[0])
+
+    log.info("CPU kernels ready in %.1f s (%s)", time.perf_counter() - t0, folder)
+    return True
