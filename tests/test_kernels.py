@@ -240,3 +240,60 @@ def test_the_step_calls_the_cpp_int8_gemm(native_linear) -> None:
     layer = int8_fbgemm.FbgemmLinear.from_float(torch.randn(24, 16), None)
     base = Projection([layer], None).base
     assert isinstance(base, int8_fbgemm.FbgemmBase) and base.op is native_linear
+
+
+# ---------------------------------------------------------------------------------------------------- move_rows
+
+@pytest.fixture(scope="module")
+def move():
+    found = kernels.move_rows()
+    assert found is not None, "the kernels must build here (g++ and ninja are installed with the project)"
+    return found
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_moving_rows_copies_what_index_copy_copies_and_nothing_else(move, dtype) -> None:
+    """A compaction's copy: rows `src` onto rows `dst`, their first `used` columns in every tensor; the other
+    columns of those rows and every other row untouched (the cache keeps room beyond the columns in use)."""
+    torch.manual_seed(5)
+    tensors = [torch.randn(12, 3, 10, 8).to(dtype) for _ in range(4)]
+    expected = [t.clone() for t in tensors]
+    dst, src = torch.tensor([1, 4, 6]), torch.tensor([11, 9, 10])
+    for t in expected:
+        view = t[:, :, :7]
+        view.index_copy_(0, dst, view.index_select(0, src))
+    with torch.inference_mode():
+        move(tensors, dst, src, 7)
+    assert all(torch.equal(t, e) for t, e in zip(tensors, expected))
+
+
+def test_moving_rows_refuses_what_would_depend_on_the_order_of_copies(move) -> None:
+    t = torch.zeros(6, 2, 4, 8)
+    with pytest.raises(RuntimeError, match="dst and src overlap"):
+        move([t], torch.tensor([1, 2]), torch.tensor([2, 5]), 4)
+    with pytest.raises(RuntimeError, match="out of range"):
+        move([t], torch.tensor([1]), torch.tensor([6]), 4)
+    with pytest.raises(RuntimeError, match="contiguously"):
+        move([t.transpose(2, 3)], torch.tensor([1]), torch.tensor([5]), 4)
+
+
+def test_a_finished_row_leaves_the_marian_cache_at_once(marian_dir, fresh_backbone) -> None:
+    """With the kernel a compaction is cheaper than a step of a finished row riding along, so a Marian batch
+    compacts as soon as a row finishes (other architectures wait for a quarter of the rows, as before)."""
+    from hunyuan_mt.backbone import PromptRow
+    from hunyuan_mt.config import GenerationConfig
+    from hunyuan_mt.decode import Sequence
+    from hunyuan_mt.lora import BASE_SLOT
+
+    backbone = fresh_backbone(marian_dir)
+    batch = backbone.new_batch(GenerationConfig())
+    assert batch.compact_share == 0.0
+    texts = ("Open the file.", "Save it.", "Close.", "Print the page.", "Undo")  # one of five: under a quarter
+    encoded = [backbone.encode(PromptRow(text, "en", "es")) for text in texts]
+    with torch.inference_mode():
+        batch.add([Sequence(i, e.input_ids, BASE_SLOT, 20, e.decoder_prefix) for i, e in enumerate(encoded)])
+        batch.step()
+        batch.rows[0].done = True
+        finished = batch.pop_finished()
+    assert [r.seq.tag for r in finished] == [0]
+    assert sorted(r.seq.tag for r in batch.rows) == [1, 2, 3, 4] and batch.cache.rows == 4

@@ -124,6 +124,9 @@ class RunningBatch(ABC):
         self.guard: LoopGuard | None = None
         #: torch's intra-op threads for a forward with enough work (the configured count when the batch is made).
         self.threads = torch.get_num_threads()
+        #: Finished rows ride along in the steps until this share of the rows has finished, then the cache is
+        #: compacted (`pop_finished`): a compaction's cost against the steps' for rows whose output is thrown away.
+        self.compact_share = 0.25
 
     def __len__(self) -> int:
         """Rows still generating (finished rows riding along until compaction are not counted)."""
@@ -195,7 +198,7 @@ class RunningBatch(ABC):
         for row in done:
             row.answered = True
         finished = sum(1 for r in self.rows if r.done)
-        if finished and (finished == len(self.rows) or 4 * finished >= len(self.rows)):
+        if finished and (finished == len(self.rows) or finished >= self.compact_share * len(self.rows)):
             self.compact()
         return done
 

@@ -114,6 +114,11 @@ class MarianBatch(RunningBatch):
         #: The compiled decode step and encoder (`decode/compiled.py`), shared by the backbone's batches; None: eager.
         self.compiled: Any = None
         self.compiled_encoder: Any = None
+        if self.device.type == "cpu" and kernels.move_rows() is not None:
+            # A compaction moves only the rows kept past the new end, in one kernel call (~0.15 ms for 3 rows of
+            # the demo's 24 cache tensors, against ~1.5 ms with tensor operations): cheaper than one step of a
+            # finished row riding along, so finished rows go at once (`RunningBatch.pop_finished`).
+            self.compact_share = 0.0
 
     @property
     def cache_length(self) -> int:
@@ -372,8 +377,9 @@ class MarianBatch(RunningBatch):
             if moved:
                 dst = torch.tensor([m[0] for m in moved], dtype=torch.long, device=self.device)
                 src = torch.tensor([m[1] for m in moved], dtype=torch.long, device=self.device)
-                _move((cache.k, cache.v), cache.bias, dst, src, cache.length)
-                _move((cache.ck, cache.cv), cache.cbias, dst, src, source)
+                disjoint = not {m[0] for m in moved} & {m[1] for m in moved}
+                _move((cache.k, cache.v), cache.bias, dst, src, cache.length, disjoint)
+                _move((cache.ck, cache.cv), cache.cbias, dst, src, source, disjoint)
         cache.rows, cache.source = n, source
 
 
@@ -566,10 +572,16 @@ def _keep(stores: tuple[list[torch.Tensor], ...], bias: torch.Tensor, index: tor
 
 
 def _move(stores: tuple[list[torch.Tensor], ...], bias: torch.Tensor, dst: torch.Tensor, src: torch.Tensor,
-          used: int) -> None:
+          used: int, disjoint: bool = False) -> None:
     """Copy rows `src` (their first `used` columns, and their whole bias row) onto rows `dst`."""
-    for store in stores:
-        for s in store:
+    tensors = [s for store in stores for s in store]
+    # The kernel copies row by row, so it takes disjoint rows only (a compaction's: rows past the new end into the
+    # places of finished ones); a shift (rows dropped from the middle, order kept) copies through index_select.
+    move = kernels.move_rows() if bias.device.type == "cpu" and disjoint else None
+    if move is not None:
+        move(tensors, dst, src, used)  # one call for every layer's tensors (kernels/move_rows.cpp)
+    else:
+        for s in tensors:
             view = s[:, :, :used]
             view.index_copy_(0, dst, view.index_select(0, src))
     bias.index_copy_(0, dst, bias.index_select(0, src))

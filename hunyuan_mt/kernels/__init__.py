@@ -1,5 +1,6 @@
-"""CPU kernels of our own, built from C++ source on first use: `decode_attention`, and `fbgemm_linear`, the int8
-GEMM of `int8_fbgemm` called without Python in between (fbgemm_linear.cpp says why).
+"""CPU kernels of our own, built from C++ source on first use: `decode_attention`; `fbgemm_linear`, the int8 GEMM
+of `int8_fbgemm` called without Python in between (fbgemm_linear.cpp says why); `move_rows`, a running batch's
+cache compaction in one call (move_rows.cpp).
 
 A Marian decode step's attention (one new query per row, over the keys and values the rows have cached) is a pass
 over memory, and memory is what a CPU has least of: on the 2-core box ~9 GB/s, and the key/value slices a 64-row
@@ -35,7 +36,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-_SOURCES = tuple(Path(__file__).with_name(name) for name in ("decode_attention.cpp", "fbgemm_linear.cpp"))
+_SOURCES = tuple(Path(__file__).with_name(name)
+                 for name in ("decode_attention.cpp", "fbgemm_linear.cpp", "move_rows.cpp"))
 _LOCK = threading.Lock()
 #: Whether the library is loaded; None until the first call decides it (once per process).
 _LOADED: bool | None = None
@@ -63,6 +65,13 @@ def fbgemm_linear() -> Any:
     where the library cannot be built. Its packed weights are registered with `torch.ops.hmt_cpu.fbgemm_register
     (handle, packed)` and dropped with `torch.ops.hmt_cpu.fbgemm_forget(key)` (`int8_fbgemm` does both)."""
     return torch.ops.hmt_cpu.fbgemm_linear if _library() else None
+
+
+def move_rows() -> Any:
+    """`torch.ops.hmt_cpu.move_rows(tensors, dst, src, used)`: rows `src` of every tensor [rows, heads, columns,
+    dim] (the first `used` columns) copied onto rows `dst`, in one call (move_rows.cpp), or None where the library
+    cannot be built."""
+    return torch.ops.hmt_cpu.move_rows if _library() else None
 
 
 def usable(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
