@@ -45,10 +45,9 @@ class ServiceCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         status = self.service.status()
         backbone = status.get("backbone") or {}
-        info = GaugeMetricFamily("hmt_backbone_info", "The loaded backbone (value is always 1).",
-                                 labels=["name", "arch", "device", "dtype", "quantization", "int8_kernel"])
-        info.add_metric([str(backbone.get(k, "")) for k in ("name", "arch", "device", "dtype", "quantization", "int8_kernel")],
-                        1.0)
+        labels = ["name", "arch", "device", "dtype", "quantization", "int8_kernel", "kv_cache"]
+        info = GaugeMetricFamily("hmt_backbone_info", "The loaded backbone (value is always 1).", labels=labels)
+        info.add_metric([str(backbone.get(k, "")) for k in labels], 1.0)
         yield info
 
         cache = status.get("cache") or {}
