@@ -159,9 +159,10 @@ def main(argv: list[str] | None = None) -> int:
                                  "(`hmt::fbgemm_linear`)"}[args.against]
     lines = [f"# Decode step: as shipped against {args.against} ({data['date']}, `{command}`)", "",
              f"Weights: {data['quantization']}, attention keys/values: {data['kv_cache']}. Shipped: the attention "
-             f"kernel and the int8 GEMM called from C++ (hunyuan_mt/kernels); baseline: {baseline}. Each step is a captured compiled step of the "
-             f"600-sentence run, both packages alternating in one process; ms are medians of {args.rounds} rounds "
-             f"of {args.calls} calls. 'seen' = share of the cache's columns the rows do not mask.", "",
+             f"kernel and the int8 GEMM called from C++ (hunyuan_mt/kernels); baseline: {baseline}. Each step is a "
+             f"captured compiled step of the 600-sentence run, both packages alternating in one process; ms are "
+             f"medians of {args.rounds} rounds of {args.calls} calls. 'seen' = share of the cache's columns the "
+             f"rows do not mask.", "",
              "| rows | columns | self seen | source | source seen | shipped ms | baseline ms | ratio | same tokens |",
              "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['rows']} | {r['columns']} | {r['self_seen']:.2f} | {r['source']} | {r['source_seen']:.2f} | "

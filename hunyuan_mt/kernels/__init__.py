@@ -136,8 +136,9 @@ def _load() -> bool:
 
         folder.mkdir(parents=True, exist_ok=True)
         with _ninja_on_path():
-            cpp_extension.load(name=name, sources=[str(src) for src in _SOURCES], extra_cflags=flags, extra_ldflags=["-fopenmp"],
-                               build_directory=str(folder), is_python_module=False, verbose=False)
+            cpp_extension.load(name=name, sources=[str(src) for src in _SOURCES], extra_cflags=flags,
+                               extra_ldflags=["-fopenmp"], build_directory=str(folder), is_python_module=False,
+                               verbose=False)
     except Exception as exc:  # noqa: BLE001 - the compiler, ninja and the loader fail in many ways
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         log.warning("building the CPU kernels failed, attention runs as tensor operations and int8 layers call "

@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -26,16 +27,17 @@ void move_rows(const std::vector<at::Tensor>& tensors, const at::Tensor& dst, co
   const auto dst_c = dst.contiguous(), src_c = src.contiguous();
   const int64_t* to = dst_c.data_ptr<int64_t>();
   const int64_t* from = src_c.data_ptr<int64_t>();
+  // A row both read and written would make the result depend on the order of the copies.
+  for (int64_t p = 0; p < pairs; ++p)
+    for (int64_t q = 0; q < pairs; ++q) TORCH_CHECK(to[p] != from[q], "hmt_cpu::move_rows: dst and src overlap");
+  const auto [lowest, highest] = std::minmax({*std::min_element(to, to + pairs), *std::min_element(from, from + pairs),
+                                              *std::max_element(to, to + pairs),
+                                              *std::max_element(from, from + pairs)});
   for (const auto& t : tensors) {
     TORCH_CHECK(t.device().is_cpu() && t.dim() == 4, "hmt_cpu::move_rows: CPU tensors [rows, heads, columns, dim]");
     TORCH_CHECK(t.stride(3) == 1 && t.stride(2) == t.size(3) && used <= t.size(2),
                 "hmt_cpu::move_rows: each (row, head) must hold its columns contiguously, at least `used` of them");
-    for (int64_t p = 0; p < pairs; ++p) {
-      TORCH_CHECK(to[p] >= 0 && to[p] < t.size(0) && from[p] >= 0 && from[p] < t.size(0),
-                  "hmt_cpu::move_rows: row index out of range");
-      // A row both read and written would make the result depend on the order of the copies.
-      for (int64_t q = 0; q < pairs; ++q) TORCH_CHECK(to[p] != from[q], "hmt_cpu::move_rows: dst and src overlap");
-    }
+    TORCH_CHECK(lowest >= 0 && highest < t.size(0), "hmt_cpu::move_rows: row index out of range");
   }
   const int64_t count = static_cast<int64_t>(tensors.size());
   at::parallel_for(0, count * pairs, 1, [&](int64_t begin, int64_t end) {
