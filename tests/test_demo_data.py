@@ -300,3 +300,29 @@ def test_a_kept_split_stays_the_test_and_out_of_training(locale_root: Path) -> N
         for src, ref in rows:
             assert src not in trained and ref not in trained, (direction, src)
     assert kept.stats["en2es"]["test"] == len(parent.test["en2es"])
+
+
+def test_weighted_directions_get_their_turns_per_round() -> None:
+    """`--weight zh2en=3`: a direction that lags gets three turns in every round of the others' one."""
+    import argparse
+
+    import torch
+    from transformers import MarianMTModel
+
+    from hunyuan_mt.demo.build import _weight
+    from hunyuan_mt.demo.trainer import ModelSize, build_config, multi_lora_model, train_joint
+
+    torch.manual_seed(0)
+    size = ModelSize(d_model=16, layers=1, heads=2, ffn=32, vocab=40, lora_rank=2, max_tokens=64)
+    model = multi_lora_model(MarianMTModel(build_config(size, 40, 0, 1)), ["en2es", "zh2en"], size.lora_rank)
+    data = {d: [([5 + i % 7, 1], [9 + i % 5, 1]) for i in range(30)] for d in ("en2es", "zh2en")}
+    log = train_joint(model, data, size, minutes=5.0, pad_id=0, device=torch.device("cpu"), max_steps=8,
+                      warmup=1, weights={"zh2en": 3})
+    assert log.steps_per_direction == {"en2es": 2, "zh2en": 6}      # two rounds of four turns
+    with pytest.raises(ValueError, match="without training data"):
+        train_joint(model, data, size, minutes=5.0, pad_id=0, device=torch.device("cpu"), max_steps=1,
+                    weights={"de2en": 2})
+    assert _weight("zh2en=2") == ("zh2en", 2)
+    for bad in ("zh2en", "xx2yy=2", "zh2en=0", "zh2en=two"):
+        with pytest.raises(argparse.ArgumentTypeError, match="DIRECTION=N"):
+            _weight(bad)

@@ -65,7 +65,7 @@ def tokenizer_sample(corpus: Corpus, per_direction: int = 10000) -> list[str]:
 
 def train(corpus: Corpus, device_name: str, preset: str, minutes: float, checkpoint: Path,
           max_steps: int | None = None, tokenizer_path: Path | None = None, resume: Path | None = None,
-          overrides: dict | None = None, copy_every: int = COPY_EVERY) -> dict:
+          overrides: dict | None = None, copy_every: int = COPY_EVERY, weights: dict[str, int] | None = None) -> dict:
     """Train a new build, or continue `resume` (a checkpoint folder) with the same tokenizer, backbone and
     adapters, for `minutes`; writes the checkpoint and returns what the build did."""
     from dataclasses import replace
@@ -103,8 +103,10 @@ def train(corpus: Corpus, device_name: str, preset: str, minutes: float, checkpo
     copy = copy_examples(data, per_direction=20000) if copy_every else None
     remaining = minutes - (time.monotonic() - started) / 60
     log = train_joint(model, data, size, max(0.1, remaining), tokenizer.pad_token_id, device, max_steps=max_steps,
-                      copy_data=copy, copy_every=copy_every or 1, **({"warmup": 50, "seed": 1} if resume else {}))
+                      copy_data=copy, copy_every=copy_every or 1, weights=weights,
+                      **({"warmup": 50, "seed": 1} if resume else {}))
     info.update(train=log.as_dict(), parameters=count_parameters(model.get_base_model()), copy_every=copy_every,
+                weights=weights or {},
                 sources=sorted({origin for rows in corpus.train.values() for _, _, origin in rows}))
     save_checkpoint(model, tokenizer, size, list(ADAPTER_DIRECTIONS), checkpoint, extra={"build": info})
     return info
@@ -232,6 +234,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-len", type=int, default=None, help="override the longest example (tokens)")
     parser.add_argument("--max-tokens", type=int, default=None, help="override the tokens per batch")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--weight", action="append", default=[], metavar="DIRECTION=N", type=_weight,
+                        help="give DIRECTION (e.g. zh2en) N turns per round instead of 1; repeatable")
     parser.add_argument("--max-steps", type=int, default=None, help="stop training after N steps (smoke runs)")
     parser.add_argument("--evaluate-only", type=Path, default=None, metavar="REPORT",
                         help="only score the build in --out on the held-out sets of --data; write REPORT (JSON)")
@@ -275,7 +279,8 @@ def run(args: argparse.Namespace) -> int:
         resume = shipped_checkpoint(args.out, args.data / "shipped-checkpoint")
     if not args.from_checkpoint and not args.memory_only:
         info = train(corpus, device, preset, minutes, checkpoint, max_steps=args.max_steps,
-                     tokenizer_path=args.tokenizer, resume=resume, overrides=overrides, copy_every=args.copy_every)
+                     tokenizer_path=args.tokenizer, resume=resume, overrides=overrides, copy_every=args.copy_every,
+                     weights=dict(args.weight))
         print(f"trained: {info['train']['steps']} steps in {info['train']['seconds'] / 60:.1f} min")
         if args.checkpoint_only:
             return 0
@@ -287,6 +292,14 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(report["chrf"], indent=1))
     print(f"build-demo finished in {(time.monotonic() - started) / 60:.1f} min")
     return 0
+
+
+def _weight(text: str) -> tuple[str, int]:
+    direction, _, count = text.partition("=")
+    if direction not in ADAPTER_DIRECTIONS or not count.isdigit() or int(count) < 1:
+        raise argparse.ArgumentTypeError(f"expected DIRECTION=N with DIRECTION one of {', '.join(ADAPTER_DIRECTIONS)} "
+                                         f"and N ≥ 1, got {text!r}")
+    return direction, int(count)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -150,17 +150,22 @@ def copy_examples(data: dict[str, list[Example]], per_direction: int, seed: int 
 
 def train_joint(model: PeftModel, data: dict[str, list[Example]], size: ModelSize, minutes: float, pad_id: int,
                 device: torch.device, seed: int = 0, log_every: int = 100, max_steps: int | None = None,
-                warmup: int = 400, copy_data: list[Example] | None = None, copy_every: int = 9) -> TrainLog:
+                warmup: int = 400, copy_data: list[Example] | None = None, copy_every: int = 9,
+                weights: dict[str, int] | None = None) -> TrainLog:
+    """`weights`: a direction's turns per round (default 1), to spend more of a run on a direction that lags."""
     rng = random.Random(seed)
     streams = {d: batches(examples, size.max_tokens, rng) for d, examples in data.items() if examples}
     copy_stream = batches(copy_data, size.max_tokens, rng) if copy_data else None
-    directions = sorted(streams)
+    unknown = set(weights or {}) - set(streams)
+    if unknown:
+        raise ValueError(f"weights name directions without training data: {sorted(unknown)}")
+    directions = [d for d in sorted(streams) for _ in range((weights or {}).get(d, 1))]
     lora = [p for n, p in model.named_parameters() if "lora_" in n]
     shared = [p for n, p in model.named_parameters() if "lora_" not in n and p.requires_grad]
     optimizer = torch.optim.AdamW([{"params": shared, "lr": size.lr}, {"params": lora, "lr": 2 * size.lr}],
                                   betas=(0.9, 0.98), weight_decay=0.01, eps=1e-8)
     base_lrs = [group["lr"] for group in optimizer.param_groups]
-    log = TrainLog(steps_per_direction={d: 0 for d in directions + (["copy"] if copy_stream else [])})
+    log = TrainLog(steps_per_direction={d: 0 for d in sorted(streams) + (["copy"] if copy_stream else [])})
     use_bf16 = device.type == "cuda"
     budget = minutes * 60.0
     start = time.monotonic()
