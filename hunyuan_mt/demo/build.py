@@ -47,6 +47,7 @@ def extract(data_root: Path, keep: Corpus | None = None) -> Corpus:
         sources.gettext_catalogues(data_root / "apps" / "usr" / "share" / "locale", kind="apps"),
         sources.libreoffice_help(data_root / "libreoffice"),
         sources.gnome_help(data_root / "docs"),
+        sources.man_pages(data_root / "manpages"),
     )
     corpus = build_corpus(entries, keep=keep)
     write_corpus(corpus, data_root / "demo")

@@ -40,6 +40,8 @@ HELP_HELD_OUT_PERCENT = 4
 #: Documentation translated paragraph by paragraph (GNOME's help): the paragraph data and its held-out pages.
 PARA_KIND = "gnomehelp"
 PARA_HELD_OUT_PERCENT = 10
+#: Manual pages: paragraph data for training only (the paragraph test stays GNOME's help).
+MAN_KIND = "manpages"
 #: Whole paragraphs and runs of two sentences up to this long are trained on (about 100 tokens, inside the
 #: 128-token examples a paragraph build uses); the held-out paragraphs are PARA_TEST_MIN_CHARS to this long.
 PARAGRAPH_MAX_CHARS = 400
@@ -139,7 +141,7 @@ class Corpus:
 
 
 def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: int = 300,
-                 max_dictionary_pairs: int = 30000, max_help_pairs: int = 40000, max_paragraph_pairs: int = 40000,
+                 max_dictionary_pairs: int = 30000, max_help_pairs: int = 40000, max_paragraph_pairs: int = 60000,
                  para_test_size: int = 240, seed: int = 13, keep: Corpus | None = None) -> Corpus:
     """The corpus of `entries`. With `keep` (an earlier extraction), its held-out UI strings, frequent phrases and
     help sentences stay the test sets and are kept out of training, so that a build continued from one trained on
@@ -151,21 +153,22 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
     domains: dict[str, set[str]] = defaultdict(set)
     extra: list[tuple[str, str, str, str]] = []          # (en, lang, text, origin) for dictionaries and CLDR
     help_pairs: list[tuple[str, str, str, str]] = []     # (page, en, lang, text)
-    # Paragraph segments (page, en, lang, text, origin) of both help sources; GNOME's whole paragraphs for the test.
+    # Paragraph segments (page, en, lang, text, origin) of both helps and the manual pages; GNOME's whole
+    # paragraphs for the test.
     para_pairs: list[tuple[str, str, str, str, str]] = []
     paragraphs: list[tuple[str, str, str, str]] = []
     for entry in entries:
         kind = entry.origin.split(":")[0]
-        if kind in (HELP_KIND, PARA_KIND):
+        if kind in (HELP_KIND, PARA_KIND, MAN_KIND):
             page = entry.key.split("#")[0]
             if kind == HELP_KIND:
                 help_pairs.extend((page, en, entry.lang, text)
                                   for en, text in help_sentences(entry.en, entry.text, entry.lang))
-            else:
+            elif kind == PARA_KIND:
                 paragraphs.append((page, entry.en, entry.lang, entry.text))
             # LibreOffice's help sentences and short paragraphs are in help_pairs already.
             para_pairs.extend((page, en, entry.lang, text, kind) for en, text in paragraph_segments(
-                entry.en, entry.text, entry.lang, short=kind == PARA_KIND))
+                entry.en, entry.text, entry.lang, short=kind != HELP_KIND))
             continue
         en, text = clean_pair(entry.en, entry.text, entry.lang)
         if en is None or text is None or en == text or is_key_like(en) or not _ratio_ok(en, text, entry.lang):
@@ -306,7 +309,7 @@ def is_held_out_page(page: str, percent: int | None = None) -> bool:
 
 
 def _held_out_percent(origin: str) -> int:
-    return PARA_HELD_OUT_PERCENT if origin == PARA_KIND else HELP_HELD_OUT_PERCENT
+    return {PARA_KIND: PARA_HELD_OUT_PERCENT, MAN_KIND: 0}.get(origin, HELP_HELD_OUT_PERCENT)
 
 
 def _hold_out_paragraphs(paragraphs: list[tuple[str, str, str, str]], corpus: Corpus, size: int,

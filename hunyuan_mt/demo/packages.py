@@ -25,6 +25,16 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
     # Documentation translated paragraph by paragraph (the paragraph data).
     "docs": ("gnome-user-docs",),
+    # Translated manual pages, and the packages whose English pages they translate (a page without its English
+    # original is not read; the list covers the commands and C library pages the translations cover most).
+    "manpages": (
+        "manpages-es", "manpages-de", "manpages-fr", "manpages-zh",
+        "manpages", "manpages-dev", "coreutils", "util-linux", "findutils", "grep", "sed", "tar", "gzip", "bzip2",
+        "xz-utils", "bash", "dpkg", "apt", "man-db", "procps", "psmisc", "passwd", "login", "mount", "less",
+        "diffutils", "e2fsprogs", "kmod", "cron", "debianutils", "sysvinit-utils", "bsdutils", "hostname",
+        "iputils-ping", "net-tools", "iproute2", "openssh-client", "rsync", "wget", "curl", "sudo", "nano", "time",
+        "gawk", "file", "patch", "make", "cpio", "zip", "unzip", "lsof", "strace", "gettext-base",
+    ),
 }
 
 

@@ -60,6 +60,13 @@ SOURCES: dict[str, dict[str, str]] = {
                 "pages in C, es, de, fr and zh_CN, paragraphs aligned by position",
         "licence": "CC BY-SA 3.0 (the GNOME Documentation Project)",
     },
+    "manpages": {
+        "name": "Manual pages from Debian: the translations of manpages-l10n 4.18 (manpages-es, -de, -fr) and "
+                "manpages-zh, against the English pages of the packages they translate (manpages, manpages-dev, "
+                "coreutils, util-linux, ...), rendered by groff and aligned by section and paragraph",
+        "licence": "GPL-3+ (manpages-l10n translations), GFDL-1.2+ (manpages-zh); the English pages under their "
+                   "packages' licences (GPL-2+/GPL-3+, the Linux man-pages project's licences)",
+    },
 }
 
 
@@ -220,6 +227,34 @@ def gnome_help(root: Path, langs: Iterable[str] = ("es", "de", "fr", "zh")) -> I
                 for position, en, text in aligned_paragraphs(page, other):
                     yield Entry(key=f"gnomehelp:{document}/{page.stem}#{position}", en=en, lang=lang, text=text,
                                 origin=f"gnomehelp:{document}")
+
+
+# --- manual pages --------------------------------------------------------------------------------------------
+
+MAN_LOCALES = {"es": "es", "de": "de", "fr": "fr", "zh": "zh_CN"}
+
+
+def man_pages(root: Path, langs: Iterable[str] = ("es", "de", "fr", "zh")) -> Iterator[Entry]:
+    """English paragraphs of manual pages aligned with each language's translation (`manpages.aligned_lines`).
+    The key is `manpages:<section>/<page>#<position>`. Needs groff (Debian's groff-base, which man-db needs);
+    without it the source is reported and skipped."""
+    from . import manpages
+
+    man_root = root / "usr" / "share" / "man"
+    if not man_root.is_dir():
+        return
+    if not manpages.available():
+        print("manpages: groff not found (Debian: groff-base); building without manual pages")
+        return
+    english_cache: dict[Path, list[manpages.Section]] = {}
+    for lang in langs:
+        for english, page in manpages.translated_pages(man_root, MAN_LOCALES[lang]):
+            if english not in english_cache:
+                english_cache[english] = manpages.render(english, man_root)
+            name = f"{english.parent.name}/{english.name.removesuffix('.gz')}"
+            for position, en, text in manpages.aligned_lines(english_cache[english], manpages.render(page, man_root)):
+                yield Entry(key=f"manpages:{name}#{position}", en=en, lang=lang, text=text,
+                            origin=f"manpages:{english.parent.name}")
 
 
 # --- Babel / CLDR ---------------------------------------------------------------------------------------------
