@@ -141,7 +141,7 @@ class Corpus:
 
 
 def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: int = 300,
-                 max_dictionary_pairs: int = 30000, max_help_pairs: int = 40000, max_paragraph_pairs: int = 60000,
+                 max_dictionary_pairs: int = 30000, max_help_pairs: int = 40000, max_paragraph_pairs: int = 80000,
                  para_test_size: int = 240, seed: int = 13, keep: Corpus | None = None) -> Corpus:
     """The corpus of `entries`. With `keep` (an earlier extraction), its held-out UI strings, frequent phrases and
     help sentences stay the test sets and are kept out of training, so that a build continued from one trained on
