@@ -187,9 +187,12 @@ class FbgemmLinear(Int8Layer):
         _register(self.scale, self._packed)
 
     def _apply(self, fn: Any, recurse: bool = True) -> "FbgemmLinear":
-        # .to() and friends may replace the scale tensor: the packed weight follows its new handle.
+        # .to() and friends may replace the scale tensor: the packed weight follows its new handle. A move that
+        # keeps the tensor (.to() onto where it is) registers nothing, so a handle carries one finalizer.
+        before = self.scale
         super()._apply(fn, recurse)
-        _register(self.scale, self._packed)
+        if self.scale is not before:
+            _register(self.scale, self._packed)
         return self
 
     @classmethod

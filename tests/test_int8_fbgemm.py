@@ -102,6 +102,19 @@ def test_a_layer_moved_with_to_keeps_its_packed_weight() -> None:
         assert torch.equal(model(x), before)
 
 
+def test_a_move_that_keeps_the_handle_registers_nothing(monkeypatch) -> None:
+    """`.to()` onto the device and dtype a layer is on keeps its tensors: its handle is not registered again (each
+    registration adds a finalizer to the handle)."""
+    layer = FbgemmLinear.from_linear(_linear(16, 8))
+    calls: list[int] = []
+    monkeypatch.setattr(int8_fbgemm, "_register", lambda handle, packed: calls.append(handle.data_ptr()))
+    layer.to("cpu")
+    layer.float()
+    assert calls == []
+    layer._apply(lambda t: t.clone())
+    assert calls == [layer.scale.data_ptr()]
+
+
 def test_fbgemm_is_the_faster_kernel_where_torch_int_mm_is_a_loop() -> None:
     """What the probe measures here decides the shipped kernel; on an AVX2-only CPU torch._int_mm has no kernel
     and fbgemm must win by far (on AVX-512 either may)."""
