@@ -48,6 +48,7 @@ def extract(data_root: Path, keep: Corpus | None = None) -> Corpus:
         sources.libreoffice_help(data_root / "libreoffice"),
         sources.gnome_help(data_root / "docs"),
         sources.man_pages(data_root / "manpages"),
+        sources.manual_pages(data_root / "manuals"),
     )
     corpus = build_corpus(entries, keep=keep)
     write_corpus(corpus, data_root / "demo")

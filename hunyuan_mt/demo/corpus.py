@@ -40,8 +40,11 @@ HELP_HELD_OUT_PERCENT = 4
 #: Documentation translated paragraph by paragraph (GNOME's help): the paragraph data and its held-out pages.
 PARA_KIND = "gnomehelp"
 PARA_HELD_OUT_PERCENT = 10
-#: Manual pages: paragraph data for training only (the paragraph test stays GNOME's help).
+#: Manual pages and HTML manuals: paragraph data for training only (the paragraph test stays GNOME's help).
 MAN_KIND = "manpages"
+MANUAL_KIND = "manuals"
+#: Every source read paragraph by paragraph.
+PARAGRAPH_KINDS = (HELP_KIND, PARA_KIND, MAN_KIND, MANUAL_KIND)
 #: Whole paragraphs and runs of two sentences up to this long are trained on (about 100 tokens, inside the
 #: 128-token examples a paragraph build uses); the held-out paragraphs are PARA_TEST_MIN_CHARS to this long.
 PARAGRAPH_MAX_CHARS = 400
@@ -153,13 +156,13 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
     domains: dict[str, set[str]] = defaultdict(set)
     extra: list[tuple[str, str, str, str]] = []          # (en, lang, text, origin) for dictionaries and CLDR
     help_pairs: list[tuple[str, str, str, str]] = []     # (page, en, lang, text)
-    # Paragraph segments (page, en, lang, text, origin) of both helps and the manual pages; GNOME's whole
+    # Paragraph segments (page, en, lang, text, origin) of both helps, the manual pages and manuals; GNOME's whole
     # paragraphs for the test.
     para_pairs: list[tuple[str, str, str, str, str]] = []
     paragraphs: list[tuple[str, str, str, str]] = []
     for entry in entries:
         kind = entry.origin.split(":")[0]
-        if kind in (HELP_KIND, PARA_KIND, MAN_KIND):
+        if kind in PARAGRAPH_KINDS:
             page = entry.key.split("#")[0]
             if kind == HELP_KIND:
                 help_pairs.extend((page, en, entry.lang, text)
@@ -309,7 +312,7 @@ def is_held_out_page(page: str, percent: int | None = None) -> bool:
 
 
 def _held_out_percent(origin: str) -> int:
-    return {PARA_KIND: PARA_HELD_OUT_PERCENT, MAN_KIND: 0}.get(origin, HELP_HELD_OUT_PERCENT)
+    return {PARA_KIND: PARA_HELD_OUT_PERCENT, MAN_KIND: 0, MANUAL_KIND: 0}.get(origin, HELP_HELD_OUT_PERCENT)
 
 
 def _hold_out_paragraphs(paragraphs: list[tuple[str, str, str, str]], corpus: Corpus, size: int,

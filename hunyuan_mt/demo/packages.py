@@ -35,6 +35,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "iputils-ping", "net-tools", "iproute2", "openssh-client", "rsync", "wget", "curl", "sudo", "nano", "time",
         "gawk", "file", "patch", "make", "cpio", "zip", "unzip", "lsof", "strace", "gettext-base",
     ),
+    # HTML manuals translated block by block (more paragraph data, Chinese above all).
+    "manuals": (
+        "debian-reference-en", "debian-reference-es", "debian-reference-de", "debian-reference-fr",
+        "debian-reference-zh-cn", "gimp-help-en", "gimp-help-es", "gimp-help-de", "gimp-help-fr", "gimp-help-zh-cn",
+    ),
 }
 
 

@@ -67,6 +67,13 @@ SOURCES: dict[str, dict[str, str]] = {
         "licence": "GPL-3+ (manpages-l10n translations), GFDL-1.2+ (manpages-zh); the English pages under their "
                    "packages' licences (GPL-2+/GPL-3+, the Linux man-pages project's licences)",
     },
+    "manuals": {
+        "name": "HTML manuals from Debian translated block by block: Debian Reference 2.100 (debian-reference-en, "
+                "-es, -de, -fr, -zh-cn) and the GIMP 2.10 help (gimp-help-en, -es, -de, -fr, -zh-cn), aligned by "
+                "page and position",
+        "licence": "GPL-2+ (Debian Reference, Osamu Aoki and its translators), GFDL-1.2+ without invariant "
+                   "sections (the GIMP Documentation Team)",
+    },
 }
 
 
@@ -255,6 +262,24 @@ def man_pages(root: Path, langs: Iterable[str] = ("es", "de", "fr", "zh")) -> It
             for position, en, text in manpages.aligned_lines(english_cache[english], manpages.render(page, man_root)):
                 yield Entry(key=f"manpages:{name}#{position}", en=en, lang=lang, text=text,
                             origin=f"manpages:{english.parent.name}")
+
+
+# --- HTML manuals -------------------------------------------------------------------------------------------
+
+def manual_pages(root: Path, langs: Iterable[str] = ("es", "de", "fr", "zh")) -> Iterator[Entry]:
+    """Blocks of the translated HTML manuals (`manuals.MANUALS`: Debian Reference, GIMP's help) aligned with each
+    language's page of the same name. The key is `manuals:<manual>/<page>#<position>`."""
+    from . import manuals
+
+    english_cache: dict[Path, list[str]] = {}
+    for manual in manuals.MANUALS:
+        for lang in langs:
+            for stem, english, page in manual.pages(root, lang):
+                if english not in english_cache:
+                    english_cache[english] = manuals.page_blocks(english)
+                for position, en, text in manuals.aligned_blocks(english_cache[english], manuals.page_blocks(page)):
+                    yield Entry(key=f"manuals:{manual.name}/{stem}#{position}", en=en, lang=lang, text=text,
+                                origin=f"manuals:{manual.name}")
 
 
 # --- Babel / CLDR ---------------------------------------------------------------------------------------------

@@ -1,0 +1,95 @@
+"""The demo's HTML-manual data: DocBook pages and their translations aligned block by block, pages of another
+shape skipped, untranslated and half-translated blocks dropped, and the pairs kept out of the paragraph test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hunyuan_mt.demo import manuals, sources
+from hunyuan_mt.demo.corpus import build_corpus
+
+EN = """<html><head><title>Chapter 2. Package management</title></head><body>
+<div class="navheader"><table><tr><td>Prev</td><td>Next</td></tr></table></div>
+<h2>2.1. Package management basics</h2>
+<p>The <span class="package">apt</span> tool installs packages together with everything they depend on.</p>
+<ul><li><p>Run the upgrade before you install anything new on the system.</p></li><li>a short item</li></ul>
+<pre class="screen">$ apt-get install foo
+$ apt-get remove foo</pre>
+<table><tr><td>Figure 8.41. Example for layer mode “HSV Value” in the image window</td></tr></table>
+<p>This paragraph is not translated yet.</p>
+</body></html>"""
+
+ES = """<html><head><title>Capítulo 2. Gestión de paquetes</title></head><body>
+<div class="navheader"><table><tr><td>Anterior</td><td>Siguiente</td></tr></table></div>
+<h2>2.1. Fundamentos de la gestión de paquetes</h2>
+<p>La herramienta <span class="package">apt</span> instala los paquetes junto con todo aquello de lo que dependen.</p>
+<ul><li><p>Actualice el sistema antes de instalar algo nuevo.</p></li><li>un elemento corto</li></ul>
+<pre class="screen">$ apt-get install foo
+$ apt-get remove foo</pre>
+<table><tr><td>Figura 8.41. Example for layer mode “HSV Value” in the image window</td></tr></table>
+<p>This paragraph is not translated yet.</p>
+</body></html>"""
+
+
+def _tree(root: Path, pages: dict[str, tuple[str, str]], locale: str = "es") -> Path:
+    folder = root / "usr" / "share" / "debian-reference"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (en, other) in pages.items():
+        (folder / f"{name}.en.html").write_text(en, encoding="utf-8")
+        (folder / f"{name}.{locale}.html").write_text(other, encoding="utf-8")
+    return root
+
+
+def test_blocks_align_by_position_and_untranslated_ones_are_dropped(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"ch02": (EN, ES)})
+    folder = root / "usr" / "share" / "debian-reference"
+    english = manuals.page_blocks(folder / "ch02.en.html")
+    # The title, the navigation cells, the heading, the paragraphs; a list item holding a paragraph is not a
+    # block of its own, its paragraph is; the screen listing is no block.
+    assert english[:4] == ["Chapter 2. Package management", "Prev", "Next", "2.1. Package management basics"]
+    assert "Run the upgrade before you install anything new on the system." in english
+    assert not any("apt-get" in block for block in english)
+    pairs = [(en, es) for _, en, es in manuals.aligned_blocks(english, manuals.page_blocks(folder / "ch02.es.html"))]
+    assert ("The apt tool installs packages together with everything they depend on.",
+            "La herramienta apt instala los paquetes junto con todo aquello de lo que dependen.") in pairs
+    assert ("a short item", "un elemento corto") in pairs and ("Prev", "Anterior") in pairs
+    # Left in English, whole or all but its first word: not a translation.
+    assert not any(en.startswith("This paragraph") or en.startswith("Figure") for en, _ in pairs)
+
+
+def test_a_page_of_another_shape_is_skipped() -> None:
+    assert list(manuals.aligned_blocks(["Open the file.", "Save it."], ["Abra el archivo."])) == []
+
+
+def test_copied_english_is_told_from_a_translation_that_keeps_names() -> None:
+    assert manuals.mostly_copied("The “Buffers” context menu", "图 15.71. The “Buffers” context menu")
+    assert not manuals.mostly_copied("Each package comes with its own configuration script called debconf(7).",
+                                     "每个软件包都带有自己的配置脚本，它使用标准用户接口 debconf(7) 来帮助软件包初始化安装过程。")
+    # A product name of four words inside a real translation is kept.
+    assert not manuals.mostly_copied("The GNU Image Manipulation Program opens every common image format.",
+                                     "El GNU Image Manipulation Program abre todos los formatos de imagen habituales.")
+
+
+def test_manual_entries_train_and_never_reach_the_paragraph_test(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"ch02": (EN, ES)})
+    entries = list(sources.manual_pages(root, ["es", "de"]))                 # no German pages: nothing for de
+    assert {e.lang for e in entries} == {"es"} and {e.origin for e in entries} == {"manuals:debian-reference"}
+    assert entries[0].key == "manuals:debian-reference/ch02#0"
+    corpus = build_corpus(entries, test_size=2, frequent_size=2, seed=1)
+    assert ("The apt tool installs packages together with everything they depend on.",
+            "La herramienta apt instala los paquetes junto con todo aquello de lo que dependen.",
+            "manuals") in corpus.train["en2es"]
+    assert corpus.para_test.get("en2es", []) == [] and corpus.stats["es2en"]["manuals"] > 0
+    assert list(sources.manual_pages(tmp_path / "nothing")) == []
+
+
+def test_gimp_help_pages_are_found_by_name_in_each_locale(tmp_path: Path) -> None:
+    help_root = tmp_path / "usr" / "share" / "gimp" / "2.0" / "help"
+    for locale, text in (("en", EN), ("zh_CN", ES)):
+        (help_root / locale).mkdir(parents=True)
+        (help_root / locale / "gimp-tool-crop.html").write_text(text, encoding="utf-8")
+    (help_root / "en" / "only-in-english.html").write_text(EN, encoding="utf-8")
+    gimp = next(m for m in manuals.MANUALS if m.name == "gimp-help")
+    assert [(stem, other.parent.name) for stem, _, other in gimp.pages(tmp_path, "zh")] == \
+        [("gimp-tool-crop", "zh_CN")]
+    assert list(gimp.pages(tmp_path, "it")) == []
