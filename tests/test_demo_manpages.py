@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from demo_corpus import assert_trains_only
+
 from hunyuan_mt.demo import manpages, sources
-from hunyuan_mt.demo.corpus import build_corpus
 
 pytestmark = pytest.mark.skipif(not manpages.available(), reason="groff is not installed (Debian: groff-base)")
 
@@ -94,10 +95,7 @@ def test_a_section_out_of_step_or_a_page_of_another_shape_is_skipped() -> None:
 def test_man_page_entries_train_and_never_reach_the_paragraph_test(tmp_path: Path) -> None:
     root = _tree(tmp_path, {"copyit": (EN, ES)})
     entries = list(sources.man_pages(root, ["es", "de"]))                     # no German pages: nothing for de
-    assert {e.lang for e in entries} == {"es"} and {e.origin for e in entries} == {"manpages:man1"}
-    assert entries[0].key == "manpages:man1/copyit.1#0"
-    corpus = build_corpus(entries, test_size=2, frequent_size=2, seed=1)
-    assert ("The folder is created when it does not exist yet.", "La carpeta se crea cuando todavía no existe.",
-            "manpages") in corpus.train["en2es"]
-    assert corpus.para_test.get("en2es", []) == [] and corpus.stats["es2en"]["manpages"] > 0
+    assert_trains_only(entries, "manpages:man1", "manpages:man1/copyit.1#0",
+                       ("The folder is created when it does not exist yet.",
+                        "La carpeta se crea cuando todavía no existe."), "manpages")
     assert list(sources.man_pages(tmp_path / "nothing")) == []
