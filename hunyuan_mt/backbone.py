@@ -299,8 +299,8 @@ class Backbone:
         self.int8_kernel: str | None = None
         self.warmup_ms: float | None = None
         #: `target_token_id` by language: the lookup goes through transformers' tokenizer `__getattr__`, which
-        #: walks the class hierarchy for an absent attribute (~0.1 ms per request, 2 % of a 600-sentence run's
-        #: request path); the tokenizer never changes under a backbone.
+        #: walks the class hierarchy for an absent attribute (~7 µs a row: encoding 600 rows took 5.8 ms, 1.5 ms
+        #: with this); the tokenizer never changes under a backbone.
         self._target_ids: dict[str, int | None] = {}
         #: The compiled decode step and encoder every new batch uses (`compile_step`), or None: eager.
         self.compiled: Any = None
