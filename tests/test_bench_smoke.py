@@ -125,3 +125,12 @@ def test_markup_bench_counts_only_validly_nested_tags() -> None:
     assert tag_sequence("<p>Click </b>Saveve <b> écrits.</p>") is None  # the swap issue 12 reported
     assert tag_sequence("<p>a <b><i>b</b></i></p>") is None
     assert tag_sequence("<p>a <b>b</b></p>") == ["<p>", "<b>", "</b>", "</p>"]
+
+
+def test_gemm_paths_times_every_path_on_the_same_product() -> None:
+    from bench.gemm_paths import measure
+
+    cell = measure(8, 16, 32, calls=2)
+    assert set(cell) == {"mm", "onednn_packed", "mkl_packed"}
+    assert cell["mm"] > 0 and cell["onednn_packed"] > 0
+    assert cell["mkl_packed"] is None or cell["mkl_packed"] > 0
