@@ -149,3 +149,11 @@ def test_a_text_whose_page_goes_leaves_the_engine_while_the_handler_waits(page: 
     assert said["error"].startswith("Cancelled"), said
     assert engine.stats.cancelled_running > before
     assert not any("Tapir" in r.text for rows in after for r in rows)
+
+
+def test_the_page_queue_polls_at_the_projects_pace_not_every_millisecond(live_server: LiveServer) -> None:
+    """Gradio's queue wakes the server's event loop every 1 ms while idle by default; the mounted page keeps ours."""
+    from hunyuan_mt.web.ui import PAGE_QUEUE_POLL_S
+
+    assert PAGE_QUEUE_POLL_S >= 0.01
+    assert live_server.app.state.blocks._queue.sleep_when_free == PAGE_QUEUE_POLL_S

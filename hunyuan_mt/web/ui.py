@@ -51,6 +51,13 @@ _FOLLOW_POLL_S = 1.0
 #: Pages following a document job at once (each holds a worker thread while it waits on its job); more wait in
 #: Gradio's queue, which shows them their place.
 _FOLLOWERS = 16
+#: How often Gradio's queue looks for new page events while it has none (seconds). Its own default is 1 ms (50 ms
+#: on Windows): a thousand wake-ups a second of the web server's event-loop thread, each needing the interpreter
+#: lock that the engine's compiled steps hold, and each taking a core from one of a step's OpenMP threads for a
+#: moment. At 20 ms a page event waits at most that much longer to start (a click or the status timer), and a short
+#: REST request ran faster: 10.16 → 8.94 and 10.16 → 9.59 ms in-process, 12.31 → 11.10 ms over HTTP, alternated in
+#: one process (BENCHMARKS.md, 2026-12-05).
+PAGE_QUEUE_POLL_S = 0.02
 #: The info line while a text is still being translated (the route, latency and glossary come with the end).
 _TRANSLATING = "*Translating…*"
 
@@ -872,6 +879,9 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
             ui.follow_document, [job_store], followed, **follow)
         demo.unload(ui.page_left)
     demo.queue(default_concurrency_limit=max(4, cfg.engine.max_rows))
+    queue = getattr(demo, "_queue", None)
+    if queue is not None and hasattr(queue, "sleep_when_free"):  # Gradio's attribute; absent, its default stays
+        queue.sleep_when_free = PAGE_QUEUE_POLL_S
     # Any value but Gradio's default (40) gives the UI its own thread pool instead of anyio's shared one,
     # which the REST routes would otherwise compete for. Followers of document jobs mostly wait: room for them.
     demo.max_threads = max(41, 2 * cfg.engine.max_rows) + _FOLLOWERS
