@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .peer import sentences, workload
+from .peer import _service, sentences, workload
 from .report import write_results
 
 LANGS = ("es", "de", "fr", "zh")
@@ -31,16 +31,6 @@ MIXES: dict[str, list[tuple[str, str]]] = {
     "8 adapters + 12 pivots": [("en", t) for t in LANGS] + [(s, "en") for s in LANGS]
                               + [(s, t) for s in LANGS for t in LANGS if s != t],
 }
-
-
-def _service(slots: int | None) -> Any:
-    from hunyuan_mt.config import load_config
-    from hunyuan_mt.service import TranslationService
-
-    overrides: dict[str, Any] = {"tm.enabled": False, "memory.enabled": False, "model.warmup": True}
-    if slots is not None:
-        overrides["cache.slots"] = slots
-    return TranslationService(load_config(None, overrides, env={}))
 
 
 def _engine_counts(service: Any) -> tuple[int, int, int]:
@@ -82,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=16)
     p.add_argument("--slots", type=int, default=None, help="cache.slots (default: the shipped profile's 3)")
     args = p.parse_args(argv)
-    service = _service(args.slots)
+    service = _service(None, None if args.slots is None else {"cache.slots": args.slots})
     try:
         deadline = time.monotonic() + 120
         while not service.ready and time.monotonic() < deadline:

@@ -203,12 +203,13 @@ def run_ct2(args: argparse.Namespace) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------------- ours
 
-def _service(quantization: str | None) -> Any:
+def _service(quantization: str | None, extra: dict[str, Any] | None = None) -> Any:
+    """The shipped profile, warmed up, translation memory and memory monitor off; `extra`: more overrides."""
     from hunyuan_mt.config import load_config
     from hunyuan_mt.service import TranslationService
 
     overrides: dict[str, Any] = {"tm.enabled": False, "memory.enabled": False, "limits.max_batch_items": 1000,
-                                 "model.warmup": True}
+                                 "model.warmup": True, **(extra or {})}
     if quantization is not None:
         overrides["model.quantization"] = quantization
     return TranslationService(load_config(None, overrides, env={}))
