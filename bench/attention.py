@@ -37,9 +37,7 @@ def capture(every: int) -> tuple[Any, list[dict[str, Any]]]:
 
     texts, _ = workload(sentences())
     service = _service(None)
-    deadline = time.monotonic() + 600
-    while not service.ready and time.monotonic() < deadline:
-        time.sleep(0.1)
+    service.wait_ready(600)
     service.translate_batch(texts[:32], "en", "es")
     steps: list[dict[str, Any]] = []
     count = 0

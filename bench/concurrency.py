@@ -74,9 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     service = _service(None, None if args.slots is None else {"cache.slots": args.slots})
     try:
-        deadline = time.monotonic() + 120
-        while not service.ready and time.monotonic() < deadline:
-            time.sleep(0.1)
+        service.wait_ready(120)
         texts, _ = workload(sentences())
         english = [t for t in texts if len(t) < 60][:40]
         sources = {"en": english, **{lang: [r.text for r in service.translate_batch(english, "en", lang)]

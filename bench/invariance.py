@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import threading
-import time
 from typing import Any
 
 from .peer import PAIRS, sentences
@@ -64,9 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides.update(dict(item.split("=", 1) for item in args.set))
     service = TranslationService(load_config(None, overrides, env={}))
     try:
-        deadline = time.monotonic() + 600
-        while not service.ready and time.monotonic() < deadline:
-            time.sleep(0.1)
+        service.wait_ready(600)
         backbone = service.status()["backbone"]
         reqs = requests(args.per_pair)
         alone = [service.translate(text, src, tgt).text for text, src, tgt in reqs]

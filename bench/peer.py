@@ -222,9 +222,7 @@ def run_ours(args: argparse.Namespace) -> dict[str, Any]:
     try:
         # As a user meets it once /health says ok: the detector's helper process has finished loading (it takes a
         # core for about two seconds after start).
-        deadline = time.monotonic() + 120
-        while not service.ready and time.monotonic() < deadline:
-            time.sleep(0.1)
+        service.wait_ready(120)
         info = service.status()["backbone"]
         import torch
 
