@@ -178,6 +178,64 @@ def test_grouped_lora_adds_what_each_slot_layer_adds(marian_dir: Path, adapters:
     lease.__exit__(None, None, None)
 
 
+def test_a_step_reuses_its_lora_terms_until_the_rows_or_the_slots_change(marian_dir: Path, adapters: Path,
+                                                                         fresh_backbone, make_cache) -> None:
+    """The step's LoRA terms are one tuple kept while nothing they are made of changes, so the step does not ask
+    every projection again; a write into the slot (another adapter in the one slot) makes new ones, though the
+    rows' slot indices are the same as before it, and a row on that slot gets the new adapter's logits."""
+    bb = fresh_backbone(marian_dir)
+    cache = make_cache(bb, adapters, slots=1)
+    lease, (slot,) = _slots(cache, ["en2es"])
+    batch = bb.new_batch(GenerationConfig())
+    batch.picker.finished = lambda token, row: False
+    seen: list[tuple[int, torch.Tensor, list[int]]] = []
+    choose = batch._choose
+
+    def record(logits, live):
+        seen.append((live[0].seq.tag, logits[0].clone(), list(live[0].tokens.seen)))
+        choose(logits, live)
+
+    batch._choose = record
+    encoded = bb.encode(PromptRow(TEXTS[0], "en", "es"))
+
+    def reference(slot_: int, history: list[int]) -> torch.Tensor:
+        with bb.lora.mapping.use([slot_]):
+            return bb.model(input_ids=torch.tensor([encoded.input_ids]),
+                            decoder_input_ids=torch.tensor([history])).logits[0, -1]
+
+    with torch.inference_mode():
+        batch.add([Sequence(0, encoded.input_ids, slot, 40, encoded.decoder_prefix)])
+        batch.step()
+        terms = batch._lora_memo[1]
+        batch.step()
+        assert batch._lora_memo[1] is terms  # same rows, same slots: the same tuple
+        # A write into the slot mid-row (the cache's leases keep this from happening to a running row; the rule
+        # is what matters): the next step reads what the slot holds now, here nothing.
+        bb.lora.clear(slot)
+        batch.step()
+        cleared = batch._lora_memo[1]
+        assert cleared is not terms
+        old_a, new_a = ([t[0] if t[0] is not None else t[4][2] for layer in ts for t in layer if t is not None]
+                        for ts in (terms, cleared))
+        assert new_a and all(not bool(x.any()) for x in new_a) and any(bool(x.any()) for x in old_a)
+        batch.drop({0})
+        lease.__exit__(None, None, None)
+        lease, (again,) = _slots(cache, ["en2fr"])  # evicts en2es: its weights are written into the same slot
+        assert again == slot
+        batch.add([Sequence(1, encoded.input_ids, slot, 40, encoded.decoder_prefix)])
+        batch.step()
+        batch.step()
+        assert batch._lora_memo[1] is not terms
+        fr = [(logits, history) for tag, logits, history in seen if tag == 1]
+        assert len(fr) >= 2
+        for logits, history in fr:
+            torch.testing.assert_close(logits, reference(slot, history), atol=1e-4, rtol=1e-3)
+        lease.__exit__(None, None, None)
+        lease, _ = _slots(cache, ["en2es"])  # en2es back in the slot, for its reference
+        assert not torch.allclose(fr[-1][0], reference(slot, fr[-1][1]), atol=1e-3)
+    lease.__exit__(None, None, None)
+
+
 # ---------------------------------------------------------------------------------------------------- int8
 
 def test_int8_linear_is_close_to_float32_and_each_row_is_its_own() -> None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -113,7 +113,7 @@ class _Compiled:
                             self.error)
 
 
-def _mark_lora(lora: list[tuple[Any, ...]]) -> None:
+def _mark_lora(lora: Sequence[tuple[Any, ...]]) -> None:
     """A, B, the mask and the fused int8 weight of each LoRA term: their slot columns (and the mask's tokens)
     vary."""
     for layer in lora:
@@ -138,6 +138,9 @@ class CompiledStep(_Compiled):
 
     def __init__(self, freeze: bool = False) -> None:
         super().__init__(decoder_step, freeze)
+        #: The LoRA terms the last call marked: the same tuple at the next step (`MarianBatch._lora_terms`) holds
+        #: the same tensors, marked already.
+        self._marked: Any = None
 
     def padding(self, rows: int) -> int:
         """Padding rows a step of `rows` rows runs with."""
@@ -145,7 +148,7 @@ class CompiledStep(_Compiled):
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cmask: torch.Tensor,
                  k: list[torch.Tensor], v: list[torch.Tensor], ck: list[torch.Tensor], cv: list[torch.Tensor],
-                 model: tuple[Any, ...], lora: list[tuple[Any, ...]]) -> torch.Tensor:
+                 model: tuple[Any, ...], lora: Sequence[tuple[Any, ...]]) -> torch.Tensor:
         """`lora` comes `complete`, its masks padded by `padding(rows)` tokens (MarianBatch._forward)."""
         if self.error is not None:
             return decoder_step(ids, pos, mask, cmask, k, v, ck, cv, model, lora)
@@ -164,7 +167,9 @@ class CompiledStep(_Compiled):
             for t in store:
                 if not is_marked(t):
                     _mark(t, 0, 2)
-        _mark_lora(lora)
+        if lora is not self._marked:
+            _mark_lora(lora)
+            self._marked = lora if isinstance(lora, tuple) else None
         logits = self._run((ids, pos, mask, cmask, k, v, ck, cv, model, lora),
                            lambda: (ids[:b], pos[:b], mask[:b], cmask[:b], k, v, ck, cv, model, _unpadded(lora, b)))
         return logits[:b]
@@ -190,7 +195,7 @@ class CompiledEncoder(_Compiled):
         return self._run(args, lambda: args)
 
 
-def _unpadded(lora: list[tuple[Any, ...]], rows: int) -> list[tuple[Any, ...]]:
+def _unpadded(lora: Sequence[tuple[Any, ...]], rows: int) -> list[tuple[Any, ...]]:
     """The LoRA terms with their masks cut to the live rows (the eager step runs without padding rows)."""
     return [tuple(t if t is None or t[2] is None else (t[0], t[1], t[2][:rows], *t[3:]) for t in layer)
             for layer in lora]

@@ -108,6 +108,8 @@ class MarianBatch(RunningBatch):
         self._layout: tuple[int, int, bool] | None = None
         self._decoder_args: tuple[Any, ...] = ()
         self._encoder_args: tuple[Any, ...] = ()
+        #: (key, the LoRA terms of the last forward): see `_lora_terms`.
+        self._lora_memo: tuple[Any, tuple[tuple[Any, ...], ...]] | None = None
         #: The dtype of the attention keys/values the cache keeps (`model.kv_cache`, set by the backbone): float16
         #: halves what each step's attention reads; None: the model's dtype.
         self.kv_dtype: torch.dtype | None = None
@@ -238,10 +240,25 @@ class MarianBatch(RunningBatch):
         cmask = cache.cbias[:b, None, None, :cache.source]
         complete = step is not None
         padding = 0 if step is None else step.padding(b)
-        lora = [tuple(p.lora_tensors(b * t, t, ids.device, complete, padding) for p in _step_projections(layer))
-                for layer in layers]
+        lora = self._lora_terms(layers, b * t, t, ids.device, complete, padding)
         return (step or decoder_step)(ids, pos, mask, cmask, cache.k, cache.v, cache.ck, cache.cv,
                                       self._decoder_args, lora)
+
+    def _lora_terms(self, layers: list[_Layer], tokens: int, per_row: int, device: torch.device, complete: bool,
+                    padding: int) -> tuple[tuple[Any, ...], ...]:
+        """Every projection's LoRA term for this forward, per layer. The same tuple while the rows' slots, the
+        slots' weights (the mapping's version) and the shapes stay: a decode step whose rows do not change asks each
+        of the 24 projection groups again for nothing, and an unchanged tuple is also one the compiled step has
+        marked and walked already (`decode/compiled.py`, `decode/aot.py`)."""
+        mapping = self.mapping
+        key = (id(layers), None if mapping is None else (mapping.version, mapping.structure), tokens, per_row,
+               device, complete, padding)
+        if self._lora_memo is not None and self._lora_memo[0] == key:
+            return self._lora_memo[1]
+        terms = tuple(tuple(p.lora_tensors(tokens, per_row, device, complete, padding)
+                            for p in _step_projections(layer)) for layer in layers)
+        self._lora_memo = (key, terms)
+        return terms
 
     def _model(self, plain: bool = False) -> tuple[Any, ...]:
         """The decoder's weights as `decoder_step` takes them (tensors, and the constants of the architecture;
@@ -452,7 +469,7 @@ def _step_projections(layer: _Layer) -> tuple[Projection, ...]:
 
 def decoder_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cmask: torch.Tensor,
                  k: list[torch.Tensor], v: list[torch.Tensor], ck: list[torch.Tensor], cv: list[torch.Tensor],
-                 model: tuple[Any, ...], lora: list[tuple[Any, ...]]) -> torch.Tensor:
+                 model: tuple[Any, ...], lora: list[tuple[Any, ...]] | tuple[tuple[Any, ...], ...]) -> torch.Tensor:
     """Feed `ids` [B, T] at positions `pos` [B, T] through the decoder: logits of the last position [B, vocab].
 
     A pure function of tensors, so that `decode/compiled.py` can compile exactly this. The self-attention keys
