@@ -206,14 +206,14 @@ def test_a_step_reuses_its_lora_terms_until_the_rows_or_the_slots_change(marian_
     with torch.inference_mode():
         batch.add([Sequence(0, encoded.input_ids, slot, 40, encoded.decoder_prefix)])
         batch.step()
-        terms = batch._lora_memo[1]
+        terms = batch._lora_memo[2]
         batch.step()
-        assert batch._lora_memo[1] is terms  # same rows, same slots: the same tuple
+        assert batch._lora_memo[2] is terms  # same rows, same slots: the same tuple
         # A write into the slot mid-row (the cache's leases keep this from happening to a running row; the rule
         # is what matters): the next step reads what the slot holds now, here nothing.
         bb.lora.clear(slot)
         batch.step()
-        cleared = batch._lora_memo[1]
+        cleared = batch._lora_memo[2]
         assert cleared is not terms
         old_a, new_a = ([t[0] if t[0] is not None else t[4][2] for layer in ts for t in layer if t is not None]
                         for ts in (terms, cleared))
@@ -225,7 +225,7 @@ def test_a_step_reuses_its_lora_terms_until_the_rows_or_the_slots_change(marian_
         batch.add([Sequence(1, encoded.input_ids, slot, 40, encoded.decoder_prefix)])
         batch.step()
         batch.step()
-        assert batch._lora_memo[1] is not terms
+        assert batch._lora_memo[2] is not terms
         fr = [(logits, history) for tag, logits, history in seen if tag == 1]
         assert len(fr) >= 2
         for logits, history in fr:

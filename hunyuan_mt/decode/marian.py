@@ -108,8 +108,8 @@ class MarianBatch(RunningBatch):
         self._layout: tuple[int, int, bool] | None = None
         self._decoder_args: tuple[Any, ...] = ()
         self._encoder_args: tuple[Any, ...] = ()
-        #: (key, the LoRA terms of the last forward): see `_lora_terms`.
-        self._lora_memo: tuple[Any, tuple[tuple[Any, ...], ...]] | None = None
+        #: (the layers, key, the LoRA terms of the last forward): see `_lora_terms`.
+        self._lora_memo: tuple[list[_Layer], Any, tuple[tuple[Any, ...], ...]] | None = None
         #: The dtype of the attention keys/values the cache keeps (`model.kv_cache`, set by the backbone): float16
         #: halves what each step's attention reads; None: the model's dtype.
         self.kv_dtype: torch.dtype | None = None
@@ -251,13 +251,14 @@ class MarianBatch(RunningBatch):
         of the 24 projection groups again for nothing, and an unchanged tuple is also one the compiled step has
         marked and walked already (`decode/compiled.py`, `decode/aot.py`)."""
         mapping = self.mapping
-        key = (id(layers), None if mapping is None else (mapping.version, mapping.structure), tokens, per_row,
-               device, complete, padding)
-        if self._lora_memo is not None and self._lora_memo[0] == key:
-            return self._lora_memo[1]
+        key = (None if mapping is None else (mapping.version, mapping.structure), tokens, per_row, device, complete,
+               padding)
+        memo = self._lora_memo
+        if memo is not None and memo[0] is layers and memo[1] == key:
+            return memo[2]
         terms = tuple(tuple(p.lora_tensors(tokens, per_row, device, complete, padding)
                             for p in _step_projections(layer)) for layer in layers)
-        self._lora_memo = (key, terms)
+        self._lora_memo = (layers, key, terms)
         return terms
 
     def _model(self, plain: bool = False) -> tuple[Any, ...]:
