@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,27 @@ def upload_document(page: Any, path: Path, source: str = "English (en)",
     page.get_by_role("tab", name="Document").click()
     choose(page, "hmt-doc-src", source)
     choose(page, "hmt-doc-tgt", target)
-    page.locator("#hmt-doc-in input[type=file]").set_input_files(str(path))
-    page.locator("#hmt-doc-in").get_by_text(path.name).wait_for()
+    try:
+        page.locator("#hmt-doc-in input[type=file]").set_input_files(str(path))
+        page.locator("#hmt-doc-in").get_by_text(path.name).wait_for()
+    except Exception:
+        report_stuck_page(page, f"upload-{path.stem}")
+        raise
     page.locator("#hmt-doc-translate").click()
+
+
+def report_stuck_page(page: Any, name: str) -> None:
+    """What the page and this process were doing when a step timed out: a screenshot in test-artifacts/ and every
+    thread's stack on stderr (the live server runs in the test process, so its threads are among them). An upload
+    that never completed failed these tests 4 times in 25 minutes on 2026-12-05 and then not again; this is what
+    the next occurrence should leave behind."""
+    artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
+    try:
+        artifacts.mkdir(exist_ok=True)
+        page.screenshot(path=str(artifacts / f"stuck-{name}.png"), full_page=True)
+    except Exception as exc:  # noqa: BLE001 - a page too stuck to take a picture of is itself the finding
+        print(f"no screenshot of the stuck page: {exc}", file=sys.stderr)
+    names = {t.ident: t.name for t in threading.enumerate()}
+    print(f"--- every thread's stack when '{name}' timed out ---", file=sys.stderr)
+    for ident, frame in sys._current_frames().items():
+        print(f"thread {names.get(ident, ident)}:\n{''.join(traceback.format_stack(frame))}", file=sys.stderr)
