@@ -302,20 +302,6 @@ def ready() -> bool:
     return _detector is not None and _detector.ready()
 
 
-def wait_ready(timeout: float | None = None) -> bool:
-    """Block until the detector started by `start` has loaded, at most `timeout` seconds; whether it has (False:
-    not started, still loading, or its helper could not start, which its own error reports at the first
-    detection)."""
-    detector = _detector
-    if detector is None:
-        return False
-    try:
-        detector.wait(timeout)
-    except Exception:  # noqa: BLE001 - timed out, or the helper failed: `_announce` logs why
-        return False
-    return detector.ready()
-
-
 def shutdown() -> None:
     """Stop the helper process and wait for it (the server calls this on its way out)."""
     global _detector

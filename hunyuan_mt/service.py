@@ -26,7 +26,6 @@ from .adapters.request import Pair
 from .backbone import Backbone, load_backbone
 from .config import Config, load_config
 from .detect import Detection, detect as detect_language, ready as detector_ready, start as start_detector
-from .detect import wait_ready as wait_detector
 from .engine import BatchEngine, Row
 from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
 from .glossary import Glossary, has_terms
@@ -198,16 +197,8 @@ class TranslationService:
         return self._warm.is_set() and (not self.cfg.model.warmup or detector_ready())
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        """Block until `ready`, at most `timeout` seconds in all; returns `ready` (Ray replicas wait, so that Serve
-        routes to a replica only once it is warm; the benches, so that the detector's loading does not take a
-        core from what they time). The warm-up can finish before the detector's helper process has loaded its
-        models, so that is waited for too; a detector that cannot start leaves `ready` False."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._warm.wait(timeout):
-            return False
-        if self.cfg.model.warmup:
-            wait_detector(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        return self.ready
+        """Block until `ready` (Ray replicas do, so that Serve routes to a replica only once it is warm)."""
+        return self._warm.wait(timeout) and self.ready
 
     def close(self) -> None:
         """Stop the engine and the memory monitor (tests, and the server on its way out)."""

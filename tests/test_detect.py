@@ -7,7 +7,6 @@ import threading
 import pytest
 
 from hunyuan_mt.detect import Detection, detect, get_detector
-from hunyuan_mt.errors import ModelUnavailable
 
 SENTENCES = {
     "en": "The weather is nice today, so we are going to the park.",
@@ -86,31 +85,3 @@ def test_detector_built_once_under_concurrency() -> None:
         t.join()
     assert results == ["de"] * 8
     assert get_detector() is get_detector()
-
-
-def test_wait_ready_waits_for_the_helper_and_says_why_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`wait_ready` blocks until the helper has loaded; not started, timed out or failed, it answers False."""
-    import hunyuan_mt.detect as detect_mod
-
-    detector = get_detector()
-    assert detect_mod.wait_ready(120) is True and detect_mod.ready()
-
-    class Loading:
-        def __init__(self, error: BaseException) -> None:
-            self.error, self.waited = error, []
-
-        def wait(self, timeout: float | None = None) -> None:
-            self.waited.append(timeout)
-            raise self.error
-
-        def ready(self) -> bool:
-            return False
-
-    for error in (TimeoutError(), ModelUnavailable("Language detection is unavailable: the helper died")):
-        loading = Loading(error)
-        monkeypatch.setattr(detect_mod, "_detector", loading)
-        assert detect_mod.wait_ready(0.25) is False
-        assert loading.waited == [0.25]
-    monkeypatch.setattr(detect_mod, "_detector", None)
-    assert detect_mod.wait_ready(0.25) is False
-    monkeypatch.setattr(detect_mod, "_detector", detector)
