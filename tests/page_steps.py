@@ -26,9 +26,17 @@ def upload_document(page: Any, path: Path, source: str = "English (en)",
     page.get_by_role("tab", name="Document").click()
     choose(page, "hmt-doc-src", source)
     choose(page, "hmt-doc-tgt", target)
+    # The browser tests share one page: a file an earlier test dropped in is still there, and the box takes no new
+    # one (its file input is gone) until it is cleared, as a visitor would.
+    clear = page.locator('#hmt-doc-in button[aria-label="Clear"]')
+    if clear.count():
+        clear.click()
     try:
         page.locator("#hmt-doc-in input[type=file]").set_input_files(str(path))
-        page.locator("#hmt-doc-in").get_by_text(path.name).wait_for()
+        # The uploaded file's row, labelled with its name: the row shows the name as stem and extension in two
+        # elements ("reload-me" ".txt"), so a text match finds only the upload's progress line, which a quick
+        # upload takes away before the match is tried (the 120 s timeouts of 2026-12-05).
+        page.locator(f'#hmt-doc-in td.filename[aria-label="{path.name}"]').wait_for()
     except Exception:
         report_stuck_page(page, f"upload-{path.stem}")
         raise
@@ -37,9 +45,9 @@ def upload_document(page: Any, path: Path, source: str = "English (en)",
 
 def report_stuck_page(page: Any, name: str) -> None:
     """What the page and this process were doing when a step timed out: a screenshot in test-artifacts/ and every
-    thread's stack on stderr (the live server runs in the test process, so its threads are among them). An upload
-    that never completed failed these tests 4 times in 25 minutes on 2026-12-05 and then not again; this is what
-    the next occurrence should leave behind."""
+    thread's stack on stderr (the live server runs in the test process, so its threads are among them). They showed
+    what the document-upload timeouts of 2026-12-05 were: the file was in, the step was waiting for the wrong
+    element."""
     artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
     try:
         artifacts.mkdir(exist_ok=True)
