@@ -86,17 +86,21 @@ class GroupedLoRA:
         self.widths = list(widths)
         self.mapping = mapping
         self.present = [i for i, layer in enumerate(self.layers) if layer is not None]
+        self._slot_layers: list[SlotLinear] = [self.layers[i] for i in self.present]  # type: ignore[misc]
+        #: (mapping structure, rank, slots, dtype) of the slot layers: `_shape`.
+        self._shape_memo: tuple[int, int, int, torch.dtype] | None = None
         #: (output offset, width) of each projection that has a slot layer, in the group's output.
         self.layout = tuple((sum(self.widths[:i]), self.widths[i]) for i in self.present)
         self._state: _Stacked | None = None
-        #: (slots used, their writes, structure) → (A, B, None, None) over a float base, (None, None, A's int8
-        #: pieces, B's int8 rows and scales) over an int8 one: a few kept (pairs alone and mixes alternate).
+        #: (slots used, what they hold, structure) → (A, B, None, None) over a float base, (None, None, A's int8
+        #: columns and scales, B's int8 rows and scales) over an int8 one: a few kept (pairs alone and mixes
+        #: alternate).
         self._weights: LRUCache = LRUCache(maxsize=4)
         #: The widened int8 weight (see the module docstring): the buffers, and which slots' columns they hold.
         self._wide: tuple[torch.Tensor, torch.Tensor] | None = None
         self._wide_holds: tuple[Any, tuple[torch.Tensor, torch.Tensor]] | None = None
-        #: What a slot holds (`SlotMapping.content`) → (A's int8 columns of every projection, their scales, each
-        #: projection's B as int8 rows, their scales), for `_pieces_version` (the layers' structure); sized in
+        #: What a slot holds (`SlotMapping.content`) → (A's int8 columns of every projection, their scales, B as
+        #: int8 rows of every projection, their scales), for `_pieces_version` (the layers' structure); sized in
         #: `_quantized` to twice the slots.
         self._pieces: LRUCache | None = None
         self._pieces_version: int | None = None
@@ -124,24 +128,35 @@ class GroupedLoRA:
 
     def _stack(self, per_row: int, device: torch.device, complete: bool, padding: int) -> LoRATensors:
         mapping = self.mapping
-        layers = [self.layers[i] for i in self.present]
-        rank = layers[0].rank
-        used = (mapping.uniform,) if mapping.uniform is not None else tuple(sorted(set(mapping.slots) - {BASE_SLOT}))
-        key = (used, tuple(mapping.content(s) for s in used), mapping.structure)
+        layers = self._slot_layers
+        rank, _, dtype = self._shape()
+        used, contents = mapping.in_use()
+        key = (used, contents, mapping.structure)
         stacked = self._weights.get(key)
         if stacked is None:
             stacked = self._weights[key] = self._stack_weights(layers, used)
-        a, b, pieces, b_int8 = stacked
+        a, b, a_int8, b_int8 = stacked
         mask = None
         if mapping.uniform is None or complete:
-            mask = mapping.column_mask(used, rank, per_row, padding, device, layers[0].a_t.dtype)
-        fused = None if pieces is None else (*self._widened(key, pieces, layers), *b_int8)
+            mask = mapping.column_mask(used, rank, per_row, padding, device, dtype)
+        fused = None if a_int8 is None else (*self._widened(key, a_int8, layers), *b_int8)
         return a, b, mask, self.layout, fused
 
+    def _shape(self) -> tuple[int, int, torch.dtype]:
+        """The slot layers' rank, slots and dtype, read once per structure (a module's attribute costs about a
+        microsecond, and a change of the rows asks every group of the forward)."""
+        memo = self._shape_memo
+        if memo is None or memo[0] != self.mapping.structure:
+            first = self._slot_layers[0]
+            a_t = first.a_t
+            memo = self._shape_memo = (self.mapping.structure, a_t.shape[2], a_t.shape[0], a_t.dtype)
+        return memo[1], memo[2], memo[3]
+
     def _stack_weights(self, layers: list[SlotLinear], used: tuple[int, ...]) -> tuple[Any, ...]:
-        """(A, B, None, None) in float32 over a float base, (None, None, A's int8 pieces, B's int8 rows and scales)
-        over an int8 one, for the slots `used`: only what is multiplied, so that a change of the slots in use
-        (under many clients, nearly every admission) costs as few copies as it can."""
+        """(A, B, None, None) in float32 over a float base, (None, None, A's int8 columns and their scales, B's int8
+        rows and their scales) over an int8 one, for the slots `used`: only what is multiplied, so that a change of
+        the slots in use (under many clients, nearly every admission) costs as few copies as it can. One slot
+        takes its kept pieces as they are (no copy); several take one copy each of A, B and their scales."""
         if self.int8_base is None:
             # A's columns padded with zeros to whole GEMM tiles (`invariant`); `apply_lora` drops the extra ones.
             a = invariant.padded(torch.cat([layer.a_t[s] for layer in layers for s in used], dim=1), -1,
@@ -151,28 +166,25 @@ class GroupedLoRA:
             else:
                 b = torch.stack([torch.cat([layer.b_t[s] for s in used], dim=0) for layer in layers])
             return a, b.contiguous(), None, None
-        quantized = {s: self._quantized(layers, s) for s in used}
-        # B in int8 (rows scaled one by one, the scales folded into h): [U·r, out] or [P, U·r, out], slot by slot.
-        if len(layers) == 1:
-            b_q = torch.cat([quantized[s][2][0] for s in used])
-            b_scale = torch.cat([quantized[s][3][0] for s in used])
-        else:
-            b_q = torch.stack([torch.cat([quantized[s][2][p] for s in used]) for p in range(len(layers))])
-            b_scale = torch.stack([torch.cat([quantized[s][3][p] for s in used]) for p in range(len(layers))])
-        b_int8 = (b_q.contiguous(), b_scale.contiguous())
-        if len(used) == 1:
-            return None, None, [quantized[used[0]][:2]], b_int8
-        # Columns run projection by projection, then slot by slot (the mask's and B's layout): slices of each
-        # slot's quantized columns (columns quantize independently, so the slices equal quantizing each alone).
-        r = layers[0].rank
-        return None, None, [(quantized[s][0][:, i * r:(i + 1) * r], quantized[s][1][i * r:(i + 1) * r])
-                                for i in range(len(layers)) for s in used], b_int8
+        quantized = [self._quantized(layers, s) for s in used]
+        if len(quantized) == 1:
+            a_q, a_scale, b_q, b_scale = quantized[0]
+            return None, None, (a_q, a_scale), (b_q, b_scale)
+        # Columns run projection by projection, then slot by slot (the mask's and B's layout); columns quantize
+        # independently, so these equal quantizing the stacked A at once. B's rows run slot by slot.
+        p, r = len(layers), self._shape()[0]
+        a_q = torch.stack([q[0].view(-1, p, r) for q in quantized], dim=2).view(-1, p * len(used) * r)
+        a_scale = torch.stack([q[1].view(p, r) for q in quantized], dim=1).view(-1)
+        b_q = torch.cat([q[2] for q in quantized], dim=-2)
+        b_scale = torch.cat([q[3] for q in quantized], dim=-1)
+        return None, None, (a_q, a_scale), (b_q, b_scale)
 
-    def _quantized(self, layers: list[SlotLinear], slot: int) -> tuple[Any, ...]:
+    def _quantized(self, layers: list[SlotLinear], slot: int) -> tuple[torch.Tensor, ...]:
         """A of `slot` for every projection of the group, side by side [in, P·r], as int8 columns and their
-        scales, and each projection's B [r, out] as int8 rows and their scales. Quantized once per adapter (what the
-        slot holds, `SlotMapping.content`) and kept for twice as many adapters as there are slots: a 3-slot LRU
-        under many pairs writes a slot at nearly every admission, mostly with an adapter it held before."""
+        scales [P·r], and B as int8 rows [P, r, out] (P = 1: [r, out]) and their scales [P, r] ([r]). Quantized once
+        per adapter (what the slot holds, `SlotMapping.content`) and kept for twice as many adapters as there are
+        slots: a 3-slot LRU under many pairs writes a slot at nearly every admission, mostly with an adapter it
+        held before."""
         if self._pieces is None or self._pieces_version != self.mapping.structure:
             self._pieces, self._pieces_version = LRUCache(maxsize=2 * layers[0].slots), self.mapping.structure
         content = self.mapping.content(slot)
@@ -180,31 +192,34 @@ class GroupedLoRA:
         if found is None:
             a = torch.cat([layer.a_t[slot] for layer in layers], dim=1) if len(layers) > 1 else layers[0].a_t[slot]
             bs = [quantize_matrix_rows(layer.b_t[slot]) for layer in layers]
-            found = self._pieces[content] = (*quantize_columns(a), [q for q, _ in bs], [sc for _, sc in bs])
+            if len(bs) == 1:
+                b_q, b_scale = bs[0]
+            else:
+                b_q, b_scale = torch.stack([q for q, _ in bs]), torch.stack([sc for _, sc in bs])
+            found = self._pieces[content] = (*quantize_columns(a), b_q.contiguous(), b_scale.contiguous())
         return found
 
-    def _widened(self, key: Any, pieces: list[tuple[torch.Tensor, torch.Tensor]],
+    def _widened(self, key: Any, a_int8: tuple[torch.Tensor, torch.Tensor],
                  layers: list[SlotLinear]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The base's int8 weightᵀ with A's int8 columns (`pieces`, in order) after it, and their scales: views of
-        the group's buffer."""
+        """The base's int8 weightᵀ with A's int8 columns (`a_int8`: the columns and their scales) after it, and the
+        scales: views of the group's buffer."""
         if self._wide_holds is not None and self._wide_holds[0] == key:
             return self._wide_holds[1]
         weight_t, scale = self.int8_base  # type: ignore[misc]
-        out, extra = weight_t.shape[1], sum(q.shape[1] for q, _ in pieces)
-        room = len(layers) * layers[0].slots * layers[0].rank  # every slot's columns, whatever the mix (≥ extra)
+        a_q, a_scale = a_int8
+        out, extra = weight_t.shape[1], a_q.shape[1]
+        rank, slots, _ = self._shape()
+        room = len(layers) * slots * rank  # every slot's columns, whatever the mix (≥ extra)
         if self._wide is None or self._wide[0].shape[1] < out + room:
             wide = weight_t.new_empty(weight_t.shape[0], out + room)
             wide_scale = scale.new_empty(out + room)
             wide[:, :out], wide_scale[:out] = weight_t, scale
             self._wide = (wide, wide_scale)
         wide, wide_scale = self._wide
-        # Two copies whatever the pieces (P·U of them with U slots in use): each tensor call gives the GIL up, and
-        # under many clients the slots in use change at nearly every admission.
-        if len(pieces) == 1:
-            wide[:, out:out + extra], wide_scale[out:out + extra] = pieces[0]
-        else:
-            wide[:, out:out + extra] = torch.cat([q for q, _ in pieces], dim=1)
-            wide_scale[out:out + extra] = torch.cat([q_scale for _, q_scale in pieces])
+        # Two copies whatever the slots in use (`_stack_weights` laid several slots' columns side by side once per
+        # set): each tensor call gives the GIL up, and under many clients the slots in use change at nearly every
+        # admission.
+        wide[:, out:out + extra], wide_scale[out:out + extra] = a_q, a_scale
         # The whole buffer and the scales of the columns in use: `project` slices the weight to the scales' length.
         # Passed whole, it is one contiguous tensor whatever the room (a view's stride would be the room, which
         # grows with the slots, and an ahead-of-time compiled step fixes the strides it was compiled for).

@@ -160,7 +160,7 @@ class SlotLoRA:
             if zeros:
                 torch._foreach_zero_(zeros)
         self._written[slot] = set(adapter.modules)
-        self.mapping.holds[slot] = ("adapter", adapter.serial)
+        self.mapping.hold(slot, ("adapter", adapter.serial))
 
     def clear(self, slot: int) -> None:
         self._check(slot)
