@@ -254,3 +254,19 @@ def test_column_mask_follows_the_rule_for_every_mix() -> None:
         expected = torch.tensor([[1.0 if s == used[c // rank] else 0.0 for c in range(len(used) * rank)]
                                  for s in tokens])
         assert torch.equal(mask, expected), (slots, used, rank, per_row, padding)
+
+
+def test_slots_in_use_follow_the_rows_and_what_the_slots_hold() -> None:
+    """`in_use` (asked by every grouped LoRA term of a forward, kept per version) names the slots the rows read and
+    what each holds: a new mix, a write into a slot and a new name for what a slot holds each show at once."""
+    mapping = SlotMapping()
+    mapping.set([2, 0, 1, 2])
+    assert mapping.in_use() == ((1, 2), (("slot", 1, (0, 0)), ("slot", 2, (0, 0))))
+    mapping.hold(2, ("adapter", 7))
+    assert mapping.in_use()[1][1] == ("adapter", 7)
+    mapping.invalidate(2)  # the slot was written again: until its writer names it, a write count names it
+    assert mapping.in_use()[1][1] == ("slot", 2, (1, 0))
+    mapping.set([1, 1])
+    assert mapping.in_use() == ((1,), (("slot", 1, (0, 0)),))
+    mapping.set([0, 0])
+    assert mapping.in_use()[0] == (0,)  # every row on the bare backbone
