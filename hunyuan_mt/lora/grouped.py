@@ -128,18 +128,17 @@ class GroupedLoRA:
 
     def _stack(self, per_row: int, device: torch.device, complete: bool, padding: int) -> LoRATensors:
         mapping = self.mapping
-        layers = self._slot_layers
         rank, _, dtype = self._shape()
         used, contents = mapping.in_use()
         key = (used, contents, mapping.structure)
         stacked = self._weights.get(key)
         if stacked is None:
-            stacked = self._weights[key] = self._stack_weights(layers, used)
+            stacked = self._weights[key] = self._stack_weights(used)
         a, b, a_int8, b_int8 = stacked
         mask = None
         if mapping.uniform is None or complete:
             mask = mapping.column_mask(used, rank, per_row, padding, device, dtype)
-        fused = None if a_int8 is None else (*self._widened(key, a_int8, layers), *b_int8)
+        fused = None if a_int8 is None else (*self._widened(key, a_int8), *b_int8)
         return a, b, mask, self.layout, fused
 
     def _shape(self) -> tuple[int, int, torch.dtype]:
@@ -152,11 +151,12 @@ class GroupedLoRA:
             memo = self._shape_memo = (self.mapping.structure, a_t.shape[2], a_t.shape[0], a_t.dtype)
         return memo[1], memo[2], memo[3]
 
-    def _stack_weights(self, layers: list[SlotLinear], used: tuple[int, ...]) -> tuple[Any, ...]:
+    def _stack_weights(self, used: tuple[int, ...]) -> tuple[Any, ...]:
         """(A, B, None, None) in float32 over a float base, (None, None, A's int8 columns and their scales, B's int8
         rows and their scales) over an int8 one, for the slots `used`: only what is multiplied, so that a change of
         the slots in use (under many clients, nearly every admission) costs as few copies as it can. One slot
         takes its kept pieces as they are (no copy); several take one copy each of A, B and their scales."""
+        layers = self._slot_layers
         if self.int8_base is None:
             # A's columns padded with zeros to whole GEMM tiles (`invariant`); `apply_lora` drops the extra ones.
             a = invariant.padded(torch.cat([layer.a_t[s] for layer in layers for s in used], dim=1), -1,
@@ -166,7 +166,7 @@ class GroupedLoRA:
             else:
                 b = torch.stack([torch.cat([layer.b_t[s] for s in used], dim=0) for layer in layers])
             return a, b.contiguous(), None, None
-        quantized = [self._quantized(layers, s) for s in used]
+        quantized = [self._quantized(s) for s in used]
         if len(quantized) == 1:
             a_q, a_scale, b_q, b_scale = quantized[0]
             return None, None, (a_q, a_scale), (b_q, b_scale)
@@ -179,14 +179,15 @@ class GroupedLoRA:
         b_scale = torch.cat([q[3] for q in quantized], dim=-1)
         return None, None, (a_q, a_scale), (b_q, b_scale)
 
-    def _quantized(self, layers: list[SlotLinear], slot: int) -> tuple[torch.Tensor, ...]:
+    def _quantized(self, slot: int) -> tuple[torch.Tensor, ...]:
         """A of `slot` for every projection of the group, side by side [in, P·r], as int8 columns and their
         scales [P·r], and B as int8 rows [P, r, out] (P = 1: [r, out]) and their scales [P, r] ([r]). Quantized once
         per adapter (what the slot holds, `SlotMapping.content`) and kept for twice as many adapters as there are
         slots: a 3-slot LRU under many pairs writes a slot at nearly every admission, mostly with an adapter it
         held before."""
+        layers = self._slot_layers
         if self._pieces is None or self._pieces_version != self.mapping.structure:
-            self._pieces, self._pieces_version = LRUCache(maxsize=2 * layers[0].slots), self.mapping.structure
+            self._pieces, self._pieces_version = LRUCache(maxsize=2 * self._shape()[1]), self.mapping.structure
         content = self.mapping.content(slot)
         found = self._pieces.get(content)
         if found is None:
@@ -199,8 +200,7 @@ class GroupedLoRA:
             found = self._pieces[content] = (*quantize_columns(a), b_q.contiguous(), b_scale.contiguous())
         return found
 
-    def _widened(self, key: Any, a_int8: tuple[torch.Tensor, torch.Tensor],
-                 layers: list[SlotLinear]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _widened(self, key: Any, a_int8: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The base's int8 weightᵀ with A's int8 columns (`a_int8`: the columns and their scales) after it, and the
         scales: views of the group's buffer."""
         if self._wide_holds is not None and self._wide_holds[0] == key:
@@ -209,7 +209,7 @@ class GroupedLoRA:
         a_q, a_scale = a_int8
         out, extra = weight_t.shape[1], a_q.shape[1]
         rank, slots, _ = self._shape()
-        room = len(layers) * slots * rank  # every slot's columns, whatever the mix (≥ extra)
+        room = len(self._slot_layers) * slots * rank  # every slot's columns, whatever the mix (≥ extra)
         if self._wide is None or self._wide[0].shape[1] < out + room:
             wide = weight_t.new_empty(weight_t.shape[0], out + room)
             wide_scale = scale.new_empty(out + room)
