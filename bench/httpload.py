@@ -20,7 +20,7 @@ bench/results/httpload.json and httpload.md.
 The load generator shares the machine with the server, so its own CPU is taken from the server. The clients are
 asyncio tasks on one aiohttp session (`--client aiohttp`, the default; the sequential pass is one such task): on the
 2-core box they cost 0.4-0.7 ms of CPU a request in either pass, 0.03-0.06 cores. As 16 threads each with an httpx.Client
-(`--client threads`, this bench's client until 2026-12-05) they cost 4.6-5.2 ms a request in the concurrent pass
+(`--client threads`, this bench's client until 2026-12-05) they cost 4.6-7.0 ms a request in the concurrent pass
 against 1.0-1.2 sequentially, 0.41-0.47 of the box's 2 cores, which the server then lacked: its concurrent pass got
 1.30-1.37 cores against 1.64-1.73 under aiohttp (BENCHMARKS.md, 2026-12-05).
 """
@@ -130,7 +130,7 @@ def threaded(base: str, requests: list[tuple[str, str, str]], clients: int) -> P
     return outs, lat, time.perf_counter() - t0, errors
 
 
-def concurrent(base: str, requests: list[tuple[str, str, str]], clients: int) -> Pass:
+def aiohttp_pass(base: str, requests: list[tuple[str, str, str]], clients: int) -> Pass:
     """`clients` closed-loop asyncio tasks on one aiohttp session (keep-alive, a connection each)."""
     return asyncio.run(_aio_pass(base, requests, clients))
 
@@ -161,7 +161,7 @@ async def _aio_pass(base: str, requests: list[tuple[str, str, str]], clients: in
         return outs, lat, time.perf_counter() - t0, errors
 
 
-CLIENTS = {"aiohttp": concurrent, "threads": threaded}
+CLIENTS = {"aiohttp": aiohttp_pass, "threads": threaded}
 
 
 def _cpu(proc: psutil.Process) -> float:
