@@ -326,3 +326,40 @@ def test_weighted_directions_get_their_turns_per_round() -> None:
     for bad in ("zh2en", "xx2yy=2", "zh2en=0", "zh2en=two"):
         with pytest.raises(argparse.ArgumentTypeError, match="DIRECTION=N"):
             _weight(bad)
+
+
+def test_adapters_only_moves_that_adapter_and_nothing_else() -> None:
+    """`build-demo --adapters-only zh2en`: the backbone and every other adapter keep their exact weights."""
+    import torch
+    from transformers import MarianMTModel
+
+    from hunyuan_mt.demo.trainer import ModelSize, build_config, freeze_all_but, multi_lora_model, train_joint
+
+    torch.manual_seed(0)
+    size = ModelSize(d_model=16, layers=1, heads=2, ffn=32, vocab=40, lora_rank=2, max_tokens=64)
+    model = multi_lora_model(MarianMTModel(build_config(size, 40, 0, 1)), ["en2es", "zh2en"], size.lora_rank)
+    for name, param in model.named_parameters():       # PEFT starts B at zero; give every adapter a real term
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.1)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    assert freeze_all_but(model, ["zh2en"]) == sum(p.numel() for n, p in model.named_parameters()
+                                                  if "lora_" in n and ".zh2en." in n)
+    data = {"zh2en": [([5 + i % 7, 1], [9 + i % 5, 1]) for i in range(30)]}
+    log = train_joint(model, data, size, minutes=5.0, pad_id=0, device=torch.device("cpu"), max_steps=3, warmup=1)
+    assert log.steps_per_direction == {"zh2en": 3}
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved and all("lora_" in n and ".zh2en." in n for n in moved), sorted(moved)[:3]
+    with pytest.raises(ValueError, match=r"no adapter named \['de2en'\]"):
+        freeze_all_but(model, ["de2en"])
+
+
+def test_adapters_only_refuses_a_build_from_nothing(capsys) -> None:
+    from hunyuan_mt.cli import build_parser
+
+    args = build_parser("build-demo").parse_args(["build-demo", "--device", "cpu", "--reuse-data",
+                                                  "--adapters-only", "zh2en", "--data", "/nonexistent"])
+    assert args.adapters_only == ["zh2en"]
+    assert args.handler(args) == 2
+    assert "--adapters-only continues a build: add --continue-shipped" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build_parser("build-demo").parse_args(["build-demo", "--adapters-only", "xx2yy"])

@@ -67,9 +67,14 @@ def tokenizer_sample(corpus: Corpus, per_direction: int = 10000) -> list[str]:
 
 def train(corpus: Corpus, device_name: str, preset: str, minutes: float, checkpoint: Path,
           max_steps: int | None = None, tokenizer_path: Path | None = None, resume: Path | None = None,
-          overrides: dict | None = None, copy_every: int = COPY_EVERY, weights: dict[str, int] | None = None) -> dict:
+          overrides: dict | None = None, copy_every: int = COPY_EVERY, weights: dict[str, int] | None = None,
+          adapters_only: list[str] | None = None) -> dict:
     """Train a new build, or continue `resume` (a checkpoint folder) with the same tokenizer, backbone and
-    adapters, for `minutes`; writes the checkpoint and returns what the build did."""
+    adapters, for `minutes`; writes the checkpoint and returns what the build did.
+
+    `adapters_only`: continue only these directions' adapters, the backbone and the other adapters frozen (no copy
+    batches: they would train nothing). A direction that lags then gets the whole run without any other held-out
+    score able to move."""
     from dataclasses import replace
 
     import torch
@@ -78,8 +83,10 @@ def train(corpus: Corpus, device_name: str, preset: str, minutes: float, checkpo
     from .checkpoint import load_multi_lora, save_checkpoint
     from .tokenizer import load_tokenizer, train_tokenizer
     from .trainer import (PRESETS, ModelSize, build_config, copy_examples, count_parameters, encode_pairs,
-                          multi_lora_model, train_joint)
+                          freeze_all_but, multi_lora_model, train_joint)
 
+    if adapters_only and resume is None:
+        raise ValueError("training adapters alone continues a build: give --continue-shipped or --resume")
     device = torch.device(device_name)
     torch.manual_seed(0)
     started = time.monotonic()
@@ -99,16 +106,21 @@ def train(corpus: Corpus, device_name: str, preset: str, minutes: float, checkpo
         base = MarianMTModel(build_config(size, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id))
         print(f"backbone: {count_parameters(base) / 1e6:.2f}M parameters ({preset} preset)")
         model = multi_lora_model(base, list(ADAPTER_DIRECTIONS), size.lora_rank)
+    if adapters_only:
+        trainable = freeze_all_but(model, adapters_only)
+        copy_every = 0
+        print(f"training the {', '.join(adapters_only)} adapter(s) alone: {trainable / 1e6:.2f}M parameters, "
+              "backbone and other adapters frozen", flush=True)
     model = model.to(device)
     data = {d: encode_pairs(tokenizer, [(s, t) for s, t, _ in corpus.train[d]], size.max_len)
-            for d in ADAPTER_DIRECTIONS}
+            for d in (adapters_only or ADAPTER_DIRECTIONS)}
     copy = copy_examples(data, per_direction=20000) if copy_every else None
     remaining = minutes - (time.monotonic() - started) / 60
     log = train_joint(model, data, size, max(0.1, remaining), tokenizer.pad_token_id, device, max_steps=max_steps,
                       copy_data=copy, copy_every=copy_every or 1, weights=weights,
                       **({"warmup": 50, "seed": 1} if resume else {}))
     info.update(train=log.as_dict(), parameters=count_parameters(model.get_base_model()), copy_every=copy_every,
-                weights=weights or {},
+                weights=weights or {}, adapters_only=adapters_only or [],
                 sources=sorted({origin for rows in corpus.train.values() for _, _, origin in rows}))
     save_checkpoint(model, tokenizer, size, list(ADAPTER_DIRECTIONS), checkpoint, extra={"build": info})
     return info
@@ -194,6 +206,9 @@ def ship(checkpoint: Path, corpus: Corpus, out: Path, eval_limit: int | None = N
             "built_with": {k: build.get(k) for k in ("device", "device_name", "preset", "minutes")},
             "trained_jointly_with_backbone": True,
         }
+        if direction in build.get("adapters_only", []):
+            # The last stage trained this adapter alone on the frozen backbone (build-demo --adapters-only).
+            metadata["last_stage_adapter_only"] = True
         (adapters_dir / direction / "metadata.json").write_text(json.dumps(metadata, indent=1, ensure_ascii=False),
                                                                 encoding="utf-8")
     report["build"] = build
@@ -238,6 +253,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--weight", action="append", default=[], metavar="DIRECTION=N", type=_weight,
                         help="give DIRECTION (e.g. zh2en) N turns per round instead of 1; repeatable")
+    parser.add_argument("--adapters-only", action="append", default=None, metavar="DIRECTION",
+                        choices=list(ADAPTER_DIRECTIONS),
+                        help="continue only DIRECTION's adapter (repeatable); the backbone and the other adapters "
+                             "stay exactly as they are. Needs --continue-shipped or --resume")
     parser.add_argument("--max-steps", type=int, default=None, help="stop training after N steps (smoke runs)")
     parser.add_argument("--evaluate-only", type=Path, default=None, metavar="REPORT",
                         help="only score the build in --out on the held-out sets of --data; write REPORT (JSON)")
@@ -249,6 +268,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Checked before the data is fetched or read: minutes of work would end in this refusal.
+    if args.adapters_only and not (args.continue_shipped or args.resume) and not args.from_checkpoint:
+        print("--adapters-only continues a build: add --continue-shipped (the build in --out) or --resume FOLDER",
+              file=sys.stderr)
+        return 2
     device = args.device
     if device == "auto":
         import torch
@@ -282,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.from_checkpoint and not args.memory_only:
         info = train(corpus, device, preset, minutes, checkpoint, max_steps=args.max_steps,
                      tokenizer_path=args.tokenizer, resume=resume, overrides=overrides, copy_every=args.copy_every,
-                     weights=dict(args.weight))
+                     weights=dict(args.weight), adapters_only=args.adapters_only)
         print(f"trained: {info['train']['steps']} steps in {info['train']['seconds'] / 60:.1f} min")
         if args.checkpoint_only:
             return 0

@@ -79,6 +79,22 @@ def multi_lora_model(base: MarianMTModel, directions: list[str], rank: int) -> P
     return model
 
 
+def freeze_all_but(model: PeftModel, directions: list[str]) -> int:
+    """Leave only `directions`' LoRA weights trainable: the backbone and every other adapter stay exactly as they
+    are, so a run that spends its time on one lagging direction cannot move any other direction's scores.
+    Returns the number of trainable parameters."""
+    unknown = set(directions) - set(model.peft_config)
+    if unknown:
+        raise ValueError(f"no adapter named {sorted(unknown)} in the model (it has {sorted(model.peft_config)})")
+    trainable = 0
+    for name, param in model.named_parameters():
+        # PEFT names LoRA weights `...q_proj.lora_A.<adapter>.weight`.
+        keep = "lora_" in name and name.split(".")[-2] in directions
+        param.requires_grad_(keep)
+        trainable += param.numel() if keep else 0
+    return trainable
+
+
 # --- data ------------------------------------------------------------------------------------------------------
 
 Example = tuple[list[int], list[int]]
@@ -160,10 +176,14 @@ def train_joint(model: PeftModel, data: dict[str, list[Example]], size: ModelSiz
     if unknown:
         raise ValueError(f"weights name directions without training data: {sorted(unknown)}")
     directions = [d for d in sorted(streams) for _ in range((weights or {}).get(d, 1))]
-    lora = [p for n, p in model.named_parameters() if "lora_" in n]
+    # An adapter's weights are trainable while it is the active one (PEFT's set_adapter); a frozen backbone
+    # (`freeze_all_but`) leaves the shared group empty, and AdamW takes no empty group.
+    lora = [p for n, p in model.named_parameters() if "lora_" in n and n.split(".")[-2] in streams]
     shared = [p for n, p in model.named_parameters() if "lora_" not in n and p.requires_grad]
-    optimizer = torch.optim.AdamW([{"params": shared, "lr": size.lr}, {"params": lora, "lr": 2 * size.lr}],
-                                  betas=(0.9, 0.98), weight_decay=0.01, eps=1e-8)
+    groups = [{"params": shared, "lr": size.lr}, {"params": lora, "lr": 2 * size.lr}]
+    optimizer = torch.optim.AdamW([g for g in groups if g["params"]], betas=(0.9, 0.98), weight_decay=0.01,
+                                  eps=1e-8)
+    trained = shared + lora
     base_lrs = [group["lr"] for group in optimizer.param_groups]
     log = TrainLog(steps_per_direction={d: 0 for d in sorted(streams) + (["copy"] if copy_stream else [])})
     use_bf16 = device.type == "cuda"
@@ -198,7 +218,7 @@ def train_joint(model: PeftModel, data: dict[str, list[Example]], size: ModelSiz
                                ignore_index=-100, label_smoothing=0.1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
         optimizer.step()
         log.steps += 1
         log.steps_per_direction[direction] += 1
@@ -226,5 +246,5 @@ def approx_adapter_bytes(size: ModelSize) -> int:
 
 
 __all__ = ["ModelSize", "PRESETS", "build_config", "lora_config", "multi_lora_model", "encode_pairs", "train_joint",
-           "copy_examples",
+           "copy_examples", "freeze_all_but",
            "TrainLog", "count_parameters", "approx_adapter_bytes", "LORA_TARGETS"]
