@@ -363,3 +363,16 @@ def test_adapters_only_refuses_a_build_from_nothing(capsys) -> None:
     assert "--adapters-only continues a build: add --continue-shipped" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         build_parser("build-demo").parse_args(["build-demo", "--adapters-only", "xx2yy"])
+
+
+def test_an_adapter_left_alone_keeps_the_stage_that_trained_it() -> None:
+    """metadata.json's built_with: a stage that trained only zh2en did not build en2es."""
+    from hunyuan_mt.demo.build import _trained_by
+
+    joint = {"device": "cpu", "minutes": 55.0, "resumed_from": {"device": "cuda", "minutes": 6.0}}
+    alone = {"device": "cpu", "minutes": 75.0, "adapters_only": ["zh2en"], "resumed_from": joint}
+    assert _trained_by(alone, "zh2en") is alone
+    assert _trained_by(alone, "en2es") is joint
+    assert _trained_by(joint, "en2es") is joint
+    again = {"minutes": 10.0, "adapters_only": ["de2en"], "resumed_from": alone}
+    assert _trained_by(again, "en2es") is joint and _trained_by(again, "zh2en") is alone

@@ -136,6 +136,14 @@ def shipped_checkpoint(out: Path, folder: Path) -> Path:
     return folder
 
 
+def _trained_by(build: dict, direction: str) -> dict:
+    """The latest stage of `build`'s history (each stage's `resumed_from` is the one before) that trained
+    `direction`: a stage that trained other adapters alone left this one as its parent had it."""
+    while build.get("adapters_only") and direction not in build["adapters_only"] and build.get("resumed_from"):
+        build = build["resumed_from"]
+    return build
+
+
 def _device_name(device: str) -> str:
     if device.startswith("cuda"):
         import torch
@@ -203,7 +211,8 @@ def ship(checkpoint: Path, corpus: Corpus, out: Path, eval_limit: int | None = N
                        "para_chrf": report["para_chrf"].get(direction),
                        "frequent_phrases": {
                 k: v for k, v in report["frequent"].get(direction, {}).items() if k != "samples"}},
-            "built_with": {k: build.get(k) for k in ("device", "device_name", "preset", "minutes")},
+            "built_with": {k: _trained_by(build, direction).get(k) for k in ("device", "device_name", "preset",
+                                                                               "minutes")},
             "trained_jointly_with_backbone": True,
         }
         if direction in build.get("adapters_only", []):
