@@ -389,8 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     med = {name: {
         "seconds": _med([x["seconds"][0] for x in rs]), "seconds_runs": [round(x["seconds"][0], 3) for x in rs],
         "short_ms": _med([x["short_ms"] for x in rs]), "busy": _med([x["busy"][0] for x in rs]),
-        **({"steady_seconds": _med([_med(x["seconds"][1:]) for x in rs]),
-            "steady_runs": [round(_med(x["seconds"][1:]), 3) for x in rs]} if args.passes > 1 else {}),
+        **(_steady(rs) if args.passes > 1 else {}),
         **({"mixed_seconds": _med([x["mixed_seconds"][0] for x in rs]),
             "mixed_runs": [round(x["mixed_seconds"][0], 3) for x in rs],
             "http_short_ms": _med([x["http_short_ms"] for x in rs])} if name.startswith("ours") else {}),
@@ -450,6 +449,12 @@ def _quality_table(runs: dict[str, list[dict[str, Any]]], data: dict[str, Any]) 
         b = sacrebleu.corpus_chrf(q32[key], [refs]).score
         table[key] = {"int8": round(a, 2), "fp32": round(b, 2), "delta": round(a - b, 2), "n": len(refs)}
     return table
+
+
+def _steady(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The steady row of one engine: each run's median over its passes after the first, and their median."""
+    per_run = [_med(x["seconds"][1:]) for x in rs]
+    return {"steady_seconds": _med(per_run), "steady_runs": [round(v, 3) for v in per_run]}
 
 
 def _report(r: dict[str, Any]) -> list[str]:

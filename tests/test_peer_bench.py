@@ -29,3 +29,10 @@ def test_ctranslate2_translates_like_our_float32_engine(tmp_path: Path) -> None:
     finally:
         service.close()
     assert all(ours) and ours == theirs
+
+
+def test_the_steady_row_leaves_each_process_first_pass_out() -> None:
+    from bench.peer import _steady
+
+    runs = [{"seconds": [9.0, 2.0, 2.2]}, {"seconds": [9.0, 1.9, 2.1]}, {"seconds": [9.0, 2.5, 2.4]}]
+    assert _steady(runs) == {"steady_seconds": 2.1, "steady_runs": [2.1, 2.0, 2.45]}

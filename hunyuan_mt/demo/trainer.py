@@ -79,6 +79,12 @@ def multi_lora_model(base: MarianMTModel, directions: list[str], rank: int) -> P
     return model
 
 
+def adapter_of(name: str) -> str | None:
+    """The adapter a parameter belongs to (PEFT names LoRA weights `...q_proj.lora_A.<adapter>.weight`), or None
+    for the backbone's own."""
+    return name.split(".")[-2] if "lora_" in name else None
+
+
 def freeze_all_but(model: PeftModel, directions: list[str]) -> int:
     """Leave only `directions`' LoRA weights trainable: the backbone and every other adapter stay exactly as they
     are, so a run that spends its time on one lagging direction cannot move any other direction's scores.
@@ -88,8 +94,7 @@ def freeze_all_but(model: PeftModel, directions: list[str]) -> int:
         raise ValueError(f"no adapter named {sorted(unknown)} in the model (it has {sorted(model.peft_config)})")
     trainable = 0
     for name, param in model.named_parameters():
-        # PEFT names LoRA weights `...q_proj.lora_A.<adapter>.weight`.
-        keep = "lora_" in name and name.split(".")[-2] in directions
+        keep = adapter_of(name) in directions
         param.requires_grad_(keep)
         trainable += param.numel() if keep else 0
     return trainable
@@ -178,8 +183,8 @@ def train_joint(model: PeftModel, data: dict[str, list[Example]], size: ModelSiz
     directions = [d for d in sorted(streams) for _ in range((weights or {}).get(d, 1))]
     # An adapter's weights are trainable while it is the active one (PEFT's set_adapter); a frozen backbone
     # (`freeze_all_but`) leaves the shared group empty, and AdamW takes no empty group.
-    lora = [p for n, p in model.named_parameters() if "lora_" in n and n.split(".")[-2] in streams]
-    shared = [p for n, p in model.named_parameters() if "lora_" not in n and p.requires_grad]
+    lora = [p for n, p in model.named_parameters() if adapter_of(n) in streams]
+    shared = [p for n, p in model.named_parameters() if adapter_of(n) is None and p.requires_grad]
     groups = [{"params": shared, "lr": size.lr}, {"params": lora, "lr": 2 * size.lr}]
     optimizer = torch.optim.AdamW([g for g in groups if g["params"]], betas=(0.9, 0.98), weight_decay=0.01,
                                   eps=1e-8)
