@@ -9,7 +9,7 @@ The service runs as shipped (compiled step, int8 and a float16 cache where the p
 `bench.peer`'s 600 sentences (one pair) once; every `--every`-th compiled decode step is captured with its inputs
 (caches copied). Each captured step is then run by two compiled packages in the same process, alternating: the
 shipped one, whose attention is `hmt_cpu::decode_attention` (hunyuan_mt/kernels), and the baseline: one built
-without the kernel (`marian._attend`, tensor operations over every column of the batch's cache, kept in float32:
+without the kernel (`kvcache._attend`, tensor operations over every column of the batch's cache, kept in float32:
 the step before the kernel), or the kernel over the same caches widened to float32, or the shipped step with its int8
 layers calling fbgemm through Python (`hmt::fbgemm_linear`) instead of from C++ (`hmt_cpu::fbgemm_linear`, the
 same fbgemm call). Reported per step: rows, cache
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             "median_ratio_32_rows_or_more": statistics.median(r["ratio"] for r in big) if big else None}
     command = "python -m bench.attention" + "".join(
         f" --{name} {value}" for name, value in vars(args).items() if value != p.get_default(name))
-    baseline = {"tensor-ops": "attention as tensor operations over every column (`marian._attend`) of a float32 cache",
+    baseline = {"tensor-ops": "attention as tensor operations over every column (`kvcache._attend`) of a float32 cache",
                 "float32-cache": "the same kernel over keys and values kept in float32",
                 "python-fbgemm": "the same step with its int8 layers calling fbgemm through Python "
                                  "(`hmt::fbgemm_linear`)"}[args.against]

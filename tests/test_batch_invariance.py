@@ -18,7 +18,8 @@ from hunyuan_mt.adapters.registry import AdapterRegistry
 from hunyuan_mt.adapters.request import Pair
 from hunyuan_mt.backbone import PromptRow
 from hunyuan_mt.config import PROJECT_ROOT, CacheConfig, ModelConfig
-from hunyuan_mt.decode.marian import _NEG, _attend, _blocked, _encoder_attention
+from hunyuan_mt.decode.kvcache import _NEG, _attend, _blocked
+from hunyuan_mt.decode.marian import _encoder_attention
 from row_logits import assert_rows_as_alone  # tests/ is on sys.path
 
 DEMO = PROJECT_ROOT / "models" / "demo"

@@ -1,4 +1,4 @@
-"""The CPU kernels (hunyuan_mt/kernels): the decode-attention kernel computes the attention `marian._attend`
+"""The CPU kernels (hunyuan_mt/kernels): the decode-attention kernel computes the attention `kvcache._attend`
 computes, over each row's own columns only, a row's result the same to the bit wherever its columns sit; the C++
 int8 GEMM gives the bits of the Python op; and a clear way out where they cannot be built."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from hunyuan_mt import int8_fbgemm, kernels
-from hunyuan_mt.decode.marian import _NEG, _attend
+from hunyuan_mt.decode.kvcache import _NEG, _attend
 
 NEG = _NEG[torch.float32]
 

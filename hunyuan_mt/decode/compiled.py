@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from .. import int8, int8_fbgemm, int8_layer, invariant, kernels
 from ..lora import grouped
-from . import dense, marian
+from . import dense, kvcache, marian
 from .aot import AotFunction, AotMismatch, is_marked
 from .aot import mark_dynamic as _mark
 from .marian import _NEG, decoder_step, encode_cross
@@ -68,7 +68,7 @@ class _Compiled:
     def __init__(self, fn: Any, freeze: bool = False) -> None:
         self._eager = fn
         # The modules whose code the graph runs: a change to any of them compiles again.
-        self._fn = AotFunction(fn, freeze=freeze, sources=(marian, dense, grouped, int8, int8_fbgemm, int8_layer,
+        self._fn = AotFunction(fn, freeze=freeze, sources=(marian, kvcache, dense, grouped, int8, int8_fbgemm, int8_layer,
                                                            invariant, kernels))
         #: The weights (the STATIC arguments) are compiled in as constants: callers pass them unpacked.
         self.frozen = freeze

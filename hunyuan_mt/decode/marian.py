@@ -31,9 +31,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .. import invariant, kernels
+from .. import kernels
 from .batch import RunningBatch, Sequence, left_padded, positions
 from .dense import Projection, project
+from .kvcache import _NEG, _block, _blocked, _cached_attention, _grown, _keep, _move, _place, _regrow
 
 #: Columns and rows the cache starts with; both double when full.
 _START_COLUMNS = 32
@@ -401,11 +402,6 @@ class MarianBatch(RunningBatch):
         cache.rows, cache.source = n, source
 
 
-#: The additive mask value for a column a row must not see: large and finite, so a query that sees no column at
-#: all (a padding position in a prefill) averages harmlessly instead of producing NaN.
-_NEG = {dtype: torch.finfo(dtype).min / 2 for dtype in (torch.float32, torch.float16, torch.bfloat16)}
-
-
 def encoder_forward(src: torch.Tensor, mask: torch.Tensor, model: tuple[Any, ...],
                     lora: list[tuple[Any, ...]]) -> torch.Tensor:
     """The encoder over token ids `src` [n, S] with an additive `mask` [n, 1, 1, S]: hidden states [n, S, d]. A
@@ -509,49 +505,6 @@ def decoder_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cmask
     return logits + final_bias if final_bias is not None else logits
 
 
-def _cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, width: Any,
-                      scale: float, kernel: Any) -> torch.Tensor:
-    """Queries q [B, heads, T, head_dim] over the first `width` columns of cached keys/values ([≥ B, heads, ≥ width,
-    head_dim]) with the additive `mask` [B, 1, T, width]: [B·T, heads·head_dim]. Through the kernel where one is
-    given (T = 1; it reads each row's own columns), else written out (`_attend`, the cache widened to q's dtype)."""
-    b, h, t, hd = q.shape
-    if kernel is not None:
-        return kernel(q, k, v, mask, scale).view(b, h * hd)
-    return _attend(q, k[:b, :, :width].to(q.dtype), v[:b, :, :width].to(q.dtype), mask, scale).transpose(
-        1, 2).reshape(b * t, h * hd)
-
-
-def _block(columns: Any) -> Any:
-    """`columns` rounded up to whole blocks of attention keys (`invariant.COLUMNS`)."""
-    return invariant.round_up(columns, invariant.COLUMNS)
-
-
-def _blocked(t: torch.Tensor, dim: int, value: float = 0.0) -> torch.Tensor:
-    """`t` padded with `value` along `dim` to whole blocks of attention keys."""
-    return invariant.padded(t, dim, invariant.COLUMNS, value)
-
-
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
-    """Attention written so that a row's result does not depend on the widths and columns of the rows beside it
-    (invariant 5, to the bit; measured in `invariant`):
-    - MKL's GEMM for the scores rounds a column differently when it falls in a partial tile at the right edge of
-      the key matrix, so eager callers pass keys and mask over whole blocks (`_block`), the extra columns masked.
-      The compiled step computes one query row's scores as a reduction per column, the same whatever the width.
-    - The softmax's sum depends on where a row's columns sit among the SIMD lanes (the decoder's cache is right-
-      aligned, so that moves with the batch's history): it is summed in float64 and rounded back. Where the
-      GEMMs are float16/bfloat16 (a GPU) the softmax runs in float32 as usual.
-    - The GEMM with the values adds exact zeros for the masked columns.
-
-    Written out rather than SDPA: for one new token per row SDPA's CPU kernel blocks over queries and costs
-    ~460 µs a call at 64 rows × 31 columns; written out, the compiled step of 64 rows took 5.1 ms against 6.4 ms,
-    and its scale, mask and softmax fuse into one kernel."""
-    weights = torch.matmul(q, k.transpose(-1, -2)) * scale + mask
-    if q.dtype != torch.float32:
-        return torch.matmul(weights.softmax(dim=-1, dtype=torch.float32).to(q.dtype), v)
-    e = (weights - weights.amax(dim=-1, keepdim=True)).exp()
-    return torch.matmul(e / e.sum(dim=-1, keepdim=True, dtype=torch.float64).to(e.dtype), v)
-
-
 def _norm(x: torch.Tensor, norm: tuple[torch.Tensor, torch.Tensor, float]) -> torch.Tensor:
     weight, bias, eps = norm
     return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
@@ -563,46 +516,6 @@ def _activation(fn: Any) -> Any:
     if name == "GELUActivation" and getattr(fn, "act", None) is F.gelu:
         return F.gelu
     return fn
-
-
-def _place(stores: tuple[list[torch.Tensor], ...], bias: torch.Tensor, theirs: tuple[list[torch.Tensor], ...],
-           their_bias: torch.Tensor, at: int, rows: int, shift: int, used: int) -> None:
-    """Copy the first `rows` rows and `used` columns of `theirs` (and their bias) into rows at..at+rows, columns
-    shift..shift+used of `stores`; the rest of those rows is masked."""
-    for store, other in zip(stores, theirs):
-        for s, o in zip(store, other):
-            s[at:at + rows, :, shift:shift + used] = o[:rows, :, :used]
-    bias[at:at + rows] = _NEG[bias.dtype]
-    bias[at:at + rows, shift:shift + used] = their_bias[:rows, :used]
-
-
-def _keep(stores: tuple[list[torch.Tensor], ...], bias: torch.Tensor, index: torch.Tensor, start: int,
-          end: int) -> None:
-    """Move rows `index`, columns start..end, to the front of `stores` and `bias` (compaction); the rest of the
-    kept rows is masked."""
-    n, used = index.numel(), end - start
-    for store in stores:
-        for s in store:
-            s[:n, :, :used] = s[:, :, start:end].index_select(0, index)
-    kept = bias.index_select(0, index)[:, start:end]
-    bias[:n] = _NEG[bias.dtype]
-    bias[:n, :used] = kept
-
-
-def _move(stores: tuple[list[torch.Tensor], ...], bias: torch.Tensor, dst: torch.Tensor, src: torch.Tensor,
-          used: int, disjoint: bool = False) -> None:
-    """Copy rows `src` (their first `used` columns, and their whole bias row) onto rows `dst`."""
-    tensors = [s for store in stores for s in store]
-    # The kernel copies row by row, so it takes disjoint rows only (a compaction's: rows past the new end into the
-    # places of finished ones); a shift (rows dropped from the middle, order kept) copies through index_select.
-    move = kernels.move_rows() if bias.device.type == "cpu" and disjoint else None
-    if move is not None:
-        move(tensors, dst, src, used)  # one call for every layer's tensors (kernels/move_rows.cpp)
-    else:
-        for s in tensors:
-            view = s[:, :, :used]
-            view.index_copy_(0, dst, view.index_select(0, src))
-    bias.index_copy_(0, dst, bias.index_select(0, src))
 
 
 def _reserve(cache: _Cache, rows: int, columns: int, source: int | None = None) -> None:
@@ -619,27 +532,6 @@ def _reserve(cache: _Cache, rows: int, columns: int, source: int | None = None) 
         cache.bias = _regrow((cache.k, cache.v), cache.bias, cache.rows, cache.length, new_rows, new_cols)
     if (new_rows, new_src) != tuple(cache.cbias.shape):
         cache.cbias = _regrow((cache.ck, cache.cv), cache.cbias, cache.rows, cache.source, new_rows, new_src)
-
-
-def _regrow(stores: tuple[list[torch.Tensor], ...], bias: torch.Tensor, rows: int, used: int, new_rows: int,
-            new_cols: int) -> torch.Tensor:
-    """Reallocate keys/values (`stores`: lists of [rows, heads, columns, head_dim]) and their bias [rows, columns]
-    to new_rows × new_cols, keeping the first `rows` rows and `used` columns. Returns the new bias."""
-    for store in stores:
-        for i, s in enumerate(store):
-            grown = s.new_zeros(new_rows, s.shape[1], new_cols, s.shape[3])
-            grown[:rows, :, :used] = s[:rows, :, :used]
-            store[i] = grown
-    grown_bias = bias.new_full((new_rows, new_cols), _NEG[bias.dtype])
-    grown_bias[:rows, :used] = bias[:rows, :used]
-    return grown_bias
-
-
-def _grown(have: int, need: int, start: int) -> int:
-    size = max(have, start)
-    while size < need:
-        size *= 2
-    return size
 
 
 def _shift_right(cache: _Cache, by: int) -> None:

@@ -5,7 +5,7 @@ cache compaction in one call (move_rows.cpp).
 A Marian decode step's attention (one new query per row, over the keys and values the rows have cached) is a pass
 over memory, and memory is what a CPU has least of: on the 2-core box ~9 GB/s, and the key/value slices a 64-row
 step of the demo model reads at 31 columns are 36 MB (4.3 ms just to sum them). Written with tensor operations
-(compiled, `marian._attend`), the step reads the whole rectangle of the batch's cache, rows × the longest history,
+(compiled, `kvcache._attend`), the step reads the whole rectangle of the batch's cache, rows × the longest history,
 but rows that joined later see fewer columns and rows with shorter sources mask the rest: over the 600-sentence peer
 benchmark 55 % of the self-attention columns read and 35 % of the cross-attention ones were masked.
 `decode_attention.cpp` reads each row's own columns only (and prefetches them), from a float32 or a float16 cache
