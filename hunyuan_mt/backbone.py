@@ -27,7 +27,7 @@ import torch
 
 from . import cpu, int8, kernels
 from .config import GenerationConfig, ModelConfig
-from .decode import CausalBatch, MarianBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
+from .decode import CausalBatch, LlamaBatch, MarianBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
 from .decode.static import StaticCausalBatch
 from .errors import ConfigError, InputTooLarge, ModelUnavailable
 from .languages import LANGUAGES, hunyuan_prompt
@@ -537,16 +537,19 @@ class Backbone:
             return StaticCausalBatch(*args, capacity=static.rows, max_len=static.max_len, dtype=self.dtype,
                                      graphs=graphs)
         batch = self.batch_class(*args)
-        if isinstance(batch, MarianBatch):
+        if isinstance(batch, (MarianBatch, LlamaBatch)):
             batch.kv_dtype = self.kv_cache_dtype()
-            if self.compiled is not None:
-                batch.compiled, batch.compiled_encoder = self.compiled
+        if isinstance(batch, MarianBatch) and self.compiled is not None:
+            batch.compiled, batch.compiled_encoder = self.compiled
+        elif isinstance(batch, LlamaBatch) and self.compiled is not None:
+            batch.compiled = self.compiled[0]
         return batch
 
     def kv_cache_dtype(self) -> torch.dtype | None:
-        """The dtype a Marian batch keeps its attention keys/values in (`model.kv_cache`); None: the model's."""
+        """The dtype a lean batch (Marian, Llama-shaped) keeps its attention keys/values in (`model.kv_cache`);
+        None: the model's."""
         mode = self.cfg.kv_cache
-        if mode == "float32" or self.batch_class is not MarianBatch or not self.device.startswith("cpu"):
+        if mode == "float32" or self.batch_class not in (MarianBatch, LlamaBatch) or not self.device.startswith("cpu"):
             return None
         if mode == "auto" and (self.cfg.quantization != "int8" or kernels.decode_attention() is None):
             return None
@@ -596,7 +599,7 @@ class Backbone:
 
     def static_cache_note(self, static: StaticCache) -> str | None:
         """None when the preallocated cache can serve this model, else why not."""
-        if self.batch_class is not CausalBatch:
+        if self.batch_class not in (CausalBatch, LlamaBatch):
             return f"{self.name} is not a decoder-only model the decode loop drives"
         attn = getattr(self.model.config, "_attn_implementation", None)
         if attn not in (None, "sdpa", "eager"):

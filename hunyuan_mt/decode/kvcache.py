@@ -30,6 +30,9 @@ def _cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
     b, h, t, hd = q.shape
     if kernel is not None:
         return kernel(q, k, v, mask, scale).view(b, h * hd)
+    if k.shape[1] != h:
+        # Grouped-query attention written out: each key/value head repeated for its group of query heads.
+        k, v = (t_.repeat_interleave(h // k.shape[1], dim=1) for t_ in (k[:b, :, :width], v[:b, :, :width]))
     return _attend(q, k[:b, :, :width].to(q.dtype), v[:b, :, :width].to(q.dtype), mask, scale).transpose(
         1, 2).reshape(b * t, h * hd)
 
@@ -132,3 +135,16 @@ def _grown(have: int, need: int, start: int) -> int:
     while size < need:
         size *= 2
     return size
+
+
+def _shift_right(cache: Any, by: int) -> None:
+    """Move every row's self-attention columns `by` to the right (rows joining with a longer history); `cache` has
+    `k`, `v`, `bias`, `rows` and `length` (either step's cache)."""
+    n, length = cache.rows, cache.length
+    for store in (cache.k, cache.v):
+        for s in store:
+            s[:n, :, by:by + length] = s[:n, :, :length].clone()
+            s[:n, :, :by].zero_()
+    cache.bias[:n, by:by + length] = cache.bias[:n, :length].clone()
+    cache.bias[:n, :by] = _NEG[cache.bias.dtype]
+    cache.length = length + by

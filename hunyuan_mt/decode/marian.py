@@ -34,7 +34,8 @@ import torch.nn.functional as F
 from .. import kernels
 from .batch import RunningBatch, Sequence, left_padded, positions
 from .dense import Projection, project
-from .kvcache import _NEG, _block, _blocked, _cached_attention, _grown, _keep, _move, _place, _regrow
+from .kvcache import (_NEG, _block, _blocked, _cached_attention, _grown, _keep, _move, _place, _regrow,
+                      _shift_right)
 
 #: Columns and rows the cache starts with; both double when full.
 _START_COLUMNS = 32
@@ -532,15 +533,3 @@ def _reserve(cache: _Cache, rows: int, columns: int, source: int | None = None) 
         cache.bias = _regrow((cache.k, cache.v), cache.bias, cache.rows, cache.length, new_rows, new_cols)
     if (new_rows, new_src) != tuple(cache.cbias.shape):
         cache.cbias = _regrow((cache.ck, cache.cv), cache.cbias, cache.rows, cache.source, new_rows, new_src)
-
-
-def _shift_right(cache: _Cache, by: int) -> None:
-    """Move every row's columns `by` to the right (rows joining with a longer history)."""
-    n, length = cache.rows, cache.length
-    for store in (cache.k, cache.v):
-        for s in store:
-            s[:n, :, by:by + length] = s[:n, :, :length].clone()
-            s[:n, :, :by].zero_()
-    cache.bias[:n, by:by + length] = cache.bias[:n, :length].clone()
-    cache.bias[:n, :by] = _NEG[cache.bias.dtype]
-    cache.length = length + by

@@ -71,6 +71,8 @@ template <typename T>
 void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias, double scale,
             at::Tensor& out) {
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3), W = bias.size(3);
+  // Grouped-query attention: `group` query heads share one key/value head (1 without GQA).
+  const int64_t group = H / k.size(1);
   std::vector<int64_t> lo(B), hi(B);
   row_ranges(bias, lo, hi);
 
@@ -88,8 +90,8 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
     for (int64_t i = begin; i < end; ++i) {
       const int64_t b = i / H, h = i % H;
       const float* qi = qp + b * q.stride(0) + h * q.stride(1);
-      const T* kb = kp + b * k.stride(0) + h * k.stride(1);
-      const T* vb = vp + b * v.stride(0) + h * v.stride(1);
+      const T* kb = kp + b * k.stride(0) + (h / group) * k.stride(1);
+      const T* vb = vp + b * v.stride(0) + (h / group) * v.stride(1);
       const float* bb = bp + b * bias.stride(0);
       const int64_t c0 = lo[b], n = hi[b] - lo[b];
 
@@ -139,8 +141,10 @@ void attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
   });
 }
 
-// q [B, H, 1, D] float32; k, v [>= B, H, >= W, D] (a cache with room beyond the rows and columns in use), float32
-// or float16; bias [B, 1, 1, W] additive, float32. Returns [B, H, D] float32.
+// q [B, H, 1, D] float32; k, v [>= B, KV, >= W, D] (a cache with room beyond the rows and columns in use), float32
+// or float16, KV dividing H (grouped-query attention: query head h reads key/value head h / (H / KV); the heads of
+// a group are neighbours in the parallel loop, so the second reads what the first brought into the cache);
+// bias [B, 1, 1, W] additive, float32. Returns [B, H, D] float32.
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& bias,
                             double scale) {
   TORCH_CHECK(q.dim() == 4 && q.size(2) == 1, "decode_attention: q must be [rows, heads, 1, head_dim]");
@@ -155,7 +159,9 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
   TORCH_CHECK(D % Vec::size() == 0 && D / Vec::size() <= kMaxChunks, "decode_attention: head_dim ", D,
               " must be a multiple of ", Vec::size(), " and at most ", kMaxChunks * Vec::size());
   TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1, "decode_attention: head_dim not contiguous");
-  TORCH_CHECK(k.size(0) >= B && v.size(0) >= B && k.size(1) == H && v.size(1) == H && k.size(2) >= W &&
+  TORCH_CHECK(k.size(1) > 0 && H % k.size(1) == 0 && v.size(1) == k.size(1),
+              "decode_attention: the key/value heads must divide the query heads");
+  TORCH_CHECK(k.size(0) >= B && v.size(0) >= B && k.size(2) >= W &&
                   v.size(2) >= W && k.size(3) == D && v.size(3) == D && bias.size(0) == B,
               "decode_attention: shapes do not match");
   auto out = at::empty({B, H, D}, q.options());

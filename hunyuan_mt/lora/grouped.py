@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
+import torch.nn.functional as F
 from cachetools import LRUCache
 
 from .. import invariant
@@ -164,7 +165,7 @@ class GroupedLoRA:
             if len(layers) == 1:
                 b = torch.cat([layers[0].b_t[s] for s in used], dim=0)
             else:
-                b = torch.stack([torch.cat([layer.b_t[s] for s in used], dim=0) for layer in layers])
+                b = _stack_outputs([torch.cat([layer.b_t[s] for s in used], dim=0) for layer in layers])
             return a, b.contiguous(), None, None
         quantized = [self._quantized(s) for s in used]
         if len(quantized) == 1:
@@ -196,7 +197,7 @@ class GroupedLoRA:
             if len(bs) == 1:
                 b_q, b_scale = bs[0]
             else:
-                b_q, b_scale = torch.stack([q for q, _ in bs]), torch.stack([sc for _, sc in bs])
+                b_q, b_scale = _stack_outputs([q for q, _ in bs]), torch.stack([sc for _, sc in bs])
             found = self._pieces[content] = (*quantize_columns(a), b_q.contiguous(), b_scale.contiguous())
         return found
 
@@ -256,13 +257,13 @@ def add_low_rank(h: torch.Tensor, y: torch.Tensor, tensors: LoRATensors) -> torc
     hp = h.view(n, p, -1)
     if mask is not None:
         hp = hp * mask[:, None, :]
-    delta = invariant.bmm(hp.transpose(0, 1), b)  # [P, N, out]
+    delta = invariant.bmm(hp.transpose(0, 1), b)  # [P, N, widest out]
     width = layout[0][1]
     if all(w == width for _, w in layout) and layout[-1][0] + width == y.shape[1] and p * width == y.shape[1]:
         y.view(n, p, width).add_(delta.transpose(0, 1))
     else:
         for j, (offset, w) in enumerate(layout):
-            y[:, offset:offset + w].add_(delta[j])
+            y[:, offset:offset + w].add_(delta[j, :, :w])
     return y
 
 
@@ -279,5 +280,13 @@ def _add_int8(h: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None, layou
     if p == 1:  # B [U·r, out] and its scales [U·r], as for P projections with P = 1
         b_q, b_scale = b_q[None], b_scale[None]
     for j, (offset, width) in enumerate(layout):
-        y[:, offset:offset + width].add_(int8_matmul(hp[:, j] * b_scale[j], b_q[j]))
+        y[:, offset:offset + width].add_(int8_matmul(hp[:, j] * b_scale[j], b_q[j])[:, :width])
     return y
+
+
+def _stack_outputs(bs: list[torch.Tensor]) -> torch.Tensor:
+    """B matrices [k, out_p] of a group's projections stacked [P, k, widest out], narrower ones padded with zero
+    columns: grouped-query attention's K and V are narrower than Q (a 1.8B Hunyuan: 512 against 2048 outputs), and
+    one bmm over the padded stack still beats a GEMM per projection; the adds take each projection's own columns."""
+    widest = max(b.shape[-1] for b in bs)
+    return torch.stack([F.pad(b, (0, widest - b.shape[-1])) if b.shape[-1] != widest else b for b in bs])

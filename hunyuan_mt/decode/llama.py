@@ -1,0 +1,380 @@
+"""Llama-shaped decoder-only models (HunYuanDenseV1, the Hunyuan-MT family's architecture; Llama; Qwen2/Qwen3): a
+lean decode step over a preallocated cache, beside the Marian one (`marian.py`) and over the same parts.
+
+A decoder layer is a handful of calls, written out here instead of running transformers' modules: RMSNorm, one
+fused Q/K/V projection (`dense.Projection`: one GEMM, int8 or float32, with every row's LoRA term from the grouped
+slot layers), RoPE from the model's own rotary table, the query/key norms where the model has them (HunYuanDenseV1
+after RoPE, Qwen3 before), the new keys and values written in place into the cache, attention for each row over
+its own columns (the C++ kernel for one new token per row, grouped-query heads read in place), the output
+projection; RMSNorm, one fused gate/up projection, SiLU, the down projection. The step is one pure function of
+tensors, `llama_step`, so that it runs eagerly or compiled ahead of time like Marian's (`decode/compiled.py`).
+tests/test_llama_step.py checks it against transformers' forward and greedy `generate` in float32.
+
+The cache and the rows' alignment are Marian's (`kvcache.py`): keys/values `[rows, kv heads, columns, head_dim]` per
+layer with spare room, right-aligned rows, an additive bias per row and column, per-row positions. Only the
+key/value heads are stored (GQA: a 1.8B Hunyuan keeps 4 of its 16 heads), in the model's dtype or float16
+(`model.kv_cache`).
+
+A prefill runs the entering rows right-padded to a whole block of 16 tokens, each row's tokens from column 0 and
+position 0, so that a row's arithmetic is the same whatever the rows beside it (invariant 5): the projections'
+rows are independent (int8: per-token scales and exact int32 sums; float32: `invariant`), and the attention's
+queries and keys over whole blocks (`kvcache._attend`). Only each row's last token goes through the output
+projection (a [tokens, vocab] product for every prompt token would cost more than the layers of a 1.8B model).
+The rows then move into the running batch's cache, right-aligned, and their first token is picked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .. import kernels
+from .batch import RunningBatch, Sequence
+from .dense import Projection, project
+from .kvcache import _NEG, _block, _blocked, _cached_attention, _grown, _keep, _move, _regrow, _shift_right
+
+#: model_type → where the model applies its query/key norms: "after" RoPE (HunYuanDenseV1), "before" (Qwen3), or
+#: None (no such norms).
+QK_NORM = {"hunyuan_v1_dense": "after", "qwen3": "before", "llama": None, "qwen2": None}
+
+#: RoPE kinds whose frequencies do not depend on the sequence length: the step reads one table by position.
+#: ("dynamic" NTK without Hunyuan's fixed alpha recomputes them as the sequence grows.)
+_STATIC_ROPE = {"default", "linear", "llama3", "yarn", "ntk_alpha"}
+
+_START_COLUMNS = 32
+_START_ROWS = 8
+
+
+def lean_note(model: Any) -> str | None:
+    """None when `LlamaBatch` can run `model`, else why not (the model then runs through its own forward,
+    `causal.CausalBatch`)."""
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", type(model).__name__)
+    if model_type not in QK_NORM:
+        return f"{model_type} is not one of the Llama-shaped models the lean step is written for"
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None or not len(layers) or getattr(inner, "rotary_emb", None) is None:
+        return f"{model_type}: no decoder layers or rotary embedding where the lean step looks for them"
+    weight = inner.embed_tokens.weight
+    if weight.device.type != "cpu" or weight.dtype != torch.float32:
+        return f"the lean decoder-only step is built for float32 (or int8) on the CPU, not {weight.dtype} on " \
+               f"{weight.device.type}"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"{model_type} uses {config.hidden_act}, the lean step SiLU"
+    rope = getattr(inner.rotary_emb, "rope_type", "default")
+    if rope not in _STATIC_ROPE:
+        return f"RoPE {rope!r} depends on the sequence length"
+    return None
+
+
+@dataclass
+class _Layer:
+    """One decoder layer's projections and norms, in the order the step uses them."""
+
+    qkv: Projection
+    out: Projection
+    gate_up: Projection
+    down: Projection
+    norms: tuple[tuple[torch.Tensor, float], tuple[torch.Tensor, float]]   # input, post-attention (weight, eps)
+    qk_norms: tuple[tuple[torch.Tensor, float], tuple[torch.Tensor, float]] | None
+
+
+@dataclass
+class _Cache:
+    """Keys/values of some rows (`k`, `v` per layer, `length` columns used, `bias` per row and column). Tensors may
+    hold more rows and columns than are in use; `rows` are in use."""
+
+    rows: int
+    length: int
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+    bias: torch.Tensor          # [row capacity, column capacity]: 0 for a row's real columns, a large negative else
+
+    @property
+    def columns(self) -> int:
+        return self.bias.shape[1]
+
+    @property
+    def capacity(self) -> int:
+        return self.bias.shape[0]
+
+
+class LlamaBatch(RunningBatch):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cfg = self.model.config
+        self.inner = self.model.model
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.scaling = self.head_dim ** -0.5
+        self.qk_norm = QK_NORM[cfg.model_type]
+        self.cache: _Cache | None = None
+        self._layers: list[_Layer] = []
+        self._head: Projection | None = None
+        self._layout: tuple[Any, ...] | None = None
+        self._args: tuple[Any, ...] = ()
+        self._lora_memo: tuple[list[_Layer], Any, tuple[tuple[Any, ...], ...]] | None = None
+        #: The dtype the cache keeps keys/values in (`model.kv_cache`, set by the backbone); None: the model's.
+        self.kv_dtype: torch.dtype | None = None
+        #: The compiled decode step (`decode/compiled.py`), shared by the backbone's batches; None: eager.
+        self.compiled: Any = None
+        if self.device.type == "cpu" and kernels.move_rows() is not None:
+            self.compact_share = 0.0  # as MarianBatch: a compaction in one kernel call costs less than a step
+
+    @property
+    def cache_length(self) -> int:
+        return 0 if self.cache is None else self.cache.length
+
+    # ------------------------------------------------------------------ the model's weights, fused
+
+    def _build(self) -> list[_Layer]:
+        """The step's view of the model, rebuilt when the slot layers change (modules wrapped, slots grown)."""
+        mapping = self.mapping
+        plain = self._step() is not None and self.compiled.frozen
+        layout = (id(self.inner), -1 if mapping is None else mapping.structure, plain)
+        if layout == self._layout:
+            return self._layers
+        layers = []
+        for layer in self.inner.layers:
+            sa, mlp = layer.self_attn, layer.mlp
+            qk = None
+            if self.qk_norm is not None:
+                qn = getattr(sa, "query_layernorm", None) or getattr(sa, "q_norm")
+                kn = getattr(sa, "key_layernorm", None) or getattr(sa, "k_norm")
+                qk = (_rms_params(qn), _rms_params(kn))
+            layers.append(_Layer(
+                qkv=Projection([sa.q_proj, sa.k_proj, sa.v_proj], mapping),
+                out=Projection([sa.o_proj], mapping),
+                gate_up=Projection([mlp.gate_proj, mlp.up_proj], mapping),
+                down=Projection([mlp.down_proj], mapping),
+                norms=(_rms_params(layer.input_layernorm), _rms_params(layer.post_attention_layernorm)),
+                qk_norms=qk,
+            ))
+        self._head = Projection([self.model.lm_head], None)
+        self._layers, self._layout = layers, layout
+        self._args = self._model(plain)
+        return layers
+
+    def _model(self, plain: bool = False) -> tuple[Any, ...]:
+        """The weights as `llama_step` takes them (tensors and the architecture's constants)."""
+        pick = (lambda p: p.plain) if plain else (lambda p: p.base)
+        return (self.inner.embed_tokens.weight,
+                (self.heads, self.kv_heads, self.head_dim, self.scaling, self._attention_kernel(), self.qk_norm),
+                tuple((tuple(pick(p) for p in _step_projections(layer)), layer.norms, layer.qk_norms)
+                      for layer in self._layers),
+                _rms_params(self.inner.norm), pick(self._head))
+
+    def _attention_kernel(self) -> Any:
+        weight = self.inner.embed_tokens.weight
+        return kernels.decode_attention() if kernels.usable(weight.device, weight.dtype, self.head_dim) else None
+
+    def _rope(self, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [≥ positions, head_dim] from the model's own rotary embedding (its scaling included), grown
+        by doubling: a position's row is what the model computes for it."""
+        table = getattr(self, "_rope_table", None)
+        if table is None or table[0].shape[0] < positions:
+            size = _grown(0 if table is None else table[0].shape[0], positions, 256)
+            rotary, weight = self.inner.rotary_emb, self.inner.embed_tokens.weight
+            pos = torch.arange(size, device=weight.device)[None]
+            cos, sin = rotary(weight[:1][None], pos)
+            table = (cos[0].contiguous(), sin[0].contiguous())
+            self._rope_table = table
+        return table
+
+    # ------------------------------------------------------------------ the step
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: _Cache,
+                 last: torch.Tensor | None = None, step: Any = None) -> torch.Tensor:
+        layers = self._build()
+        b, t = ids.shape
+        complete = step is not None
+        padding = 0 if step is None else step.padding(b)
+        lora = self._lora_terms(layers, b * t, t, ids.device, complete, padding)
+        cos, sin = self._rope(int(pos.max()) + 1)
+        if step is not None:
+            return step(ids, pos, mask, cache.k, cache.v, cos, sin, self._args, lora)
+        return llama_step(ids, pos, mask, cache.k, cache.v, cos, sin, self._args, lora, last)
+
+    def _lora_terms(self, layers: list[_Layer], tokens: int, per_row: int, device: torch.device, complete: bool,
+                    padding: int) -> tuple[tuple[Any, ...], ...]:
+        """Every projection's LoRA term for this forward, the same tuple while the rows' slots, their weights and
+        the shapes stay (MarianBatch._lora_terms says why)."""
+        mapping = self.mapping
+        key = (None if mapping is None else (mapping.version, mapping.structure), tokens, per_row, device, complete,
+               padding)
+        memo = self._lora_memo
+        if memo is not None and memo[0] is layers and memo[1] == key:
+            return memo[2]
+        terms = tuple(tuple(p.lora_tensors(tokens, per_row, device, complete, padding)
+                            for p in _step_projections(layer)) for layer in layers)
+        self._lora_memo = (layers, key, terms)
+        return terms
+
+    def _step(self) -> Any:
+        return self.compiled if self.compiled is not None and self.compiled.active else None
+
+    def _decode_threads(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext() if self._step() is not None else super()._decode_threads()
+
+    def _prefill_threads(self, tokens: int) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext() if self._step() is not None else super()._prefill_threads(tokens)
+
+    # ------------------------------------------------------------------ RunningBatch's moves
+
+    def _prefill(self, sequences: list[Sequence]) -> tuple[torch.Tensor, Any]:
+        self._build()
+        lengths = [len(s.input_ids) for s in sequences]
+        n, width = len(sequences), _block(max(lengths))
+        ids = torch.tensor([s.input_ids + (self.pad_id,) * (width - len(s.input_ids)) for s in sequences],
+                           dtype=torch.long, device=self.device)
+        pos = torch.arange(width, device=self.device).expand(n, width)
+        lens = torch.tensor(lengths, device=self.device)
+        dtype = self.inner.embed_tokens.weight.dtype
+        # Causal, and a row sees none of its padding; a padding query sees its row's tokens (it is thrown away).
+        col = torch.arange(width, device=self.device)
+        visible = (col[None, None, :] <= col[None, :, None]) & (col[None, None, :] < lens[:, None, None])
+        mask = torch.zeros(n, 1, width, width, dtype=dtype, device=self.device).masked_fill(
+            ~visible[:, None], _NEG[dtype])
+        k = [torch.zeros(n, self.kv_heads, width, self.head_dim, dtype=dtype, device=self.device)
+             for _ in self._layers]
+        v = [torch.zeros_like(t) for t in k]
+        cache = _Cache(n, 0, k, v, torch.zeros(n, width, dtype=dtype, device=self.device))
+        logits = self._forward(ids, pos, mask, cache, last=lens - 1)
+        return logits, (k, v, lengths)
+
+    def _merge(self, state: Any) -> None:
+        k, v, lengths = state
+        n, longest = len(lengths), max(lengths)
+        mine = self.cache
+        dtype = self.kv_dtype or k[0].dtype
+        if mine is None or not self.rows:
+            empty = [k[0].new_zeros(0, self.kv_heads, 0, self.head_dim, dtype=dtype) for _ in range(2 * len(k))]
+            mine = self.cache = _Cache(0, 0, empty[:len(k)], empty[len(k):],
+                                       k[0].new_zeros(0, 0))
+        width = max(mine.length, longest)
+        _reserve(mine, mine.rows + n, width + 1)
+        if width > mine.length:
+            _shift_right(mine, width - mine.length)
+        # Each entering row right-aligned below the live ones; what it does not fill stays masked.
+        at = mine.rows
+        mine.bias[at:at + n] = _NEG[mine.bias.dtype]
+        for i, length in enumerate(lengths):
+            for store, theirs in ((mine.k, k), (mine.v, v)):
+                for s, o in zip(store, theirs):
+                    s[at + i, :, width - length:width] = o[i, :, :length]
+            mine.bias[at + i, width - length:width] = 0.0
+        mine.rows, mine.length = at + n, width
+
+    def _decode(self, last: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        cache = self.cache
+        assert cache is not None
+        step = self._step()
+        if step is None:
+            _reserve(cache, cache.rows, _block(cache.length + 1))
+        else:
+            _reserve(cache, max(cache.rows, step.MIN_ROWS) + 1, cache.length + 2)
+        cache.bias[:cache.rows, cache.length] = 0.0
+        mask = cache.bias[:cache.rows, None, None, :cache.length + 1]
+        logits = self._forward(last, pos, mask, cache, step=step)
+        cache.length += 1
+        return logits
+
+    @torch.inference_mode()
+    def _select(self, keep: list[int]) -> None:
+        cache = self.cache
+        if not keep:
+            self.cache = None
+            return
+        assert cache is not None
+        index = torch.tensor(keep, dtype=torch.long, device=self.device)
+        used = (cache.bias.index_select(0, index)[:, :cache.length] == 0).any(dim=0).nonzero()
+        cut = int(used[0]) if used.numel() else cache.length
+        if cut and 4 * cut >= cache.length:
+            _keep((cache.k, cache.v), cache.bias, index, cut, cache.length)
+            cache.length -= cut
+        else:
+            moved = [(dst, src) for dst, src in enumerate(keep) if dst != src]
+            if moved:
+                dst = torch.tensor([m[0] for m in moved], dtype=torch.long, device=self.device)
+                src = torch.tensor([m[1] for m in moved], dtype=torch.long, device=self.device)
+                disjoint = not {m[0] for m in moved} & {m[1] for m in moved}
+                _move((cache.k, cache.v), cache.bias, dst, src, cache.length, disjoint)
+        cache.rows = len(keep)
+
+
+def _rms_params(norm: Any) -> tuple[torch.Tensor, float]:
+    eps = getattr(norm, "variance_epsilon", None)
+    return norm.weight, float(getattr(norm, "eps", 1e-6) if eps is None else eps)
+
+
+def _rms(x: torch.Tensor, norm: tuple[torch.Tensor, float]) -> torch.Tensor:
+    """RMSNorm as transformers' Llama-family modules compute it (in float32, weight applied last)."""
+    weight, eps = norm
+    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE as transformers applies it: x·cos + rotate_half(x)·sin."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def _step_projections(layer: _Layer) -> tuple[Projection, ...]:
+    return layer.qkv, layer.out, layer.gate_up, layer.down
+
+
+def llama_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, k: list[torch.Tensor],
+               v: list[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor, model: tuple[Any, ...],
+               lora: Any, last: torch.Tensor | None = None) -> torch.Tensor:
+    """Feed `ids` [B, T] at positions `pos` [B, T]: logits [B, vocab] of each row's last position (or of position
+    `last[b]`). A pure function of tensors, compiled by `decode/compiled.py`.
+
+    The new keys and values are written into `k`/`v` (per layer `[rows ≥ B, kv heads, columns, head_dim]`) at
+    columns end-T..end-1, where end is the width of `mask` ([B, 1, T, end], additive). `cos`/`sin` are the rotary
+    table by position; `model` is `LlamaBatch._model()`, `lora` each layer's LoRA tensors per projection."""
+    embed, (h, kvh, hd, scaling, kernel, qk_mode), layers, final_norm, head = model
+    b, t = ids.shape
+    n = b * t
+    kernel = kernel if t == 1 else None
+    end = width = mask.shape[-1]
+    if kernel is None and not torch.compiler.is_compiling():
+        # Written-out attention reads whole blocks of columns (kvcache._attend says why).
+        width = _block(end)
+        mask = _blocked(mask, -1, _NEG[mask.dtype])
+    cos, sin = cos[pos][:, :, None], sin[pos][:, :, None]          # [B, T, 1, head_dim]
+    x = F.embedding(ids, embed).reshape(n, -1)
+    for i, ((qkv_w, out_w, gate_up_w, down_w), norms, qk_norms) in enumerate(layers):
+        qkv_l, out_l, gate_up_l, down_l = lora[i]
+        qkv = project(_rms(x, norms[0]), qkv_w, qkv_l)
+        q = qkv[:, :h * hd].view(b, t, h, hd)
+        key = qkv[:, h * hd:(h + kvh) * hd].view(b, t, kvh, hd)
+        value = qkv[:, (h + kvh) * hd:].view(b, t, kvh, hd)
+        if qk_mode == "before":
+            q, key = _rms(q, qk_norms[0]), _rms(key, qk_norms[1])
+        q, key = _rotate(q, cos, sin), _rotate(key, cos, sin)
+        if qk_mode == "after":
+            q, key = _rms(q, qk_norms[0]), _rms(key, qk_norms[1])
+        k[i][:b, :, end - t:end] = key.transpose(1, 2)
+        v[i][:b, :, end - t:end] = value.transpose(1, 2)
+        attn = _cached_attention(q.transpose(1, 2), k[i], v[i], mask, width, scaling, kernel)
+        x = x + project(attn, out_w, out_l)
+        gate_up = project(_rms(x, norms[1]), gate_up_w, gate_up_l)
+        gate, up = gate_up.chunk(2, dim=-1)
+        x = x + project(F.silu(gate) * up, down_w, down_l)
+    x = x.view(b, t, -1)
+    x = x[:, -1] if last is None else x[torch.arange(b, device=x.device), last]
+    return project(_rms(x, final_norm), head, None)
+
+
+def _reserve(cache: _Cache, rows: int, columns: int) -> None:
+    """Grow the cache's tensors (doubling) to hold `rows` rows and `columns` columns; what is in use is kept."""
+    new_rows = _grown(cache.capacity, rows, _START_ROWS)
+    new_cols = _grown(cache.columns, columns, _START_COLUMNS)
+    if (new_rows, new_cols) != tuple(cache.bias.shape):
+        cache.bias = _regrow((cache.k, cache.v), cache.bias, cache.rows, cache.length, new_rows, new_cols)
