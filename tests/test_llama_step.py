@@ -1,0 +1,186 @@
+"""The lean decoder-only step (hunyuan_mt/decode/llama.py) against transformers, in float32 on tiny random models:
+greedy tokens equal `generate` (rows alone, together, joining mid-way), LoRA rows equal PEFT's own model, and a
+row's logits beside others equal its logits alone to the bit, in float32 and int8, with adapters on every
+projection (GQA makes K and V narrower than Q, which the grouped LoRA must take)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import tiny_models
+from hunyuan_mt.adapters.request import Pair
+from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.config import GenerationConfig
+from hunyuan_mt.decode import CausalBatch, LlamaBatch, Sequence, TokenPicker
+from hunyuan_mt.decode.llama import lean_note
+from row_logits import assert_rows_as_alone
+
+ALL_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+PROMPTS = [(5, 9, 12, 40, 3), tuple(range(7, 31)), (30, 31), (44, 45, 46, 47, 48, 49, 50), (60,)]
+NEW = 12
+
+
+def _build(kind: str, out_dir: Path) -> Path:
+    """A tiny decoder-only model of `kind` with GQA (4 query heads, 2 key/value heads) as safetensors."""
+    if kind == "hunyuan":
+        return tiny_models.build_hunyuan(out_dir)
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    tok = tiny_models.build_tokenizer(out_dir, chat_template=tiny_models.CHAT_TEMPLATE)
+    config_class, model_class = (LlamaConfig, LlamaForCausalLM) if kind == "llama" else (Qwen3Config,
+                                                                                         Qwen3ForCausalLM)
+    torch.manual_seed(3)
+    cfg = config_class(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
+                       pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                       tie_word_embeddings=kind == "qwen3", rope_theta=10000.0)
+    model = model_class(cfg).eval()
+    tiny_models._sharpen(model)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    return out_dir
+
+
+@pytest.fixture(scope="module", params=["hunyuan", "llama", "qwen3"])
+def model_dir(request, tmp_path_factory) -> Path:
+    return _build(request.param, tmp_path_factory.mktemp(request.param))
+
+
+def _run(batch_class, model, sequences: list[Sequence], joins: list[int]) -> dict[int, list[int]]:
+    """Greedy tokens of each sequence, sequence i entering at step joins[i]."""
+    picker = TokenPicker.for_model(model, GenerationConfig(), None, encoder_decoder=False)
+    batch = batch_class(model, None, picker, torch.device("cpu"), 0)
+    out: dict[int, list[int]] = {}
+    waiting, step = list(range(len(sequences))), 0
+    with torch.inference_mode():
+        while waiting or len(batch):
+            entering = [i for i in waiting if joins[i] <= step]
+            waiting = [i for i in waiting if joins[i] > step]
+            batch.add([sequences[i] for i in entering])
+            for row in batch.pop_finished():
+                out[row.seq.tag] = row.generated
+            if len(batch):
+                batch.step()
+            for row in batch.pop_finished():
+                out[row.seq.tag] = row.generated
+            step += 1
+    return out
+
+
+def test_greedy_tokens_equal_transformers_generate(model_dir: Path, two_threads) -> None:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    assert lean_note(model) is None
+    reference = []
+    with torch.inference_mode():
+        for prompt in PROMPTS:
+            out = model.generate(torch.tensor([prompt]), max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False,
+                                 eos_token_id=None, pad_token_id=0)
+            reference.append(out[0, len(prompt):].tolist())
+    sequences = [Sequence(i, p, 0, NEW) for i, p in enumerate(PROMPTS)]
+    for joins in ([0] * len(PROMPTS), [0, 2, 2, 5, 9]):
+        lean = _run(LlamaBatch, model, sequences, joins)
+        assert [lean[i] for i in range(len(PROMPTS))] == reference, joins
+    for i, sequence in enumerate(sequences):
+        assert _run(LlamaBatch, model, [Sequence(0, sequence.input_ids, 0, NEW)], [0])[0] == reference[i]
+
+
+def test_the_backbone_picks_the_lean_step_on_the_cpu_and_says_why_not_elsewhere(hunyuan_dir: Path,
+                                                                               fresh_backbone) -> None:
+    backbone = fresh_backbone(hunyuan_dir, quantization="none")
+    assert backbone.batch_class is LlamaBatch
+    model = backbone.model
+    model.config.model_type, saved = "gpt_neox", model.config.model_type
+    try:
+        assert "not one of the Llama-shaped models" in lean_note(model)
+    finally:
+        model.config.model_type = saved
+    half = type(model)(model.config).to(torch.bfloat16)
+    assert "float32 (or int8) on the CPU" in lean_note(half)
+
+
+@pytest.fixture(scope="module")
+def all_module_adapters(tmp_path_factory, hunyuan_dir: Path) -> Path:
+    """Adapters on every projection of the tiny Hunyuan, ranks 4 and 8 (slots padded to the larger)."""
+    root = tmp_path_factory.mktemp("hy_all_adapters")
+    for i, pair in enumerate(("en2es", "en2de", "fr2en")):
+        tiny_models.make_adapter(hunyuan_dir, root / pair, seed=10 + i, r=4 if i else 8, target_modules=ALL_MODULES)
+    return root
+
+
+def test_lora_rows_equal_peft_on_transformers(hunyuan_dir: Path, all_module_adapters: Path, fresh_backbone,
+                                              make_cache, two_threads) -> None:
+    """Each row's greedy text through the lean step, rows of three adapters and the bare backbone in one batch,
+    equals PEFT's own LoRA layers over transformers' model for that adapter alone."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    backbone = fresh_backbone(hunyuan_dir, quantization="none")
+    cache = make_cache(backbone, all_module_adapters, slots=3, pinned=[])
+    rows = [PromptRow("Open the file.", "en", "es"), PromptRow("Save the document now.", "en", "de"),
+            PromptRow("Bonjour le monde.", "fr", "en"), PromptRow("Hello world.", "en", "es")]
+    pairs = ["en2es", "en2de", "fr2en", None]
+    with cache.lease([Pair.parse(p) if p else None for p in pairs]) as lease:
+        ours = backbone.generate(rows, list(lease.slots), GenerationConfig(), max_new_tokens=10)
+    assert backbone.batch_class is LlamaBatch
+    for row, pair, text in zip(rows, pairs, ours):
+        base = AutoModelForCausalLM.from_pretrained(hunyuan_dir).eval()
+        model = PeftModel.from_pretrained(base, all_module_adapters / pair).eval() if pair else base
+        ids = torch.tensor([backbone.encode(row).input_ids])
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=10,
+                                 do_sample=False, pad_token_id=0)
+        assert backbone.decode(out[0, ids.shape[1]:].tolist()) == text, pair
+
+
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+def test_mixed_rows_have_the_logits_they_have_alone(quantization: str, hunyuan_dir: Path,
+                                                    all_module_adapters: Path, fresh_backbone, make_cache,
+                                                    two_threads) -> None:
+    """Invariant 5 for the lean decoder-only step: rows of three adapters (ranks 8 and 4) and the bare backbone,
+    joining at different steps, get at every step the logits each gets alone, to the bit."""
+    backbone = fresh_backbone(hunyuan_dir, quantization=quantization, cpu_threads=2)
+    assert backbone.batch_class is LlamaBatch
+    cache = make_cache(backbone, all_module_adapters, slots=3, pinned=[])
+    pairs = ["en2es", "en2de", "fr2en"]
+    texts = {"en2es": ["Open the file.", "Save the document before closing the window?"],
+             "en2de": ["The printer is out of paper."], "fr2en": ["Impossible d'ouvrir le fichier."],
+             None: ["Hello world, how are you today?"]}
+    with cache.lease([Pair.parse(p) for p in pairs]) as lease:
+        slot = dict(zip(pairs, lease.slots))
+        items = [(PromptRow(text, *(pair or "en2es").split("2")), slot.get(pair, 0))
+                 for pair, group in texts.items() for text in group]
+        assert_rows_as_alone(backbone, items, joins=[0, 2, 0, 4, 1])
+
+
+def test_kv_cache_float16_keeps_greedy_tokens(hunyuan_dir: Path, fresh_backbone, two_threads) -> None:
+    """The cache in float16 (`model.kv_cache`), widened by the kernel as it reads: the same greedy tokens as the
+    float32 cache on the tiny model, and the cache tensors really are float16."""
+    rows = [PromptRow(t, "en", "es") for t in ("Open the file.", "Save the document before closing the window?")]
+    wide = fresh_backbone(hunyuan_dir, quantization="none", kv_cache="float32")
+    half = fresh_backbone(hunyuan_dir, quantization="none", kv_cache="float16")
+    assert half.kv_cache_dtype() == torch.float16
+    batch = half.new_batch(GenerationConfig())
+    with torch.inference_mode():
+        batch.add([Sequence(0, half.encode(rows[0]).input_ids, 0, 4)])
+    assert batch.cache.k[0].dtype == torch.float16
+    assert half.generate(rows, [0, 0], GenerationConfig(), 12) == wide.generate(rows, [0, 0], GenerationConfig(), 12)
+
+
+def test_the_model_forward_path_stays_for_what_the_lean_step_does_not_cover(hunyuan_dir: Path) -> None:
+    """A decoder-only model outside the lean step's table still runs the iteration-level loop over its own
+    forward (CausalBatch)."""
+    from transformers import AutoModelForCausalLM
+
+    from hunyuan_mt.decode import running_batch_class
+
+    model = AutoModelForCausalLM.from_pretrained(hunyuan_dir).eval()
+    assert running_batch_class(model, "decoder-only")[0] is LlamaBatch
+    model.config.model_type, saved = "olmo", model.config.model_type
+    try:
+        assert running_batch_class(model, "decoder-only")[0] is CausalBatch
+    finally:
+        model.config.model_type = saved
