@@ -64,7 +64,7 @@ def prepare_adapters(out_dir: Path, model_dir: Path, template_root: Path | None,
         if templates:
             _perturbed_copy(templates[i % len(templates)], dest, pair, seed, noise)
         else:
-            _random_adapter(model_dir, dest, pair, seed)
+            random_adapter(model_dir, dest, pair, seed)
     stamp_file.write_text(stamp)
     return out_dir
 
@@ -80,8 +80,8 @@ def _perturbed_copy(template: Path, dest: Path, pair: str, seed: int, noise: flo
     _write_metadata(dest, pair, f"perturbed copy of {template.name} (noise {noise})")
 
 
-def _random_adapter(model_dir: Path, dest: Path, pair: str, seed: int, r: int = 8,
-                    targets: tuple[str, ...] = ("q_proj", "v_proj")) -> None:
+def random_adapter(model_dir: Path, dest: Path, pair: str, seed: int, r: int = 8,
+                   targets: tuple[str, ...] = ("q_proj", "v_proj")) -> None:
     """LoRA weights shaped from the backbone's safetensors header (no model is built)."""
     gen = torch.Generator().manual_seed(seed)
     tensors: dict[str, torch.Tensor] = {}

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from . import cpu, int8, kernels
+from . import cpu, footprint, int8, kernels
 from .config import GenerationConfig, ModelConfig
 from .decode import CausalBatch, LlamaBatch, MarianBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
 from .decode.static import StaticCausalBatch
@@ -260,6 +260,27 @@ def _quantization_config(cfg: ModelConfig, device: str, dtype: torch.dtype) -> A
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_type="nf4")
 
 
+def _check_footprint(cfg: ModelConfig, folder: Path, hf_config: Any, dtype: torch.dtype) -> torch.dtype:
+    """Refuse, with one line, a model the machine's memory cannot hold (footprint.py), and say which dtype to load
+    in: a half-precision checkpoint headed for int8 is read in its own precision and quantized layer by layer,
+    which halves the peak of loading it in float32 first (Hunyuan-MT-7B: ~15 instead of ~30 GB)."""
+    import psutil
+
+    int8_weights = cfg.quantization == "int8"
+    try:
+        found = footprint.check(folder, int8_weights, bool(getattr(hf_config, "tie_word_embeddings", False)),
+                                psutil.virtual_memory().available, cfg.path)
+    except MemoryError as exc:
+        raise ModelUnavailable(str(exc)) from None
+    if found is not None:
+        log.info("%s: %s", cfg.path, found.describe())
+    stored = getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None)
+    stored = _DTYPES.get(str(stored).replace("torch.", ""), None) if stored is not None else None
+    if int8_weights and dtype == torch.float32 and stored in (torch.bfloat16, torch.float16):
+        return stored
+    return dtype
+
+
 def _has_safetensors(source: str) -> bool:
     folder = Path(source)
     if not folder.is_dir():
@@ -368,7 +389,10 @@ class Backbone:
                 f"Model {cfg.path!r} has no .safetensors weights; pickle checkpoints are refused unless "
                 "model.allow_pickle is true."
             )
-        kwargs: dict[str, Any] = dict(common, dtype=dtype)
+        load_dtype = dtype
+        if device == "cpu" and Path(source).is_dir():
+            load_dtype = _check_footprint(cfg, Path(source), hf_config, dtype)
+        kwargs: dict[str, Any] = dict(common, dtype=load_dtype)
         kwargs["use_safetensors"] = None if cfg.allow_pickle else True
         model_cls = AutoModelForSeq2SeqLM if arch == ENCODER_DECODER else AutoModelForCausalLM
         flash = cfg.attn_implementation == "auto" and device.startswith("cuda") and _flash_attn_available()
@@ -397,6 +421,8 @@ class Backbone:
             # The kernel configured, or the faster of the two on this CPU (timed once per process).
             kernel = int8_speed(cfg).kernel
             int8.quantize_linears(model, kernel)
+            if load_dtype != dtype:
+                model.to(dtype)  # what stayed float (embeddings, norms), after the linears left half precision
         tokenizer.padding_side = "left" if arch == DECODER_ONLY else "right"
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -559,8 +585,8 @@ class Backbone:
         """None when `compile_step` applies to this backbone, else why not."""
         if not self.device.startswith("cpu"):
             return f"the compiled step is built and measured for the CPU; this backbone runs on {self.device}"
-        if self.batch_class is not MarianBatch:
-            return f"{self.name} has no lean encoder-decoder step to compile"
+        if self.batch_class not in (MarianBatch, LlamaBatch):
+            return f"{self.name} has no lean decode step to compile ({self.batch_note or 'its own forward runs'})"
         if self.cfg.quantization not in ("int8", "none") or (self.cfg.quantization == "none"
                                                               and self.dtype != torch.float32):
             return (f"the compiled step is built for int8 and float32 weights (model.quantization "
@@ -568,23 +594,25 @@ class Backbone:
         return None
 
     def compile_step(self) -> bool:
-        """Run every later batch's encoder and decode step compiled (decode/compiled.py) and warm them up now: the
-        first calls compile (the caller waits; logged). False, with the reason logged, where it does not apply or
-        the decode step failed to compile (decoding stays eager)."""
+        """Run every later batch's decode step (and a Marian model's encoder) compiled (decode/compiled.py) and warm
+        them up now: the first calls compile (the caller waits; logged). False, with the reason logged, where it
+        does not apply or the decode step failed to compile (decoding stays eager)."""
         note = self.compile_note()
         if note is not None:
             log.info("model.compile: not applied (%s)", note)
             return False
-        from .decode.compiled import CompiledEncoder, CompiledStep
+        from .decode.compiled import CompiledEncoder, CompiledLlamaStep, CompiledStep
 
         if self.compiled is None:
             # Float32 weights are frozen into the packages, where inductor packs them for oneDNN as the eager step
             # does (decode/dense.py): as inputs, a compiled step would multiply them unpacked, slower than eager.
             # int8 weights stay inputs (their GEMM, torch._int_mm, packs nothing).
             freeze = self.cfg.quantization == "none"
-            self.compiled = (CompiledStep(freeze), CompiledEncoder(freeze))
-        log.info("compiling the decode step and encoder for this CPU (model.compile; the first start takes ~95 s "
-                 "on 2 cores, later starts read the compiled packages in %s)", _inductor_cache())
+            self.compiled = ((CompiledStep(freeze), CompiledEncoder(freeze)) if self.batch_class is MarianBatch
+                             else (CompiledLlamaStep(freeze), None))
+        log.info("compiling the decode step%s for this CPU (model.compile; the first start takes minutes on 2 cores, "
+                 "later starts read the compiled packages in %s)",
+                 " and encoder" if self.compiled[1] is not None else "", _inductor_cache())
         t0 = time.perf_counter()
         # One row (run beside a padding row) and then three: the second call must find the same graph.
         self.generate([PromptRow("Hello.", "en", "es")], [BASE_SLOT], GenerationConfig(), max_new_tokens=4)
@@ -593,8 +621,8 @@ class Backbone:
         step, encoder = self.compiled
         if not step.active:
             return False
-        log.info("decode step and encoder compiled and warm in %.1f s%s", time.perf_counter() - t0,
-                 "" if encoder.active else " (the encoder runs eagerly: it failed to compile)")
+        log.info("decode step compiled and warm in %.1f s%s", time.perf_counter() - t0,
+                 "" if encoder is None or encoder.active else " (the encoder runs eagerly: it failed to compile)")
         return True
 
     def static_cache_note(self, static: StaticCache) -> str | None:

@@ -127,6 +127,10 @@ class CacheConfig:
     lease_timeout_s: float = 10.0
     #: How long a failed load is remembered (fails fast) before it is tried again.
     failure_ttl_s: float = 30.0
+    #: Memory the slot layers may take for LRU slots beyond `slots` (MB; 0: exactly `slots`). While memory allows,
+    #: as many more adapters stay attached as this budget holds (never more than the registered adapters), so rows
+    #: of more pairs share a step; under memory pressure (light mode) new pairs go only to the first `slots`.
+    slot_budget_mb: float = 0.0
 
     def __post_init__(self) -> None:
         _check(isinstance(self.slots, int) and self.slots >= 1, "cache.slots", "an integer >= 1", self.slots)
@@ -134,6 +138,8 @@ class CacheConfig:
                self.ram_tier)
         _check(self.lease_timeout_s > 0, "cache.lease_timeout_s", "a number > 0", self.lease_timeout_s)
         _check(self.failure_ttl_s >= 0, "cache.failure_ttl_s", "a number >= 0", self.failure_ttl_s)
+        _check(isinstance(self.slot_budget_mb, (int, float)) and self.slot_budget_mb >= 0, "cache.slot_budget_mb",
+               "a number >= 0", self.slot_budget_mb)
         _check(len(set(self.pinned)) == len(self.pinned), "cache.pinned", "distinct pairs", self.pinned)
 
     @property

@@ -4,7 +4,8 @@ The monitor reads GPU memory on CUDA (`torch.cuda.mem_get_info`) and host memory
 readings through its `reader` seam. The policy has hysteresis: above `high_watermark` it enters light mode, below
 `low_watermark` it returns to normal, in between it keeps its mode. Light mode:
 
-- detaches every idle non-pinned adapter (`cache.evict_idle`), keeping them in the RAM tier while host memory allows;
+- closes the LRU slots a memory budget opened beyond `cache.slots` to new pairs (`cache.limit_slots`), and detaches
+  every idle non-pinned adapter (`cache.evict_idle`), keeping them in the RAM tier while host memory allows;
 - shrinks the engine's rows and token budget per batch;
 - switches decoder-only models to a quantized KV cache (transformers' built-in fp8 backend) where supported;
 - lowers log verbosity to warnings.
@@ -135,6 +136,11 @@ class MemoryPolicy:
     def _enter_light(self, reading: MemoryReading) -> None:
         evicted: list[str] = []
         if self.cache is not None:
+            # New pairs only into the configured slots (the floor), then the idle ones out: the slots a memory
+            # budget opened beyond the floor (cache.slot_budget_mb) take no new adapter while under pressure.
+            limit = getattr(self.cache, "limit_slots", None)
+            if limit is not None:
+                limit(True)
             # Keep evicted adapters in host RAM unless host RAM is itself what is under pressure.
             keep_ram = reading.host_fraction < self.cfg.high_watermark
             evicted = [getattr(p, "key", str(p)) for p in self.cache.evict_idle(keep_ram=keep_ram)]
@@ -156,6 +162,9 @@ class MemoryPolicy:
         for name, level in self._saved_levels.items():
             logging.getLogger(name).setLevel(level)
         self._saved_levels.clear()
+        limit = getattr(self.cache, "limit_slots", None)
+        if limit is not None:
+            limit(False)
         if self.engine is not None:
             self.engine_effect = self.engine.set_light_mode(False)
         self.mode = NORMAL

@@ -1,4 +1,5 @@
-"""The GPU profile (configs/hunyuan-mt-7b.yaml) and bench/gpu_check.py, on a machine without CUDA."""
+"""The Hunyuan-MT-7B profile (configs/hunyuan-mt-7b.yaml: a GPU, or a CPU with int8 weights) and bench/gpu_check.py,
+on a machine without CUDA."""
 
 from __future__ import annotations
 
@@ -24,11 +25,12 @@ def _env() -> dict[str, str]:
     return dict(os.environ, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 
-def test_profile_is_the_documented_gpu_setup() -> None:
+def test_profile_is_the_documented_setup() -> None:
     cfg = load_config("hunyuan-mt-7b")
-    assert (cfg.model.dtype, cfg.model.device, cfg.model.arch) == ("bfloat16", "cuda", "decoder-only")
-    assert cfg.model.require_cuda is True and cfg.model.allow_pickle is False and cfg.model.trust_remote_code is False
-    assert cfg.model.quantization == "none"
+    # auto: bf16 on a GPU; on a CPU float32 around int8 weights (backbone.resolve_quantization decides at load).
+    assert (cfg.model.dtype, cfg.model.device, cfg.model.arch) == ("auto", "auto", "decoder-only")
+    assert cfg.model.require_cuda is False and cfg.model.allow_pickle is False and cfg.model.trust_remote_code is False
+    assert cfg.model.quantization == "auto"
     assert cfg.cache.pinned == ["zh2en", "en2zh", "zh2ja", "ja2zh", "zh2ko"]
     assert cfg.routing.pivot == "zh" and cfg.routing.allow_base is True
     assert cfg.generation.do_sample is False  # greedy: batch-independent outputs (invariant 5)
@@ -37,25 +39,32 @@ def test_profile_is_the_documented_gpu_setup() -> None:
 
 
 @no_cuda
-def test_backbone_refuses_without_cuda_with_a_clear_message() -> None:
+def test_backbone_refuses_without_cuda_when_the_profile_requires_it() -> None:
     from hunyuan_mt.backbone import load_backbone
 
     with pytest.raises(ModelUnavailable) as info:
-        load_backbone(load_config("hunyuan-mt-7b").model)
+        load_backbone(load_config("hunyuan-mt-7b", {"model.require_cuda": "true"}).model)
     assert CUDA_MESSAGE in info.value.message
     assert "configs/default.yaml" in info.value.message
 
 
+MISSING = "was found neither as a folder nor in the local Hugging Face cache"
+
+
 @no_cuda
-def test_server_and_serve_ray_refuse_without_cuda_and_print_no_traceback() -> None:
-    app = subprocess.run([sys.executable, "app.py", "--config", "hunyuan-mt-7b"], cwd=PROJECT_ROOT, env=_env(),
+@pytest.mark.parametrize("profile", ["hunyuan-mt-7b", "hy-mt1.5-1.8b"])
+def test_server_and_serve_ray_say_where_the_weights_go_and_print_no_traceback(profile: str) -> None:
+    """On a CPU the Hunyuan profiles start (int8); without the weights both entry points stop with the one line
+    that says where to put them."""
+    app = subprocess.run([sys.executable, "app.py", "--config", profile], cwd=PROJECT_ROOT, env=_env(),
                          capture_output=True, text=True, timeout=240)
     assert app.returncode == 1
-    assert CUDA_MESSAGE in app.stderr and "Traceback" not in app.stderr + app.stdout
-    ray = subprocess.run([sys.executable, "-m", "hunyuan_mt", "serve-ray", "--profile", "hunyuan-mt-7b"],
+    assert MISSING in app.stderr and "Traceback" not in app.stderr + app.stdout
+    assert "models/" in app.stderr and "put the model folder there" in app.stderr
+    ray = subprocess.run([sys.executable, "-m", "hunyuan_mt", "serve-ray", "--profile", profile],
                          cwd=PROJECT_ROOT, env=_env(), capture_output=True, text=True, timeout=240)
     assert ray.returncode == 2
-    assert CUDA_MESSAGE in ray.stderr and "Traceback" not in ray.stderr + ray.stdout
+    assert MISSING in ray.stderr and "Traceback" not in ray.stderr + ray.stdout
 
 
 @no_cuda

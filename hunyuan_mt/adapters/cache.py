@@ -5,8 +5,10 @@ the weights of every resident adapter as stacked slots, and a forward pass reads
 the bare backbone.
 - **Pinned** pairs are copied into slots of their own at start (indices after the LRU slots) and never evicted;
   they do not count against `cfg.slots`.
-- **LRU slots** are indices 1..`cfg.slots`. A pair that is not pinned is copied into one of them, and
-  `Lease.slots` carries the index for its rows. Attaching is a copy of the adapter's weights into the slot's rows
+- **LRU slots** are indices 1..N, N = `cfg.slots`, or more where `cfg.slot_budget_mb` holds more (`lru_slots`:
+  never more than the registered adapters). A pair that is not pinned is copied into one of them, and
+  `Lease.slots` carries the index for its rows. Under memory pressure (`limit_slots(True)`, light mode) new pairs go
+  only into the first `cfg.slots`, the floor; the rest stay open again once pressure is gone. Attaching is a copy of the adapter's weights into the slot's rows
   of the stacked buffers (about a millisecond for the demo's adapters): no module surgery.
 - **RAM tier**: an evicted pair's weights stay in a bounded host-RAM LRU (`cachetools.LRUCache`), already scaled
   and converted for the copy, so re-attaching it does not touch the disk. The slot LRU is a plain OrderedDict
@@ -45,6 +47,8 @@ from .registry import AdapterRegistry, fingerprint_of, read_adapter
 from .request import Pair
 
 if TYPE_CHECKING:
+    import torch
+
     from ..backbone import Backbone
 
 log = logging.getLogger(__name__)
@@ -154,6 +158,23 @@ class Lease:
             self._release(held)
 
 
+def lru_slots(cfg: CacheConfig, registry: AdapterRegistry, shapes: dict[str, tuple[int, int]],
+              dtype: "torch.dtype") -> int:
+    """LRU slots for this cache: `cfg.slots`, or as many as `cfg.slot_budget_mb` holds at the registered adapters'
+    modules and largest rank (one slot of every layer: A [in, r] and B [r, out]), capped at the usable adapters."""
+    if cfg.slot_budget_mb <= 0:
+        return cfg.slots
+    usable = [i for i in registry.infos() if i.usable]
+    modules = {m for i in usable for m in i.modules}
+    rank = max((i.max_rank for i in usable), default=0)
+    per_slot = sum(sum(shapes[m]) for m in modules if m in shapes) * rank * dtype.itemsize
+    if not per_slot:
+        return cfg.slots
+    fits = int(cfg.slot_budget_mb * 2**20 // per_slot)
+    unpinned = len([i for i in usable if i.pair.key not in set(cfg.pinned)])
+    return max(cfg.slots, min(fits, unpinned))
+
+
 def _percentile(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
@@ -188,7 +209,10 @@ class AdapterCache:
         self.registry = registry
         self.cfg = cfg
         self._cv = threading.Condition(threading.Lock())
-        self._slots = [_Slot(i + 1) for i in range(cfg.slots)]
+        count = lru_slots(cfg, registry, backbone.spec.shapes, backbone.dtype)
+        self._slots = [_Slot(i + 1) for i in range(count)]
+        #: LRU slots new pairs may take: all of them, or the configured floor under memory pressure.
+        self._limit = count
         #: Resident non-pinned pairs, least recently used first.
         self._lru: OrderedDict[Pair, _Slot] = OrderedDict()
         self._pinned: dict[Pair, _Pinned] = {}
@@ -205,7 +229,7 @@ class AdapterCache:
         self._attach_ms: list[float] = []
         #: Slot indices for pins: after the LRU slots; an unpinned index is reused before the layers grow.
         self._pin_free: list[int] = []
-        self._pin_next = cfg.slots + 1
+        self._pin_next = count + 1
         self.lora = self._take_over_backbone()
 
     def _take_over_backbone(self) -> SlotLoRA:
@@ -222,7 +246,7 @@ class AdapterCache:
             usable = [i for i in self.registry.infos() if i.usable]
             modules = sorted({m for i in usable for m in i.modules})
             rank = max((i.max_rank for i in usable), default=0)
-            capacity = self.cfg.slots + len(self.cfg.pinned)
+            capacity = len(self._slots) + len(self.cfg.pinned)
             if modules:
                 lora.ensure(modules, rank, capacity)
             bb.lora = lora
@@ -425,9 +449,10 @@ class AdapterCache:
         """
         with self._cv:
             needed = [p for p in distinct if p not in self._pinned]
-        if len(needed) > len(self._slots):
+        limit = self._limit
+        if len(needed) > limit:
             self._count("busy")
-            raise Busy(f"A batch asked for {len(needed)} adapter slots at once; {len(self._slots)} exist.")
+            raise Busy(f"A batch asked for {len(needed)} adapter slots at once; {limit} exist.")
         names: dict[Pair, int] = {}
         owned: list[_Load] = []
         waiting: list[_Load] = []
@@ -468,13 +493,14 @@ class AdapterCache:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     self._counts["busy"] += 1
-                    leased = sum(1 for s in self._slots if s.leases > 0)
+                    open_slots = self._slots[:self._limit]
+                    leased = sum(1 for s in open_slots if s.leases > 0)
                     keys = ", ".join(p.key for p in missing)
-                    if leased == len(self._slots):
+                    if leased == len(open_slots):
                         why = f"all {leased} slots are leased by running requests"
                     else:
-                        why = (f"it needs {len(missing)} free slots and only {len(self._slots) - leased} of "
-                               f"{len(self._slots)} are not leased by running requests")
+                        why = (f"it needs {len(missing)} free slots and only {len(open_slots) - leased} of "
+                               f"{len(open_slots)} are not leased by running requests")
                     raise Busy(f"Cannot attach adapter {keys}: {why} (waited {self.cfg.lease_timeout_s:g} s); "
                                "try again.")
                 self._cv.wait(remaining)
@@ -526,6 +552,18 @@ class AdapterCache:
                 load.slot.leases -= 1
                 self._cv.notify_all()
 
+    def limit_slots(self, pressure: bool) -> bool:
+        """Under memory pressure new pairs go only into the first `cfg.slots` LRU slots (the floor; the others keep
+        what they hold until `evict_idle` or their turn); without it, into every slot. Whether it changed."""
+        limit = min(self.cfg.slots, len(self._slots)) if pressure else len(self._slots)
+        with self._cv:
+            changed, self._limit = limit != self._limit, limit
+            self._cv.notify_all()
+        if changed:
+            log.info("adapter slots open to new pairs: %d of %d%s", limit, len(self._slots),
+                     " (memory pressure)" if pressure else "")
+        return changed
+
     def _ready_slot(self, pair: Pair) -> _Slot | None:
         slot = self._lru.get(pair)
         return slot if slot is not None and slot.ready else None
@@ -535,8 +573,8 @@ class AdapterCache:
         exist. Picks only; nothing is evicted until `_occupy`. Caller holds _cv."""
         if n == 0:
             return []
-        empty = [s for s in self._slots if s.pair is None and s.leases == 0 and not s.detaching]
-        victims = [s for s in self._lru.values() if s.leases == 0 and s.ready]
+        empty = [s for s in self._slots[:self._limit] if s.pair is None and s.leases == 0 and not s.detaching]
+        victims = [s for s in self._lru.values() if s.leases == 0 and s.ready and s.index <= self._limit]
         chosen = (empty + victims)[:n]
         return chosen if len(chosen) == n else None
 

@@ -40,9 +40,10 @@ import torch.nn.functional as F
 
 from .. import int8, int8_fbgemm, int8_layer, invariant, kernels
 from ..lora import grouped
-from . import dense, kvcache, marian
+from . import dense, kvcache, llama, marian
 from .aot import AotFunction, AotMismatch, is_marked
 from .aot import mark_dynamic as _mark
+from .llama import llama_step
 from .marian import _NEG, decoder_step, encode_cross
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class _Compiled:
     def __init__(self, fn: Any, freeze: bool = False) -> None:
         self._eager = fn
         # The modules whose code the graph runs: a change to any of them compiles again.
-        self._fn = AotFunction(fn, freeze=freeze, sources=(marian, kvcache, dense, grouped, int8, int8_fbgemm, int8_layer,
+        self._fn = AotFunction(fn, freeze=freeze, sources=(marian, llama, kvcache, dense, grouped, int8, int8_fbgemm, int8_layer,
                                                            invariant, kernels))
         #: The weights (the STATIC arguments) are compiled in as constants: callers pass them unpacked.
         self.frozen = freeze
@@ -172,6 +173,44 @@ class CompiledStep(_Compiled):
             self._marked = lora if isinstance(lora, tuple) else None
         logits = self._run((ids, pos, mask, cmask, k, v, ck, cv, model, lora),
                            lambda: (ids[:b], pos[:b], mask[:b], cmask[:b], k, v, ck, cv, model, _unpadded(lora, b)))
+        return logits[:b]
+
+
+class CompiledLlamaStep(_Compiled):
+    """`llama.llama_step` for one new token per row (the decoder-only lean step; its prefill stays eager: several
+    tokens per row, GEMM-bound). Its rows are padded and its dimensions kept away from 1 as `CompiledStep`'s
+    (`LlamaBatch._decode` keeps a spare row and column in the cache)."""
+
+    STATIC = (7,)  # the model
+
+    def __init__(self, freeze: bool = False) -> None:
+        super().__init__(llama_step, freeze)
+        self._marked: Any = None
+
+    def padding(self, rows: int) -> int:
+        return max(0, self.MIN_ROWS - rows)
+
+    def __call__(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, k: list[torch.Tensor],
+                 v: list[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor, model: tuple[Any, ...],
+                 lora: Sequence[tuple[Any, ...]]) -> torch.Tensor:
+        if self.error is not None:
+            return llama_step(ids, pos, mask, k, v, cos, sin, model, lora)
+        b = ids.shape[0]
+        rows = b + self.padding(b)
+        ids, pos, mask = _pad_rows(ids, rows), _pad_rows(pos, rows), _pad_rows(mask, rows)
+        _mark(ids, 0), _mark(pos, 0), _mark(mask, 0, 3)
+        for t in (cos, sin):
+            if not is_marked(t):
+                _mark(t, 0)  # the rotary table grows with the longest position
+        for store in (k, v):
+            for t in store:
+                if not is_marked(t):
+                    _mark(t, 0, 2)
+        if lora is not self._marked:
+            _mark_lora(lora)
+            self._marked = lora if isinstance(lora, tuple) else None
+        logits = self._run((ids, pos, mask, k, v, cos, sin, model, lora),
+                           lambda: (ids[:b], pos[:b], mask[:b], k, v, cos, sin, model, _unpadded(lora, b)))
         return logits[:b]
 
 
