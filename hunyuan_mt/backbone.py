@@ -25,12 +25,13 @@ from typing import Any
 
 import torch
 
-from . import cpu, footprint, int8, kernels
+from . import cpu, footprint, int8, int8_embedding, kernels
 from .config import GenerationConfig, ModelConfig
 from .decode import CausalBatch, LlamaBatch, MarianBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
 from .decode.static import StaticCausalBatch
 from .errors import ConfigError, InputTooLarge, ModelUnavailable
-from .languages import LANGUAGES, hunyuan_prompt
+from . import prompts
+from .languages import LANGUAGES
 from .lora import BASE_SLOT
 from .peft_format import BackboneSpec
 from .tokens import PromptTokens
@@ -66,11 +67,13 @@ _PROMPT_TOKENS = {DECODER_ONLY: 96, ENCODER_DECODER: 8}
 
 @dataclass(frozen=True)
 class PromptRow:
-    """One segment to translate: text and canonical language codes."""
+    """One segment to translate: text and canonical language codes, and optional context (text that shapes the
+    translation and is not itself translated; decoder-only models read it in their prompt)."""
 
     text: str
     src: str
     tgt: str
+    context: str | None = None
 
 
 @dataclass(frozen=True)
@@ -268,8 +271,9 @@ def _check_footprint(cfg: ModelConfig, folder: Path, hf_config: Any, dtype: torc
 
     int8_weights = cfg.quantization == "int8"
     try:
+        decoder_only = not getattr(hf_config, "is_encoder_decoder", False)
         found = footprint.check(folder, int8_weights, bool(getattr(hf_config, "tie_word_embeddings", False)),
-                                psutil.virtual_memory().available, cfg.path)
+                                decoder_only, psutil.virtual_memory().available, cfg.path)
     except MemoryError as exc:
         raise ModelUnavailable(str(exc)) from None
     if found is not None:
@@ -421,8 +425,12 @@ class Backbone:
             # The kernel configured, or the faster of the two on this CPU (timed once per process).
             kernel = int8_speed(cfg).kernel
             int8.quantize_linears(model, kernel)
+            if arch == DECODER_ONLY:
+                # The token table as int8 too (the tied output projection's own rows where it has them): in
+                # float32 it was a third of a 1.8B Hunyuan's resident memory (int8_embedding.py).
+                int8_embedding.quantize_embeddings(model)
             if load_dtype != dtype:
-                model.to(dtype)  # what stayed float (embeddings, norms), after the linears left half precision
+                model.to(dtype)  # what stayed float (norms), after the linears left half precision
         tokenizer.padding_side = "left" if arch == DECODER_ONLY else "right"
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -481,7 +489,7 @@ class Backbone:
     def prompt_text(self, row: PromptRow) -> str:
         """The exact string fed to the tokenizer for this row."""
         if self.arch == DECODER_ONLY:
-            prompt = hunyuan_prompt(row.text, row.src, row.tgt)
+            prompt = prompts.build(self.cfg.prompt, row.text, row.src, row.tgt, row.context)
             if getattr(self.tokenizer, "chat_template", None):
                 return self.tokenizer.apply_chat_template(
                     [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True

@@ -82,6 +82,9 @@ class ModelConfig:
     #: where the weights are int8 (already rounded more coarsely than that) and the attention kernel is built, else
     #: the model's dtype.
     kv_cache: str = "auto"
+    #: The instruction a decoder-only model is given (prompts.py): "hunyuan-mt" (Hunyuan-MT-7B's card) or
+    #: "hy-mt1.5" (the HY-MT1.5 card's templates, for HY-MT1.5 and Hy-MT2). Encoder-decoder models take no prompt.
+    prompt: str = "hunyuan-mt"
 
     def __post_init__(self) -> None:
         # YAML reads on/off/true/false as booleans; environment variables and --set give strings.
@@ -102,6 +105,7 @@ class ModelConfig:
                "one of auto, int_mm, fbgemm", self.int8_kernel)
         _check(self.kv_cache in ("auto", "float32", "float16"), "model.kv_cache", "one of auto, float32, float16",
                self.kv_cache)
+        _check(self.prompt in ("hunyuan-mt", "hy-mt1.5"), "model.prompt", "one of hunyuan-mt, hy-mt1.5", self.prompt)
         _check(self.attn_implementation in ("auto", "sdpa", "flash_attention_2", "eager"),
                "model.attn_implementation", "one of auto, sdpa, flash_attention_2, eager", self.attn_implementation)
         _check(isinstance(self.cpu_threads, int) and self.cpu_threads >= 0, "model.cpu_threads", "an integer >= 0",

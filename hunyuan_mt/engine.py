@@ -80,6 +80,8 @@ class Row:
     #: More than 1: the row's future resolves to its `n_best` best translations (a list, best first), found by
     #: beam search outside the decode loop (LibreTranslate's `alternatives`).
     n_best: int = 1
+    #: Text that shapes the translation and is not translated (the prompt's context; decoder-only backbones).
+    context: str | None = None
 
     @property
     def key(self) -> str:
@@ -945,7 +947,7 @@ class BatchEngine:
     def _prompt_row(row: Row) -> Any:
         from .backbone import PromptRow
 
-        return PromptRow(row.text, row.src, row.tgt)
+        return PromptRow(row.text, row.src, row.tgt, row.context)
 
 
 def _pct(values: list[float], q: float) -> float | None:

@@ -1,8 +1,6 @@
-"""The language table of Hunyuan-MT-7B and the prompt formats.
+"""The language table of Hunyuan-MT-7B (the prompts that name its languages are in `prompts.py`).
 
 33 languages, 38 codes: zh-Hant, yue and the minority languages bo, kk, mn, ug count as codes of their own.
-Prompt templates follow the Hunyuan-MT model card: a Chinese instruction when zh is on either side, an English
-one otherwise.
 """
 
 from __future__ import annotations
@@ -111,38 +109,3 @@ def normalize_code(code: str) -> str:
 
 def get(code: str) -> Language:
     return LANGUAGES[normalize_code(code)]
-
-
-def hunyuan_prompt(text: str, src: str, tgt: str) -> str:
-    """The Hunyuan-MT instruction for one segment (the user turn; the chat template wraps it).
-
-    zh on either side → Chinese instruction; otherwise the English one. Both name only the target.
-    """
-    target = LANGUAGES[tgt]
-    if src in ZH_GROUP or tgt in ZH_GROUP:
-        return f"把下面的文本翻译成{target.chinese}，不要额外解释。\n\n{text}"
-    return f"Translate the following segment into {target.english}, without additional explanation.\n\n{text}"
-
-
-_PROMPT_PATTERNS = (
-    re.compile(r"^把下面的文本翻译成(?P<lang>[^，,]+)[，,]\s*不要额外解释。\s*\n\n(?P<text>.*)$", re.S),
-    re.compile(
-        r"^Translate the following segment into (?P<lang>[^,]+?), without additional explanation\.\s*\n\n(?P<text>.*)$",
-        re.S,
-    ),
-)
-
-
-def parse_hunyuan_prompt(message: str) -> tuple[str | None, str]:
-    """Inverse of `hunyuan_prompt`: (target code or None, text). Used by the OpenAI-compatible endpoint.
-
-    A message that is not in the prompt format returns (None, message).
-    """
-    for pattern in _PROMPT_PATTERNS:
-        match = pattern.match(message.strip())
-        if match:
-            name = match.group("lang").strip()
-            for lang in _TABLE:
-                if name in (lang.english, lang.chinese, lang.native):
-                    return lang.code, match.group("text")
-    return None, message

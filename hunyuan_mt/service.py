@@ -121,6 +121,8 @@ class _Job:
     required: list[str] = field(default_factory=list)
     #: Whether the terms were written into the source as themselves (glossary.mode "visible").
     visible: bool = False
+    #: The request's context: shapes every segment's translation, never translated itself (prompts.py).
+    context: str | None = None
 
     @property
     def terms(self) -> int:
@@ -223,6 +225,19 @@ class TranslationService:
                                                                "characters).")
         return text
 
+    def clean_context(self, context: Any) -> str | None:
+        """A request's context as the prompt will hold it (None: none given, or only whitespace), or a typed error
+        saying why it cannot be: the same rules as the text's, and its own limit (limits.max_chars)."""
+        if context is None or (isinstance(context, str) and not context.strip()):
+            return None
+        if not isinstance(context, str):
+            raise InvalidInput(f"Context must be a string, got {type(context).__name__}.")
+        limit = self.cfg.limits.max_chars
+        if len(context) > limit:
+            raise InputTooLarge(f"Context is {len(context)} characters, over the limit of {limit} "
+                                "(limits.max_chars).")
+        return _CONTROL.sub("", _SURROGATE.sub("\ufffd", context)).strip() or None
+
     def _code(self, code: Any, role: str) -> str:
         if not isinstance(code, str) or not code.strip():
             raise UnsupportedLanguage(f"Missing {role} language code.",
@@ -273,25 +288,30 @@ class TranslationService:
 
     # ------------------------------------------------------------------ translation
 
-    def translate(self, text: str, src: str, tgt: str, glossary: Glossary | None = None) -> TranslationResult:
-        return self.translate_batch([text], src, tgt, glossary=glossary, _single=True)[0]
+    def translate(self, text: str, src: str, tgt: str, glossary: Glossary | None = None,
+                  context: str | None = None) -> TranslationResult:
+        return self.translate_batch([text], src, tgt, glossary=glossary, context=context, _single=True)[0]
 
     def translate_batch(self, texts: Sequence[str], src: str, tgt: str, *, alternatives: int = 0,
-                        glossary: Glossary | None = None, ticket: Ticket | None = None, _single: bool = False,
-                        _warmup: bool = False, _listen: Callable[..., None] | None = None) -> list[TranslationResult]:
+                        glossary: Glossary | None = None, ticket: Ticket | None = None, context: str | None = None,
+                        _single: bool = False, _warmup: bool = False,
+                        _listen: Callable[..., None] | None = None) -> list[TranslationResult]:
         """Translate several texts at once; all their sentences share engine batches.
 
         `alternatives` > 0 also asks for up to that many other translations of each text: the last hop's
         sentences are searched again with beam search, and the k-th alternative puts each sentence's k-th best
         output that differs from the main translation in place. The main translation is the one a request without
         alternatives gets. `glossary` terms found in a text come out as the glossary's target terms. `ticket`
-        cancels the request's rows (the edges cancel it when the client goes away)."""
+        cancels the request's rows (the edges cancel it when the client goes away). `context` is text that shapes
+        every segment's translation and is not translated (a decoder-only backbone reads it in its prompt;
+        encoder-decoder models have no prompt and ignore it)."""
         t0 = time.perf_counter()
         try:
             self._check_alternatives(alternatives)
             if not _single:
                 self._check_batch(texts)
             cleaned = [self.clean_text(t) for t in texts]
+            context = self.clean_context(context)
             target = self._code(tgt, "target")
             t_detect = time.perf_counter()
             sources = [self.resolve_source(t, src) for t in cleaned]
@@ -299,6 +319,8 @@ class TranslationService:
             plans = [self.router.plan(s, target) for s, _ in sources]
             # With alternatives, segments the memory knows still go to the model: its n best are the alternatives.
             jobs = [self._job(text, plan, glossary, model_too=bool(alternatives)) for text, plan in zip(cleaned, plans)]
+            for job in jobs:
+                job.context = context
             if _listen is not None:
                 for job in jobs:
                     _listen(job, -1, [], False)
@@ -327,7 +349,7 @@ class TranslationService:
         return results
 
     def translate_stream(self, text: str, src: str, tgt: str, *, glossary: Glossary | None = None,
-                         ticket: Ticket | None = None) -> Iterator[str | TranslationResult]:
+                         ticket: Ticket | None = None, context: str | None = None) -> Iterator[str | TranslationResult]:
         """Translate one text, yielding it as it grows (str: the text so far, see streaming.py), then the
         TranslationResult. Closing the generator early (a client that went away) cancels the rows at the
         engine's next step."""
@@ -338,7 +360,7 @@ class TranslationService:
         def work() -> None:
             try:
                 box["result"] = self.translate_batch([text], src, tgt, glossary=glossary, ticket=ticket,
-                                                     _single=True, _listen=stream.listen)[0]
+                                                     context=context, _single=True, _listen=stream.listen)[0]
             except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer's thread
                 box["error"] = exc
             finally:
@@ -468,6 +490,8 @@ class TranslationService:
             # The same text and memory: its suggestions are the first run's, not looked up again.
             again = [self._job(texts[n], jobs[n].plan, glossary, model_too, visible=False, suggest=False)
                      for n in missed]
+            for n, job in zip(missed, again):
+                job.context = jobs[n].context
             self._run_jobs(again, n_best, ticket, listen)
             for n, job in zip(missed, again):
                 job.current = [job.memory.get(i, text) for i, text in enumerate(job.current)]
@@ -489,7 +513,7 @@ class TranslationService:
                     continue
                 hop = job.plan.hops[k]
                 for i in job.todo:
-                    rows.append(Row(job.current[i], hop.src, hop.tgt, hop.adapter))
+                    rows.append(Row(job.current[i], hop.src, hop.tgt, hop.adapter, context=job.context))
                     where.append((job, i))
             if not rows:
                 continue

@@ -33,6 +33,10 @@ def test_estimate_counts_int8_linears_float_embeddings_and_a_tied_copy(hunyuan_d
     vocab, hidden = shapes["model.embed_tokens.weight"]
     tied = footprint.estimate(hunyuan_dir, int8=True, tied_output=True)
     assert tied.resident == found.resident + vocab * hidden + vocab * 4
+    # A decoder-only model's table in int8 (int8_embedding.py), shared with the tied projection's rows.
+    table = footprint.estimate(hunyuan_dir, int8=True, int8_table=True)
+    assert table.resident == found.resident - 4 * vocab * hidden + vocab * hidden + vocab * 4
+    assert footprint.estimate(hunyuan_dir, int8=True, tied_output=True, int8_table=True).resident == table.resident
 
 
 def test_a_model_that_does_not_fit_is_refused_in_one_line(hunyuan_dir: Path, monkeypatch) -> None:
@@ -75,7 +79,7 @@ def test_a_bfloat16_checkpoint_loads_in_half_precision_for_int8(hunyuan_dir: Pat
     half = Backbone.load_uncached(ModelConfig(path=str(half_dir), warmup=False, quantization="int8"))
     wide = Backbone.load_uncached(ModelConfig(path=str(wide_dir), warmup=False, quantization="int8"))
     assert asked == [torch.bfloat16, torch.float32]
-    assert half.model.model.embed_tokens.weight.dtype == torch.float32
+    assert half.model.model.embed_tokens.scale.dtype == torch.float32  # the int8 table's scales
     assert all(p.dtype == torch.float32 for p in half.model.parameters())
     # RoPE's frequencies are computed, not stored: a half-precision load must not round them.
     assert torch.equal(half.model.model.rotary_emb.inv_freq, wide.model.model.rotary_emb.inv_freq)

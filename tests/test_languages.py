@@ -1,9 +1,17 @@
-"""Language table and the Hunyuan-MT prompt format."""
+"""Language table and the prompt formats of the Hunyuan family (prompts.py)."""
 
 import pytest
 
 from hunyuan_mt.errors import UnsupportedLanguage
-from hunyuan_mt.languages import LANGUAGES, hunyuan_prompt, normalize_code, parse_hunyuan_prompt
+from hunyuan_mt import prompts
+from hunyuan_mt.languages import LANGUAGES, normalize_code
+
+
+def hunyuan_prompt(text: str, src: str, tgt: str) -> str:
+    return prompts.build("hunyuan-mt", text, src, tgt)
+
+
+parse_hunyuan_prompt = prompts.parse
 
 
 def test_table_has_38_codes_including_minority_languages() -> None:
@@ -40,3 +48,22 @@ def test_prompt_parses_back() -> None:
     for src, tgt in (("en", "zh"), ("es", "de"), ("zh", "yue")):
         assert parse_hunyuan_prompt(hunyuan_prompt("Some text\nwith lines", src, tgt)) == (tgt, "Some text\nwith lines")
     assert parse_hunyuan_prompt("just text") == (None, "just text")
+
+
+def test_hy_mt15_prompts_are_the_cards_templates() -> None:
+    """HY-MT1.5's card (Tencent-Hunyuan/HY-MT, README): ZH<=>XX, XX<=>XX, and the contextual template; the
+    languages' full names, Chinese in a Chinese instruction."""
+    assert prompts.build("hy-mt1.5", "It's on the house.", "en", "zh") == (
+        "将以下文本翻译为中文，注意只需要输出翻译后的结果，不要额外解释：\n\nIt's on the house.")
+    assert prompts.build("hy-mt1.5", "你好", "zh", "en") == (
+        "将以下文本翻译为英语，注意只需要输出翻译后的结果，不要额外解释：\n\n你好")
+    assert prompts.build("hy-mt1.5", "Hola", "es", "de") == (
+        "Translate the following segment into German, without additional explanation.\n\nHola")
+    context = "The file menu of a text editor."
+    for style in prompts.STYLES:
+        assert prompts.build(style, "Open", "en", "de", context=context) == (
+            "The file menu of a text editor.\n参考上面的信息，把下面的文本翻译成德语，注意不需要翻译上文，也不要额外解释：\nOpen")
+        assert prompts.build(style, "Open", "en", "de", context="  ") == prompts.build(style, "Open", "en", "de")
+    assert prompts.parse(prompts.build("hy-mt1.5", "Some text\nwith lines", "en", "zh")) == ("zh", "Some text\nwith lines")
+    with pytest.raises(ValueError, match="one of hunyuan-mt, hy-mt1.5"):
+        prompts.build("llama", "x", "en", "de")

@@ -156,6 +156,36 @@ def test_mixed_rows_have_the_logits_they_have_alone(quantization: str, hunyuan_d
         assert_rows_as_alone(backbone, items, joins=[0, 2, 0, 4, 1])
 
 
+def test_int8_token_table_shares_the_tied_projection_and_serves_both_forwards(model_dir: Path,
+                                                                            fresh_backbone) -> None:
+    """With int8 weights the token table is int8 too: the tied output projection's own rows (no second copy) or
+    rows of its own; its vectors are the float table's within a row's quantization step, and transformers'
+    forward over the same int8 modules picks the lean step's greedy tokens."""
+    from hunyuan_mt.int8_embedding import Int8Embedding
+
+    backbone = fresh_backbone(model_dir, quantization="int8")
+    table = backbone.model.get_input_embeddings()
+    assert isinstance(table, Int8Embedding)
+    head = backbone.model.get_output_embeddings()
+    tied = bool(backbone.model.config.tie_word_embeddings)
+    assert table.by_column == tied
+    if tied:
+        assert table.table.data_ptr() == head.weight_t.data_ptr()
+    from transformers import AutoModelForCausalLM
+
+    float_table = AutoModelForCausalLM.from_pretrained(model_dir).get_input_embeddings().weight
+    ids = torch.tensor([[3, 17, 40], [5, 6, 7]])
+    step = (float_table.abs().amax(dim=1) / 127)[ids][..., None]
+    assert ((table(ids) - float_table[ids]).abs() <= step / 2 + 1e-6).all()
+    sequences = [Sequence(i, p, 0, NEW) for i, p in enumerate(PROMPTS[:3])]
+    lean = _run(LlamaBatch, backbone.model, sequences, [0, 1, 1])
+    with torch.inference_mode():
+        for i, prompt in enumerate(PROMPTS[:3]):
+            out = backbone.model.generate(torch.tensor([prompt]), max_new_tokens=NEW, min_new_tokens=NEW,
+                                          do_sample=False, eos_token_id=None, pad_token_id=0)
+            assert out[0, len(prompt):].tolist() == lean[i]
+
+
 def test_kv_cache_float16_keeps_greedy_tokens(hunyuan_dir: Path, fresh_backbone, two_threads) -> None:
     """The cache in float16 (`model.kv_cache`), widened by the kernel as it reads: the same greedy tokens as the
     float32 cache on the tiny model, and the cache tensors really are float16."""

@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from .. import int8, int8_fbgemm, int8_layer, invariant, kernels
+from .. import int8, int8_embedding, int8_fbgemm, int8_layer, invariant, kernels
 from ..lora import grouped
 from . import dense, kvcache, llama, marian
 from .aot import AotFunction, AotMismatch, is_marked
@@ -69,7 +69,7 @@ class _Compiled:
     def __init__(self, fn: Any, freeze: bool = False) -> None:
         self._eager = fn
         # The modules whose code the graph runs: a change to any of them compiles again.
-        self._fn = AotFunction(fn, freeze=freeze, sources=(marian, llama, kvcache, dense, grouped, int8, int8_fbgemm, int8_layer,
+        self._fn = AotFunction(fn, freeze=freeze, sources=(marian, llama, kvcache, dense, grouped, int8, int8_embedding, int8_fbgemm, int8_layer,
                                                            invariant, kernels))
         #: The weights (the STATIC arguments) are compiled in as constants: callers pass them unpacked.
         self.frozen = freeze

@@ -33,6 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import kernels
+from ..int8_embedding import Int8Embedding
+from ..int8_embedding import embed as embed_tokens
 from .batch import RunningBatch, Sequence
 from .dense import Projection, project
 from .kvcache import _NEG, _block, _blocked, _cached_attention, _grown, _keep, _move, _regrow, _shift_right
@@ -60,7 +62,7 @@ def lean_note(model: Any) -> str | None:
     layers = getattr(inner, "layers", None)
     if layers is None or not len(layers) or getattr(inner, "rotary_emb", None) is None:
         return f"{model_type}: no decoder layers or rotary embedding where the lean step looks for them"
-    weight = inner.embed_tokens.weight
+    weight = inner.norm.weight
     if weight.device.type != "cpu" or weight.dtype != torch.float32:
         return f"the lean decoder-only step is built for float32 (or int8) on the CPU, not {weight.dtype} on " \
                f"{weight.device.type}"
@@ -164,14 +166,15 @@ class LlamaBatch(RunningBatch):
     def _model(self, plain: bool = False) -> tuple[Any, ...]:
         """The weights as `llama_step` takes them (tensors and the architecture's constants)."""
         pick = (lambda p: p.plain) if plain else (lambda p: p.base)
-        return (self.inner.embed_tokens.weight,
+        table = self.inner.embed_tokens
+        return (table.tensors if isinstance(table, Int8Embedding) else table.weight,
                 (self.heads, self.kv_heads, self.head_dim, self.scaling, self._attention_kernel(), self.qk_norm),
                 tuple((tuple(pick(p) for p in _step_projections(layer)), layer.norms, layer.qk_norms)
                       for layer in self._layers),
                 _rms_params(self.inner.norm), pick(self._head))
 
     def _attention_kernel(self) -> Any:
-        weight = self.inner.embed_tokens.weight
+        weight = self.inner.norm.weight
         return kernels.decode_attention() if kernels.usable(weight.device, weight.dtype, self.head_dim) else None
 
     def _rope(self, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,7 +183,7 @@ class LlamaBatch(RunningBatch):
         table = getattr(self, "_rope_table", None)
         if table is None or table[0].shape[0] < positions:
             size = _grown(0 if table is None else table[0].shape[0], positions, 256)
-            rotary, weight = self.inner.rotary_emb, self.inner.embed_tokens.weight
+            rotary, weight = self.inner.rotary_emb, self.inner.norm.weight
             pos = torch.arange(size, device=weight.device)[None]
             cos, sin = rotary(weight[:1][None], pos)
             table = (cos[0].contiguous(), sin[0].contiguous())
@@ -235,7 +238,7 @@ class LlamaBatch(RunningBatch):
                            dtype=torch.long, device=self.device)
         pos = torch.arange(width, device=self.device).expand(n, width)
         lens = torch.tensor(lengths, device=self.device)
-        dtype = self.inner.embed_tokens.weight.dtype
+        dtype = self.inner.norm.weight.dtype
         # Causal, and a row sees none of its padding; a padding query sees its row's tokens (it is thrown away).
         col = torch.arange(width, device=self.device)
         visible = (col[None, None, :] <= col[None, :, None]) & (col[None, None, :] < lens[:, None, None])
@@ -348,7 +351,7 @@ def llama_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, k: list
         width = _block(end)
         mask = _blocked(mask, -1, _NEG[mask.dtype])
     cos, sin = cos[pos][:, :, None], sin[pos][:, :, None]          # [B, T, 1, head_dim]
-    x = F.embedding(ids, embed).reshape(n, -1)
+    x = embed_tokens(ids, embed).reshape(n, -1)
     for i, ((qkv_w, out_w, gate_up_w, down_w), norms, qk_norms) in enumerate(layers):
         qkv_l, out_l, gate_up_l, down_l = lora[i]
         qkv = project(_rms(x, norms[0]), qkv_w, qkv_l)

@@ -118,7 +118,7 @@ class RemoteService:
     # ------------------------------------------------------------------ async API (handles, tests)
 
     async def atranslate(self, texts: Sequence[str], src: str, tgt: str, alternatives: int = 0,
-                         glossary: Any = None) -> list[dict[str, Any]]:
+                         glossary: Any = None, context: str | None = None) -> list[dict[str, Any]]:
         """One dict per text: the TranslationResult fields plus `replica` and `group`."""
         texts = list(texts)
         limit = self.cfg.limits.max_batch_items
@@ -128,10 +128,10 @@ class RemoteService:
         target = normalize_code(tgt) if isinstance(tgt, str) and tgt.strip() else tgt
         if not (isinstance(src, str) and src.strip().lower() == AUTO):
             source = normalize_code(src) if isinstance(src, str) and src.strip() else src
-            return await self._translate_routed(texts, source, target, alternatives, glossary)
+            return await self._translate_routed(texts, source, target, alternatives, glossary, context)
         if not texts:
             # The replica says why it is invalid.
-            return await self._translate_routed(texts, AUTO, target, alternatives, glossary)
+            return await self._translate_routed(texts, AUTO, target, alternatives, glossary, context)
         # Detect first (on any replica), then send each source language to its own group.
         reply = await self.acall(self.settings.long_tail.name, "detect", texts, 1)
         found = reply["detections"]
@@ -142,7 +142,7 @@ class RemoteService:
             by_source.setdefault(ds[0]["code"], []).append(i)
         out: list[dict[str, Any] | None] = [None] * len(texts)
         parts = await asyncio.gather(*(self._translate_routed([texts[i] for i in idx], code, target, alternatives,
-                                                              glossary)
+                                                              glossary, context)
                                        for code, idx in by_source.items()))
         for idx, results in zip(by_source.values(), parts):
             for i, result in zip(idx, results):
@@ -151,9 +151,10 @@ class RemoteService:
         return [r for r in out if r is not None]
 
     async def _translate_routed(self, texts: list[str], src: str, tgt: str, alternatives: int = 0,
-                                glossary: Any = None) -> list[dict[str, Any]]:
+                                glossary: Any = None, context: str | None = None) -> list[dict[str, Any]]:
         group, model_id = self.route(src, tgt) if src != AUTO else (self.settings.long_tail.name, None)
-        reply = await self.acall(group, "translate", texts, src, tgt, alternatives, glossary, model_id=model_id)
+        reply = await self.acall(group, "translate", texts, src, tgt, alternatives, glossary, context,
+                                 model_id=model_id)
         for result in reply["results"]:
             result["replica"], result["group"] = reply["replica"], reply["group"]
         return reply["results"]
@@ -213,12 +214,12 @@ class RemoteService:
             served.extend(replicas)
 
     def translate_batch(self, texts: list[str], src: str, tgt: str, *, alternatives: int = 0,
-                        glossary: Any = None, ticket: Any = None) -> list[Any]:
+                        glossary: Any = None, ticket: Any = None, context: str | None = None) -> list[Any]:
         # `ticket` is not sent to the replica (an event does not cross processes): a text's rows decode to the
         # end there even when its client has gone away.
         from ..service import TranslationResult
 
-        dicts = self._run(self.atranslate(texts, src, tgt, alternatives, glossary))
+        dicts = self._run(self.atranslate(texts, src, tgt, alternatives, glossary, context))
         self._served(*(d["replica"] for d in dicts))
         return [_result(TranslationResult, d) for d in dicts]
 
@@ -226,9 +227,9 @@ class RemoteService:
         return self.translate_batch([text], src, tgt)[0]
 
     def translate_stream(self, text: str, src: str, tgt: str, *, glossary: Any = None,
-                         ticket: Any = None) -> Any:
+                         ticket: Any = None, context: str | None = None) -> Any:
         """The whole translation as one piece: replicas do not stream their tokens back through Serve yet."""
-        yield self.translate_batch([text], src, tgt, glossary=glossary)[0]
+        yield self.translate_batch([text], src, tgt, glossary=glossary, context=context)[0]
 
     def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None,
                            glossary: Any = None, ticket: Any = None) -> list[str]:

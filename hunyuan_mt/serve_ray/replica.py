@@ -127,11 +127,11 @@ class TranslatorReplica:
     # ------------------------------------------------------------------ calls (through deployment handles)
 
     async def translate(self, texts: list[str], src: str, tgt: str, alternatives: int = 0,
-                        glossary: Any = None) -> dict[str, Any]:
+                        glossary: Any = None, context: str | None = None) -> dict[str, Any]:
         try:
             await self._pair_for_request()
             results = await asyncio.to_thread(self.service.translate_batch, texts, src, tgt,
-                                              alternatives=alternatives, glossary=glossary)
+                                              alternatives=alternatives, glossary=glossary, context=context)
         except TranslationError as exc:
             return self._reply(error=error_payload(exc))
         return self._reply(results=[_result_dict(r) for r in results])

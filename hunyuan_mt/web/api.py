@@ -33,7 +33,8 @@ from ..errors import Cancelled, FeatureDisabled, InputTooLarge, InvalidInput, Ra
 from ..documents import distinct_segments, read_document
 from ..glossary import Glossary, GlossaryStore
 from ..jobs import DocumentJobs, JobView, check_job_id
-from ..languages import LANGUAGES, normalize_code, parse_hunyuan_prompt
+from .. import prompts
+from ..languages import LANGUAGES, normalize_code
 from ..ticket import Ticket
 from .auth import AccessPolicy, Caller
 from .doctranslate import translate_upload
@@ -56,7 +57,8 @@ FRONTEND_TIMEOUT_MS = 500
 
 class TranslationServiceLike(Protocol):  # the parts of service.TranslationService the web layer calls
     def translate_batch(self, texts: list[str], src: str, tgt: str, *, alternatives: int = 0,
-                        glossary: Any = None, ticket: Ticket | None = None) -> list[Any]: ...
+                        glossary: Any = None, ticket: Ticket | None = None,
+                        context: str | None = None) -> list[Any]: ...
     def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None,
                            glossary: Any = None, ticket: Ticket | None = None) -> list[str]: ...
     def translate_stream(self, text: str, src: str, tgt: str, *, glossary: Any = None,
@@ -258,8 +260,14 @@ class RestApi:
                 raise InvalidInput(f"Invalid request: alternatives must be from 0 to "
                                    f"{self.cfg.limits.max_alternatives}, got {alternatives}")
             glossary = self.glossaries.resolve(fields.get("glossary"), source, target)
+            # Beyond LibreTranslate: text that shapes the translation and is not translated (the Hunyuan prompt's
+            # context); charged like the text.
+            context = fields.get("context")
+            if fmt == "html" and context:
+                raise InvalidInput("Invalid request: context is not supported with format html.")
             self.policy.check_chars(texts)
-            self.policy.spend_chars(caller, sum(len(t) for t in texts))
+            self.policy.spend_chars(caller, sum(len(t) for t in texts) + (len(context) if isinstance(context, str)
+                                                                           else 0))
             started = time.perf_counter()
             ticket = Ticket()
             if fmt == "html":
@@ -273,7 +281,7 @@ class RestApi:
             else:
                 results = await self._watched(request, ticket, "rest", functools.partial(
                     self.service.translate_batch, texts, source, target, alternatives=alternatives,
-                    glossary=glossary, ticket=ticket))
+                    glossary=glossary, ticket=ticket, context=context))
                 self._observe(results, started, "rest")
                 translated = [r.text for r in results]
                 detected = [r.detected for r in results]
@@ -548,7 +556,7 @@ class RestApi:
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
         if not isinstance(content, str) or not content.strip():
             raise InvalidInput("Invalid request: the last user message has no text")
-        prompt_target, text = parse_hunyuan_prompt(content)
+        prompt_target, text = prompts.parse(content)
         source, target = resolve_model_id(model)
         target = target or prompt_target
         if target is None:

@@ -1,0 +1,67 @@
+"""The instruction a decoder-only backbone is given for one segment, per model family (`model.prompt`), and the
+context a request may add (text that shapes the translation and is not itself translated).
+
+- "hunyuan-mt": Hunyuan-MT-7B's card: `把下面的文本翻译成{target}，不要额外解释。` when either side is Chinese, else
+  `Translate the following segment into {target}, without additional explanation.`, then a blank line and the text.
+- "hy-mt1.5": the HY-MT1.5 card (Tencent-Hunyuan/HY-MT, README, "Prompts"), for HY-MT1.5 and Hy-MT2:
+  ZH⇄XX `将以下文本翻译为{target}，注意只需要输出翻译后的结果，不要额外解释：` and XX⇄XX the English line above.
+- With context, both families take the card's contextual template: `{context}` on its own line, then
+  `参考上面的信息，把下面的文本翻译成{target}，注意不需要翻译上文，也不要额外解释：` and the text.
+
+The card asks for the languages' full names, Chinese ones in a Chinese instruction and English ones in an English
+instruction. The chat template (the model's own) wraps the result as the user turn; the card uses no system prompt.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .languages import LANGUAGES, ZH_GROUP, Language
+
+STYLES = ("hunyuan-mt", "hy-mt1.5")
+
+
+def build(style: str, text: str, src: str, tgt: str, context: str | None = None) -> str:
+    """The user turn for `text` from `src` into `tgt` (canonical codes)."""
+    target = LANGUAGES[tgt]
+    if context and context.strip():
+        return (f"{context.strip()}\n参考上面的信息，把下面的文本翻译成{target.chinese}，注意不需要翻译上文，也不要额外解释："
+                f"\n{text}")
+    chinese = src in ZH_GROUP or tgt in ZH_GROUP
+    if style == "hy-mt1.5":
+        if chinese:
+            return f"将以下文本翻译为{target.chinese}，注意只需要输出翻译后的结果，不要额外解释：\n\n{text}"
+        return f"Translate the following segment into {target.english}, without additional explanation.\n\n{text}"
+    if style != "hunyuan-mt":
+        raise ValueError(f"prompt style {style!r}: one of {', '.join(STYLES)}")
+    if chinese:
+        return f"把下面的文本翻译成{target.chinese}，不要额外解释。\n\n{text}"
+    return f"Translate the following segment into {target.english}, without additional explanation.\n\n{text}"
+
+
+#: Every family's plain instructions (the OpenAI-compatible endpoint reads them back), with the target's name.
+_PATTERNS = (
+    re.compile(r"^把下面的文本翻译成(?P<lang>[^，,]+)[，,]\s*不要额外解释。\s*\n\n(?P<text>.*)$", re.S),
+    re.compile(r"^将以下文本翻译为(?P<lang>[^，,]+)[，,]\s*注意只需要输出翻译后的结果[，,]\s*不要额外解释[：:]\s*\n\n"
+               r"(?P<text>.*)$", re.S),
+    re.compile(
+        r"^Translate the following segment into (?P<lang>[^,]+?), without additional explanation\.\s*\n\n(?P<text>.*)$",
+        re.S,
+    ),
+)
+
+
+def parse(message: str) -> tuple[str | None, str]:
+    """Inverse of `build` for the plain instructions: (target code or None, text). A message in none of them
+    returns (None, message)."""
+    for pattern in _PATTERNS:
+        match = pattern.match(message.strip())
+        if match:
+            found = _by_name(match.group("lang").strip())
+            if found is not None:
+                return found.code, match.group("text")
+    return None, message
+
+
+def _by_name(name: str) -> Language | None:
+    return next((lang for lang in LANGUAGES.values() if name in (lang.english, lang.chinese, lang.native)), None)
