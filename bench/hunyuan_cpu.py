@@ -49,7 +49,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                           rms_norm_eps=1e-5, max_position_embeddings=262144, rope_parameters=_ROPE),
     "mid": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
                 num_key_value_heads=2, head_dim=64, vocab_size=32000, tie_word_embeddings=True, rms_norm_eps=1e-5,
-                max_position_embeddings=4096, rope_parameters=_ROPE),
+                max_position_embeddings=32768, rope_parameters=_ROPE),
 }
 PAIRS = ("en2es", "en2de", "en2fr", "en2zh", "es2en", "de2en", "fr2en", "zh2en")
 RANK = 16
@@ -140,9 +140,15 @@ def run_ours(model_dir: Path, adapters: Path, args: argparse.Namespace) -> dict[
     registry.scan()
     cache = AdapterCache(backbone, registry, CacheConfig(adapters_dir=str(adapters), slots=len(PAIRS), pinned=[]))
     cache.start()
+    compile_s = None
+    if args.compile:
+        # As the service runs it (model.compile: auto): the decode step compiled ahead of time, kept on disk.
+        t1 = time.perf_counter()
+        backbone.compile_step()
+        compile_s = time.perf_counter() - t1
     pairs = [Pair.parse(p) for p in PAIRS]
-    lease = cache.lease(pairs).__enter__()
-    slots = list(lease.slots)
+    held = cache.lease(pairs)
+    slots = list(held.__enter__().slots)
     memory = {"rss_mb": rss_mb(), "int8_weight_mb": _int8_bytes(backbone.model) / 2**20}
     ids = tuple(prompt(args.prompt, backbone.model.config.vocab_size))
     picker = TokenPicker.for_model(backbone.model, GenerationConfig(), None, encoder_decoder=False)
@@ -168,9 +174,11 @@ def run_ours(model_dir: Path, adapters: Path, args: argparse.Namespace) -> dict[
     result["concurrent_tok_s"] = args.requests * args.new / statistics.median(walls)
     result["concurrent_walls"] = walls
     memory["rss_after_mb"] = rss_mb()
-    lease.__exit__(None, None, None)
+    held.__exit__(None, None, None)
+    step = backbone.compiled[0] if backbone.compiled else None
     return {**result, **memory, "load_s": load_s, "batch": type(backbone.new_batch(GenerationConfig())).__name__,
-            "int8_kernel": backbone.int8_kernel}
+            "int8_kernel": backbone.int8_kernel, "compile_s": compile_s,
+            "compiled": bool(step is not None and step.active)}
 
 
 def _int8_bytes(model: Any) -> int:
@@ -276,7 +284,8 @@ def _worker(engine: str, args: argparse.Namespace) -> dict[str, Any]:
 def _spawn(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "bench.hunyuan_cpu", "--worker", engine, "--preset", args.preset, "--runs",
            str(args.runs), "--prompt", str(args.prompt), "--new", str(args.new), "--requests", str(args.requests),
-           "--threads", str(args.threads), "--quantization", args.quantization] + (["--peft"] if args.peft else [])
+           "--threads", str(args.threads), "--quantization", args.quantization] + (["--peft"] if args.peft else []) + \
+        ([] if args.compile else ["--no-compile"])
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -285,33 +294,34 @@ def _spawn(engine: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def gguf_files(folder: Path, model_dir: Path) -> tuple[dict[str, Path], str]:
-    """The GGUF conversions llama.cpp runs ({"q8_0": path, ...}) and a note where it cannot: llama-cpp-python
-    and the converter (`gguf` + llama.cpp's convert_hf_to_gguf.py, HMT_LLAMA_CPP_SRC) must be installed."""
+    """The GGUF conversions llama.cpp runs ({"q8_0": path, "q4_k_m": path}) and a note where it cannot:
+    llama-cpp-python must be installed and HMT_LLAMA_CPP_SRC name llama.cpp's source tree (the converter;
+    bench/gguf_convert.py). Made once from a bf16 GGUF of the same weights, kept in the work folder."""
     try:
-        import llama_cpp  # noqa: F401
+        import llama_cpp
     except ImportError:
         return {}, "llama-cpp-python is not installed (pip install -r requirements-bench.txt builds it from source)"
-    src = os.environ.get("HMT_LLAMA_CPP_SRC")
-    converter = Path(src) / "convert_hf_to_gguf.py" if src else None
     out: dict[str, Path] = {}
-    notes = []
-    for kind in ("q8_0", "q4_k_m"):
+    base = folder / "bf16.gguf"
+    src = os.environ.get("HMT_LLAMA_CPP_SRC")
+    for kind, ftype in (("q8_0", llama_cpp.LLAMA_FTYPE_MOSTLY_Q8_0), ("q4_k_m", llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M)):
         path = folder / f"{kind}.gguf"
         if not path.exists():
-            if converter is None or not converter.exists():
-                notes.append(f"{kind}: no GGUF and no converter (set HMT_LLAMA_CPP_SRC to llama.cpp's source)")
-                continue
-            base = folder / "f16.gguf"
             if not base.exists():
-                subprocess.run([sys.executable, str(converter), str(model_dir), "--outtype", "f16", "--outfile",
-                                str(base)], check=True)
-            from llama_cpp import llama_model_quantize, llama_model_quantize_default_params  # type: ignore
-
-            params = llama_model_quantize_default_params()
-            params.ftype = 7 if kind == "q8_0" else 15  # LLAMA_FTYPE_MOSTLY_Q8_0, _Q4_K_M
-            llama_model_quantize(str(base).encode(), str(path).encode(), params)
+                if not src or not (Path(src) / "conversion").is_dir():
+                    return out, ("no GGUF yet: set HMT_LLAMA_CPP_SRC to llama.cpp's source (the llama-cpp-python "
+                                 "sdist's vendor/llama.cpp) to convert the bench model")
+                done = subprocess.run([sys.executable, "-m", "bench.gguf_convert", src, str(model_dir), str(base),
+                                       "bf16"], cwd=PROJECT_ROOT, capture_output=True, text=True)
+                if done.returncode != 0:
+                    return out, "llama.cpp's converter failed: " + (done.stderr.strip().splitlines() or ["?"])[-1]
+            params = llama_cpp.llama_model_quantize_default_params()
+            params.ftype = ftype
+            params.nthread = 2
+            if llama_cpp.llama_model_quantize(str(base).encode(), str(path).encode(), params) != 0:
+                return out, f"llama.cpp could not quantize the GGUF to {kind}"
         out[kind] = path
-    return out, "; ".join(notes)
+    return out, ""
 
 
 def cpu_line() -> str:
@@ -343,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quantization", default="int8", choices=("int8", "none"))
+    parser.add_argument("--no-compile", dest="compile", action="store_false",
+                        help="our decode step eager (the service compiles it ahead of time by default)")
     parser.add_argument("--peft", action="store_true", help="also transformers + PEFT one request at a time "
                         "(default for --preset mid)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -380,7 +392,8 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
         return (f"| {name} | {d['first_token_s']:.3f} | {d['decode_tok_s']:.1f} | {d['stream_tok_s']:.1f} | {c} | "
                 f"{d['rss_mb']:.0f} |")
 
-    lines.append(row(f"ours ({args.quantization}, {ours.get('batch', '?')}, adapter attached)", ours,
+    how = "compiled" if ours.get("compiled") else "eager"
+    lines.append(row(f"ours ({args.quantization}, {ours.get('batch', '?')} {how}, adapter attached)", ours,
                      ours.get("concurrent_tok_s")))
     lines.append(row("transformers eager (float32; + PEFT one at a time)", hf, hf.get("peft_sequential_tok_s")))
     for key in [k for k in r if k.startswith("llama.cpp ")]:

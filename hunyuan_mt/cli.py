@@ -81,7 +81,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
         return _translate_file(args)
     text = _read_input(args)
     service = _service(args)
-    result = service.translate(text, args.src, args.tgt, glossary=_glossary(args, service))
+    result = service.translate(text, args.src, args.tgt, glossary=_glossary(args, service),
+                               context=getattr(args, "context", None))
     if args.json:
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=1))
     else:
@@ -242,6 +243,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                   "pdf, html, po, pot, json, yaml, xlf)")
     p.add_argument("--output", "-o", help="where to write a translated --file ('-' for stdout)")
     p.add_argument("--json", action="store_true", help="print the whole result (route, adapters, timings) as JSON")
+    p.add_argument("--context", help="text that shapes the translation and is not translated (decoder-only models "
+                   "read it in their prompt; the demo ignores it)")
     p.add_argument("--glossary", metavar="FILE_OR_ID",
                    help="terms to enforce: a file ('Save = Guardar' per line) or a stored glossary's id")
     add_config_arguments(p)
