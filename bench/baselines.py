@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from hunyuan_mt.languages import hunyuan_prompt
+from hunyuan_mt import prompts
 
 from .workload import Request
 
@@ -84,7 +84,7 @@ class PlainModel:
                 batch["decoder_input_ids"] = torch.tensor([[start, tag]])
                 cut = 2
         else:
-            prompt = hunyuan_prompt(req.text, req.src, req.tgt)
+            prompt = prompts.build("hunyuan-mt", req.text, req.src, req.tgt)
             templated = bool(tok.chat_template)
             if templated:
                 prompt = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,

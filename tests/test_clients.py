@@ -16,7 +16,7 @@ from deep_translator.exceptions import AuthorizationException
 from gradio_client import Client, handle_file
 from libretranslatepy import LibreTranslateAPI
 
-from hunyuan_mt.languages import hunyuan_prompt
+from hunyuan_mt import prompts
 from hunyuan_mt.web.doctranslate import translate_upload
 from sample_docs import docx_structure, make_docx
 from web_server import ADMIN_KEY, LiveServer, serve, with_server
@@ -371,7 +371,7 @@ def test_openai_model_names_target_or_pair(oai: openai.OpenAI, live_server: Live
 
 
 def test_openai_hunyuan_prompt_format(oai: openai.OpenAI, live_server: LiveServer) -> None:
-    prompt = hunyuan_prompt(TEXT, "en", "es")
+    prompt = prompts.build("hunyuan-mt", TEXT, "en", "es")
     reply = oai.chat.completions.create(model="hunyuan-mt", messages=[{"role": "user", "content": prompt}])
     detected = live_server.service.detect(TEXT)[0].code
     assert reply.choices[0].message.content == live_server.reference(TEXT, detected, "es")
