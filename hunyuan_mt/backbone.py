@@ -74,6 +74,8 @@ class PromptRow:
     src: str
     tgt: str
     context: str | None = None
+    #: Glossary terms the segment holds, (source, target), for the terminology prompt (glossary.mode: prompt).
+    terms: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -489,7 +491,7 @@ class Backbone:
     def prompt_text(self, row: PromptRow) -> str:
         """The exact string fed to the tokenizer for this row."""
         if self.arch == DECODER_ONLY:
-            prompt = prompts.build(self.cfg.prompt, row.text, row.src, row.tgt, row.context)
+            prompt = prompts.build(self.cfg.prompt, row.text, row.src, row.tgt, row.context, row.terms)
             if getattr(self.tokenizer, "chat_template", None):
                 return self.tokenizer.apply_chat_template(
                     [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True

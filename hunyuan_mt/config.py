@@ -336,13 +336,17 @@ class GlossaryConfig:
     #: How a term goes in: "visible" (the model sees the target term in the source and makes the words around
     #: it agree; a text whose output lacks a term is translated again with "sentinel"), or "sentinel" (always a
     #: placeholder the target term replaces). On held-out phrases: chrF 1.011× / 1.005× of no glossary (en→es /
-    #: en→de) visible, 0.951× / 0.964× sentinel (bench.glossary_quality).
+    #: en→de) visible, 0.951× / 0.964× sentinel (bench.glossary_quality). "prompt": the terms a segment holds go
+    #: into a decoder-only model's prompt as the HY-MT1.5 card's terminology template, the source left as it is
+    #: (direct routes; a pivot route or an encoder-decoder model takes "visible"); a text whose output lacks a term
+    #: is translated again with "sentinel", as for "visible".
     mode: str = "visible"
 
     def __post_init__(self) -> None:
         _check(isinstance(self.max_terms, int) and self.max_terms >= 1, "glossary.max_terms", "an integer >= 1",
                self.max_terms)
-        _check(self.mode in ("visible", "sentinel"), "glossary.mode", "one of visible, sentinel", self.mode)
+        _check(self.mode in ("visible", "sentinel", "prompt"), "glossary.mode", "one of visible, sentinel, prompt",
+               self.mode)
 
     @property
     def resolved_dir(self) -> Path:

@@ -82,6 +82,8 @@ class Row:
     n_best: int = 1
     #: Text that shapes the translation and is not translated (the prompt's context; decoder-only backbones).
     context: str | None = None
+    #: Glossary terms of the segment for the terminology prompt, (source, target) (glossary.mode: prompt).
+    terms: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -947,7 +949,7 @@ class BatchEngine:
     def _prompt_row(row: Row) -> Any:
         from .backbone import PromptRow
 
-        return PromptRow(row.text, row.src, row.tgt, row.context)
+        return PromptRow(row.text, row.src, row.tgt, row.context, row.terms)
 
 
 def _pct(values: list[float], q: float) -> float | None:

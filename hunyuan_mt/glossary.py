@@ -76,6 +76,17 @@ class Glossary:
         return Protected("".join(out), spans)
 
 
+    def pairs(self, masked: Protected) -> tuple[tuple[str, str], ...]:
+        """(source term, target term) of each term found in `masked` outside its sentinels, once each, in order of
+        first occurrence: what a terminology prompt lists."""
+        pattern: re.Pattern[str] | None = getattr(self, "_pattern")
+        if pattern is None:
+            return ()
+        by_key: dict[str, tuple[str, str]] = getattr(self, "_by_key")
+        found = [by_key[m.group(0).casefold()] for part in _SENTINEL_SPLIT.split(masked.text)
+                 if not _SENTINEL_SPLIT.fullmatch(part) for m in pattern.finditer(part)]
+        return tuple(dict.fromkeys(found))
+
     def targets(self, masked: Protected) -> list[str]:
         """The target term of every occurrence of a term in `masked` (outside its sentinels), in order."""
         pattern: re.Pattern[str] | None = getattr(self, "_pattern")

@@ -7,6 +7,11 @@ context a request may add (text that shapes the translation and is not itself tr
   ZH⇄XX `将以下文本翻译为{target}，注意只需要输出翻译后的结果，不要额外解释：` and XX⇄XX the English line above.
 - With context, both families take the card's contextual template: `{context}` on its own line, then
   `参考上面的信息，把下面的文本翻译成{target}，注意不需要翻译上文，也不要额外解释：` and the text.
+- With glossary terms (`glossary.mode: prompt`), the card's terminology template: `参考下面的翻译：`, a line
+  `{source_term} 翻译成 {target_term}` per term, a blank line, then
+  `将以下文本翻译为{target}，注意只需要输出翻译后的结果，不要额外解释：` and the text. With context too, the terms'
+  lines come first and the contextual template after them (the card has no template for both; this is the two
+  composed).
 
 The card asks for the languages' full names, Chinese ones in a Chinese instruction and English ones in an English
 instruction. The chat template (the model's own) wraps the result as the user turn; the card uses no system prompt.
@@ -21,12 +26,17 @@ from .languages import LANGUAGES, ZH_GROUP, Language
 STYLES = ("hunyuan-mt", "hy-mt1.5")
 
 
-def build(style: str, text: str, src: str, tgt: str, context: str | None = None) -> str:
-    """The user turn for `text` from `src` into `tgt` (canonical codes)."""
+def build(style: str, text: str, src: str, tgt: str, context: str | None = None,
+          terms: tuple[tuple[str, str], ...] = ()) -> str:
+    """The user turn for `text` from `src` into `tgt` (canonical codes), with a request's context and the glossary
+    terms the segment holds (source term, target term)."""
     target = LANGUAGES[tgt]
+    preface = ("参考下面的翻译：\n" + "\n".join(f"{s} 翻译成 {t}" for s, t in terms) + "\n\n") if terms else ""
     if context and context.strip():
-        return (f"{context.strip()}\n参考上面的信息，把下面的文本翻译成{target.chinese}，注意不需要翻译上文，也不要额外解释："
-                f"\n{text}")
+        return (f"{preface}{context.strip()}\n参考上面的信息，把下面的文本翻译成{target.chinese}，注意不需要翻译上文，"
+                f"也不要额外解释：\n{text}")
+    if terms:
+        return f"{preface}将以下文本翻译为{target.chinese}，注意只需要输出翻译后的结果，不要额外解释：\n{text}"
     chinese = src in ZH_GROUP or tgt in ZH_GROUP
     if style == "hy-mt1.5":
         if chinese:

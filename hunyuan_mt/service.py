@@ -123,6 +123,8 @@ class _Job:
     visible: bool = False
     #: The request's context: shapes every segment's translation, never translated itself (prompts.py).
     context: str | None = None
+    #: Segment index → the glossary terms it holds, for the terminology prompt (glossary.mode: prompt).
+    prompt_terms: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
     @property
     def terms(self) -> int:
@@ -420,15 +422,21 @@ class TranslationService:
              visible: bool | None = None, suggest: bool = True) -> _Job:
         if plan.kind == "identity":
             return _Job(plan, None, [], [text], [])
+        # "prompt": the terms into a decoder-only model's prompt, where the route has one hop (a pivot's first hop
+        # would need the terms in the pivot language); elsewhere "visible".
+        in_prompt = (visible is None and self.cfg.glossary.mode == "prompt" and len(plan.hops) == 1
+                     and self.backbone.arch == "decoder-only")
         if visible is None:
-            visible = self.cfg.glossary.mode == "visible"
+            visible = self.cfg.glossary.mode in ("visible", "prompt")
         # Mask before splitting: a URL's "?" or a version's "." must not end a sentence.
         masked = _masking.protect(text) if _masking is not None else None
         required: list[str] = []
         if masked is not None and glossary is not None:
             required = glossary.targets(masked)
-            # Each term found becomes a span that restores as its target term, or (visible) that term itself.
-            masked = glossary.apply(masked, visible=visible and bool(required))
+            # Each term found becomes a span that restores as its target term, or (visible) that term itself; in
+            # the prompt, the source keeps its words.
+            if not in_prompt:
+                masked = glossary.apply(masked, visible=visible and bool(required))
         first = plan.hops[0]
         # A segment is cut to what the model can take in and also give back whole: its translation has at most
         # limits.max_new_tokens tokens, and translations run up to a quarter longer than their source. A sentence
@@ -465,8 +473,12 @@ class TranslationService:
                 near = self.tm.suggest(plan.src, plan.tgt, protected[i], self.cfg.tm.fuzzy_threshold)
                 if near is not None:
                     matches[i] = near
+        prompt_terms = {}
+        if in_prompt and required:
+            prompt_terms = {i: found for i in todo if protected[i] is not None
+                            and (found := glossary.pairs(protected[i]))}  # type: ignore[union-attr]
         return _Job(plan, layout, protected, current, todo, memory=memory, required=required,
-                    visible=visible and bool(required), matches=matches)
+                    visible=visible and bool(required), matches=matches, prompt_terms=prompt_terms)
 
     def _check_alternatives(self, alternatives: Any) -> None:
         limit = self.cfg.limits.max_alternatives
@@ -513,7 +525,8 @@ class TranslationService:
                     continue
                 hop = job.plan.hops[k]
                 for i in job.todo:
-                    rows.append(Row(job.current[i], hop.src, hop.tgt, hop.adapter, context=job.context))
+                    rows.append(Row(job.current[i], hop.src, hop.tgt, hop.adapter, context=job.context,
+                                    terms=job.prompt_terms.get(i, ())))
                     where.append((job, i))
             if not rows:
                 continue

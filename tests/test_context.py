@@ -85,3 +85,30 @@ def test_translate_over_http_takes_context_and_refuses_it_with_html(hy_service) 
         assert html.status_code == 400 and "context is not supported with format html" in html.json()["error"]
         long = client.post("/translate", data={"q": "Open.", "source": "en", "target": "de", "context": "x" * 400})
         assert long.status_code == 413, long.text
+
+
+def test_glossary_terms_go_into_the_terminology_prompt_and_stay_enforced(hy_service) -> None:
+    """glossary.mode prompt: a direct route's segment lists its terms as the HY-MT1.5 card's terminology template
+    (the source keeps its words); an output that lost a term is translated again with sentinels, so the answer
+    holds it; a pivot route, whose first hop has no terms in the pivot language, takes the visible form."""
+    from hunyuan_mt.glossary import Glossary
+
+    service, prompts = hy_service
+    service.cfg.glossary.mode = "prompt"
+    glossary = Glossary((("file", "Datei"), ("window", "Fenster")))
+    try:
+        prompts.clear()
+        result = service.translate("Open the file.", "en", "de", glossary=glossary)
+        assert prompts[0] == ("<s>user: 参考下面的翻译：\nfile 翻译成 Datei\n\n将以下文本翻译为德语，注意只需要输出翻译后的结果，"
+                              "不要额外解释：\nOpen the file.</s><s>assistant:")
+        assert "Datei" in result.text and result.glossary_terms == 1
+        assert len(prompts) == 1 or "file" not in prompts[1]  # the second run, if any, carries a sentinel
+        prompts.clear()
+        both = service.translate("Close the window.", "en", "de", glossary=glossary, context=CONTEXT)
+        assert prompts[0].startswith("<s>user: 参考下面的翻译：\nwindow 翻译成 Fenster\n\n" + CONTEXT + "\n参考上面的信息")
+        assert "Fenster" in both.text
+        prompts.clear()
+        service.translate("Abra el archivo.", "es", "de", glossary=Glossary((("archivo", "Datei"),)))
+        assert not any("参考下面的翻译" in p for p in prompts) and "Datei" in prompts[0]  # pivot: visible
+    finally:
+        service.cfg.glossary.mode = "visible"
