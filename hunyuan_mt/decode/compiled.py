@@ -132,20 +132,38 @@ def _mark_lora(lora: Sequence[tuple[Any, ...]]) -> None:
                 _mark(wide, 1), _mark(scale, 0), _mark(b_q, b_q.dim() - 2), _mark(b_scale, b_scale.dim() - 1)
 
 
-class CompiledStep(_Compiled):
-    """`decoder_step` for one new token per row."""
+class _DecodeStep(_Compiled):
+    """A decode step (one new token per row): padding rows up to MIN_ROWS, and the tensors that outlive a step
+    marked once."""
 
-    STATIC = (8,)  # the model
-
-    def __init__(self, freeze: bool = False) -> None:
-        super().__init__(decoder_step, freeze)
-        #: The LoRA terms the last call marked: the same tuple at the next step (`MarianBatch._lora_terms`) holds
+    def __init__(self, fn: Any, freeze: bool = False) -> None:
+        super().__init__(fn, freeze)
+        #: The LoRA terms the last call marked: the same tuple at the next step (`LeanBatch._lora_terms`) holds
         #: the same tensors, marked already.
         self._marked: Any = None
 
     def padding(self, rows: int) -> int:
         """Padding rows a step of `rows` rows runs with."""
         return max(0, self.MIN_ROWS - rows)
+
+    def _mark_lasting(self, stores: Sequence[list[torch.Tensor]], lora: Sequence[tuple[Any, ...]]) -> None:
+        """Tensors that live longer than a step (the caches: rows and columns vary; the LoRA stacks)."""
+        for store in stores:
+            for t in store:
+                if not is_marked(t):
+                    _mark(t, 0, 2)
+        if lora is not self._marked:
+            _mark_lora(lora)
+            self._marked = lora if isinstance(lora, tuple) else None
+
+
+class CompiledStep(_DecodeStep):
+    """`decoder_step` for one new token per row."""
+
+    STATIC = (8,)  # the model
+
+    def __init__(self, freeze: bool = False) -> None:
+        super().__init__(decoder_step, freeze)
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cmask: torch.Tensor,
                  k: list[torch.Tensor], v: list[torch.Tensor], ck: list[torch.Tensor], cv: list[torch.Tensor],
@@ -163,20 +181,13 @@ class CompiledStep(_Compiled):
             # A one-token source: MarianBatch._decode keeps a spare source column; this one is masked.
             cmask = F.pad(cmask, (0, 2 - cmask.shape[-1]), value=_NEG[cmask.dtype])
         _mark(ids, 0), _mark(pos, 0), _mark(mask, 0, 3), _mark(cmask, 0, 3)
-        # Tensors that live longer than a step (the caches, the LoRA stacks) are marked once.
-        for store in (k, v, ck, cv):
-            for t in store:
-                if not is_marked(t):
-                    _mark(t, 0, 2)
-        if lora is not self._marked:
-            _mark_lora(lora)
-            self._marked = lora if isinstance(lora, tuple) else None
+        self._mark_lasting((k, v, ck, cv), lora)
         logits = self._run((ids, pos, mask, cmask, k, v, ck, cv, model, lora),
                            lambda: (ids[:b], pos[:b], mask[:b], cmask[:b], k, v, ck, cv, model, _unpadded(lora, b)))
         return logits[:b]
 
 
-class CompiledLlamaStep(_Compiled):
+class CompiledLlamaStep(_DecodeStep):
     """`llama.llama_step` for one new token per row (the decoder-only lean step; its prefill stays eager: several
     tokens per row, GEMM-bound). Its rows are padded and its dimensions kept away from 1 as `CompiledStep`'s
     (`LlamaBatch._decode` keeps a spare row and column in the cache)."""
@@ -185,10 +196,6 @@ class CompiledLlamaStep(_Compiled):
 
     def __init__(self, freeze: bool = False) -> None:
         super().__init__(llama_step, freeze)
-        self._marked: Any = None
-
-    def padding(self, rows: int) -> int:
-        return max(0, self.MIN_ROWS - rows)
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, k: list[torch.Tensor],
                  v: list[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor, model: tuple[Any, ...],
@@ -202,13 +209,7 @@ class CompiledLlamaStep(_Compiled):
         for t in (cos, sin):
             if not is_marked(t):
                 _mark(t, 0)  # the rotary table grows with the longest position
-        for store in (k, v):
-            for t in store:
-                if not is_marked(t):
-                    _mark(t, 0, 2)
-        if lora is not self._marked:
-            _mark_lora(lora)
-            self._marked = lora if isinstance(lora, tuple) else None
+        self._mark_lasting((k, v), lora)
         logits = self._run((ids, pos, mask, k, v, cos, sin, model, lora),
                            lambda: (ids[:b], pos[:b], mask[:b], k, v, cos, sin, model, _unpadded(lora, b)))
         return logits[:b]

@@ -10,6 +10,7 @@ row's result does not depend on the rows and columns beside it).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,6 +21,26 @@ from .. import invariant, kernels
 #: The additive mask value for a column a row must not see: large and finite, so a query that sees no column at
 #: all (a padding position in a prefill) averages harmlessly instead of producing NaN.
 _NEG = {dtype: torch.finfo(dtype).min / 2 for dtype in (torch.float32, torch.float16, torch.bfloat16)}
+
+
+@dataclass
+class SelfCache:
+    """Self-attention keys/values of some rows (`k`, `v` per layer, `length` columns used, `bias` per row and
+    column). Tensors may hold more rows and columns than are in use; `rows` are in use."""
+
+    rows: int
+    length: int
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+    bias: torch.Tensor          # [row capacity, column capacity]: 0 for a row's real columns, a large negative else
+
+    @property
+    def columns(self) -> int:
+        return self.bias.shape[1]
+
+    @property
+    def capacity(self) -> int:
+        return self.bias.shape[0]
 
 
 def _cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, width: Any,

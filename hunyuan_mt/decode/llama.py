@@ -25,7 +25,6 @@ The rows then move into the running batch's cache, right-aligned, and their firs
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,9 +34,10 @@ import torch.nn.functional as F
 from .. import kernels
 from ..int8_embedding import Int8Embedding
 from ..int8_embedding import embed as embed_tokens
-from .batch import RunningBatch, Sequence
+from .batch import Sequence
 from .dense import Projection, project
-from .kvcache import _NEG, _block, _blocked, _cached_attention, _grown, _keep, _move, _regrow, _shift_right
+from .lean import LeanBatch
+from .kvcache import _NEG, SelfCache, _block, _blocked, _cached_attention, _grown, _keep, _move, _regrow, _shift_right
 
 #: model_type → where the model applies its query/key norms: "after" RoPE (HunYuanDenseV1), "before" (Qwen3), or
 #: None (no such norms).
@@ -86,27 +86,7 @@ class _Layer:
     qk_norms: tuple[tuple[torch.Tensor, float], tuple[torch.Tensor, float]] | None
 
 
-@dataclass
-class _Cache:
-    """Keys/values of some rows (`k`, `v` per layer, `length` columns used, `bias` per row and column). Tensors may
-    hold more rows and columns than are in use; `rows` are in use."""
-
-    rows: int
-    length: int
-    k: list[torch.Tensor]
-    v: list[torch.Tensor]
-    bias: torch.Tensor          # [row capacity, column capacity]: 0 for a row's real columns, a large negative else
-
-    @property
-    def columns(self) -> int:
-        return self.bias.shape[1]
-
-    @property
-    def capacity(self) -> int:
-        return self.bias.shape[0]
-
-
-class LlamaBatch(RunningBatch):
+class LlamaBatch(LeanBatch):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         cfg = self.model.config
@@ -116,22 +96,11 @@ class LlamaBatch(RunningBatch):
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
         self.scaling = self.head_dim ** -0.5
         self.qk_norm = QK_NORM[cfg.model_type]
-        self.cache: _Cache | None = None
+        self.cache: SelfCache | None = None
         self._layers: list[_Layer] = []
         self._head: Projection | None = None
         self._layout: tuple[Any, ...] | None = None
         self._args: tuple[Any, ...] = ()
-        self._lora_memo: tuple[list[_Layer], Any, tuple[tuple[Any, ...], ...]] | None = None
-        #: The dtype the cache keeps keys/values in (`model.kv_cache`, set by the backbone); None: the model's.
-        self.kv_dtype: torch.dtype | None = None
-        #: The compiled decode step (`decode/compiled.py`), shared by the backbone's batches; None: eager.
-        self.compiled: Any = None
-        if self.device.type == "cpu" and kernels.move_rows() is not None:
-            self.compact_share = 0.0  # as MarianBatch: a compaction in one kernel call costs less than a step
-
-    @property
-    def cache_length(self) -> int:
-        return 0 if self.cache is None else self.cache.length
 
     # ------------------------------------------------------------------ the model's weights, fused
 
@@ -192,7 +161,7 @@ class LlamaBatch(RunningBatch):
 
     # ------------------------------------------------------------------ the step
 
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: _Cache,
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: SelfCache,
                  last: torch.Tensor | None = None, step: Any = None) -> torch.Tensor:
         layers = self._build()
         b, t = ids.shape
@@ -204,29 +173,9 @@ class LlamaBatch(RunningBatch):
             return step(ids, pos, mask, cache.k, cache.v, cos, sin, self._args, lora)
         return llama_step(ids, pos, mask, cache.k, cache.v, cos, sin, self._args, lora, last)
 
-    def _lora_terms(self, layers: list[_Layer], tokens: int, per_row: int, device: torch.device, complete: bool,
-                    padding: int) -> tuple[tuple[Any, ...], ...]:
-        """Every projection's LoRA term for this forward, the same tuple while the rows' slots, their weights and
-        the shapes stay (MarianBatch._lora_terms says why)."""
-        mapping = self.mapping
-        key = (None if mapping is None else (mapping.version, mapping.structure), tokens, per_row, device, complete,
-               padding)
-        memo = self._lora_memo
-        if memo is not None and memo[0] is layers and memo[1] == key:
-            return memo[2]
-        terms = tuple(tuple(p.lora_tensors(tokens, per_row, device, complete, padding)
-                            for p in _step_projections(layer)) for layer in layers)
-        self._lora_memo = (layers, key, terms)
-        return terms
-
-    def _step(self) -> Any:
-        return self.compiled if self.compiled is not None and self.compiled.active else None
-
-    def _decode_threads(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext() if self._step() is not None else super()._decode_threads()
-
-    def _prefill_threads(self, tokens: int) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext() if self._step() is not None else super()._prefill_threads(tokens)
+    @staticmethod
+    def _projections(layer: _Layer) -> tuple[Projection, ...]:
+        return _step_projections(layer)
 
     # ------------------------------------------------------------------ RunningBatch's moves
 
@@ -247,7 +196,7 @@ class LlamaBatch(RunningBatch):
         k = [torch.zeros(n, self.kv_heads, width, self.head_dim, dtype=dtype, device=self.device)
              for _ in self._layers]
         v = [torch.zeros_like(t) for t in k]
-        cache = _Cache(n, 0, k, v, torch.zeros(n, width, dtype=dtype, device=self.device))
+        cache = SelfCache(n, 0, k, v, torch.zeros(n, width, dtype=dtype, device=self.device))
         logits = self._forward(ids, pos, mask, cache, last=lens - 1)
         return logits, (k, v, lengths)
 
@@ -258,7 +207,7 @@ class LlamaBatch(RunningBatch):
         dtype = self.kv_dtype or k[0].dtype
         if mine is None or not self.rows:
             empty = [k[0].new_zeros(0, self.kv_heads, 0, self.head_dim, dtype=dtype) for _ in range(2 * len(k))]
-            mine = self.cache = _Cache(0, 0, empty[:len(k)], empty[len(k):],
+            mine = self.cache = SelfCache(0, 0, empty[:len(k)], empty[len(k):],
                                        k[0].new_zeros(0, 0))
         width = max(mine.length, longest)
         _reserve(mine, mine.rows + n, width + 1)
@@ -375,7 +324,7 @@ def llama_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, k: list
     return project(_rms(x, final_norm), head, None)
 
 
-def _reserve(cache: _Cache, rows: int, columns: int) -> None:
+def _reserve(cache: SelfCache, rows: int, columns: int) -> None:
     """Grow the cache's tensors (doubling) to hold `rows` rows and `columns` columns; what is in use is kept."""
     new_rows = _grown(cache.capacity, rows, _START_ROWS)
     new_cols = _grown(cache.columns, columns, _START_COLUMNS)

@@ -24,7 +24,6 @@ beside the running rows.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +31,10 @@ import torch
 import torch.nn.functional as F
 
 from .. import kernels
-from .batch import RunningBatch, Sequence, left_padded, positions
+from .batch import Sequence, left_padded, positions
 from .dense import Projection, project
-from .kvcache import (_NEG, _block, _blocked, _cached_attention, _grown, _keep, _move, _place, _regrow,
+from .lean import LeanBatch
+from .kvcache import (_NEG, SelfCache, _block, _blocked, _cached_attention, _grown, _keep, _move, _place, _regrow,
                       _shift_right)
 
 #: Columns and rows the cache starts with; both double when full.
@@ -68,31 +68,17 @@ class _EncoderLayer:
 
 
 @dataclass
-class _Cache:
-    """Keys/values of some rows: self-attention (`k`, `v` per layer, `length` columns used, `bias` per column) and
-    cross-attention (`ck`, `cv` per layer over the source, `cbias`). Tensors may hold more rows and columns than
-    are in use; `rows` are in use."""
+class _Cache(SelfCache):
+    """Keys/values of some rows: self-attention (SelfCache) and cross-attention (`ck`, `cv` per layer over the
+    source, `cbias`)."""
 
-    rows: int
-    length: int
-    k: list[torch.Tensor]
-    v: list[torch.Tensor]
-    bias: torch.Tensor          # [row capacity, column capacity]: 0 for a row's real columns, a large negative else
     ck: list[torch.Tensor]
     cv: list[torch.Tensor]
     cbias: torch.Tensor         # [row capacity, source capacity]
     source: int                 # source columns in use
 
-    @property
-    def columns(self) -> int:
-        return self.bias.shape[1]
 
-    @property
-    def capacity(self) -> int:
-        return self.bias.shape[0]
-
-
-class MarianBatch(RunningBatch):
+class MarianBatch(LeanBatch):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.decoder = self.model.get_decoder()
@@ -110,23 +96,8 @@ class MarianBatch(RunningBatch):
         self._layout: tuple[int, int, bool] | None = None
         self._decoder_args: tuple[Any, ...] = ()
         self._encoder_args: tuple[Any, ...] = ()
-        #: (the layers, key, the LoRA terms of the last forward): see `_lora_terms`.
-        self._lora_memo: tuple[list[_Layer], Any, tuple[tuple[Any, ...], ...]] | None = None
-        #: The dtype of the attention keys/values the cache keeps (`model.kv_cache`, set by the backbone): float16
-        #: halves what each step's attention reads; None: the model's dtype.
-        self.kv_dtype: torch.dtype | None = None
-        #: The compiled decode step and encoder (`decode/compiled.py`), shared by the backbone's batches; None: eager.
-        self.compiled: Any = None
+        #: The compiled encoder (`decode/compiled.py`; the step is LeanBatch.compiled); None: eager.
         self.compiled_encoder: Any = None
-        if self.device.type == "cpu" and kernels.move_rows() is not None:
-            # A compaction moves only the rows kept past the new end, in one kernel call (~0.15 ms for 3 rows of
-            # the demo's 24 cache tensors, against ~1.5 ms with tensor operations): cheaper than one step of a
-            # finished row riding along, so finished rows go at once (`RunningBatch.pop_finished`).
-            self.compact_share = 0.0
-
-    @property
-    def cache_length(self) -> int:
-        return 0 if self.cache is None else self.cache.length
 
     # ------------------------------------------------------------------ the model's weights, fused
 
@@ -246,22 +217,9 @@ class MarianBatch(RunningBatch):
         return (step or decoder_step)(ids, pos, mask, cmask, cache.k, cache.v, cache.ck, cache.cv,
                                       self._decoder_args, lora)
 
-    def _lora_terms(self, layers: list[_Layer], tokens: int, per_row: int, device: torch.device, complete: bool,
-                    padding: int) -> tuple[tuple[Any, ...], ...]:
-        """Every projection's LoRA term for this forward, per layer. The same tuple while the rows' slots, the
-        slots' weights (the mapping's version) and the shapes stay: a decode step whose rows do not change asks each
-        of the 24 projection groups again for nothing, and an unchanged tuple is also one the compiled step has
-        marked and walked already (`decode/compiled.py`, `decode/aot.py`)."""
-        mapping = self.mapping
-        key = (None if mapping is None else (mapping.version, mapping.structure), tokens, per_row, device, complete,
-               padding)
-        memo = self._lora_memo
-        if memo is not None and memo[0] is layers and memo[1] == key:
-            return memo[2]
-        terms = tuple(tuple(p.lora_tensors(tokens, per_row, device, complete, padding)
-                            for p in _step_projections(layer)) for layer in layers)
-        self._lora_memo = (layers, key, terms)
-        return terms
+    @staticmethod
+    def _projections(layer: _Layer) -> tuple[Projection, ...]:
+        return _step_projections(layer)
 
     def _model(self, plain: bool = False) -> tuple[Any, ...]:
         """The decoder's weights as `decoder_step` takes them (tensors, and the constants of the architecture;
@@ -337,19 +295,6 @@ class MarianBatch(RunningBatch):
                new.length)
         _place((mine.ck, mine.cv), mine.cbias, (new.ck, new.cv), new.cbias, mine.rows, new.rows, 0, new.source)
         mine.rows, mine.length, mine.source = rows, width, max(mine.source, new.source)
-
-    def _step(self) -> Any:
-        """The compiled step when there is one that works, else None (eager)."""
-        return self.compiled if self.compiled is not None and self.compiled.active else None
-
-    def _decode_threads(self) -> contextlib.AbstractContextManager[None]:
-        # Compiled, every forward runs on all threads: fewer would not pay there (a compiled step of one row
-        # without LoRA, measured alone: 0.62 ms on two threads, 0.81 on one), and torch compiles a graph again
-        # when the thread count changes.
-        return contextlib.nullcontext() if self._step() is not None else super()._decode_threads()
-
-    def _prefill_threads(self, tokens: int) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext() if self._step() is not None else super()._prefill_threads(tokens)
 
     def _decode(self, last: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         cache = self.cache
