@@ -425,7 +425,8 @@ class Backbone:
         kernel = None
         if cfg.quantization == "int8":
             # The kernel configured, or the faster of the two on this CPU (timed once per process).
-            kernel = int8_speed(cfg).kernel
+            linear_bytes = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+            kernel = int8.kernel_for(int8_speed(cfg), linear_bytes)
             int8.quantize_linears(model, kernel)
             if arch == DECODER_ONLY:
                 # The token table as int8 too (the tied output projection's own rows where it has them): in

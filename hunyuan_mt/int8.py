@@ -191,6 +191,22 @@ class GemmSpeed:
 _PROBE = (48, 384, 768)
 
 
+#: Linear weights (int8 bytes) beyond which a model's decode steps are bound by reading them from memory, not by
+#: the probe's cache-resident GEMM: there fbgemm's weight, packed once at load, reads at ~3× the rate of
+#: torch._int_mm, which has oneDNN reorder its operand at every call (a gate projection of HY-MT1.5-1.8B, 2048 →
+#: 6144, cold, 2 threads on an Intel Xeon with AMX: 1 row 0.63 against 1.99 ms, 16 rows 1.34 against 2.10, 64 rows
+#: 3.37 against 3.33; BENCHMARKS.md). The demo model (13 MB of int8 weights) keeps the probe's choice.
+LARGE_MODEL_BYTES = 256 * 2**20
+
+
+def kernel_for(speed: GemmSpeed, weight_bytes: int) -> str:
+    """The int8 kernel for a model with `weight_bytes` of int8 linear weights: the pinned one, fbgemm for a model
+    too large for the CPU's caches (where this torch build has it), else the probe's faster one."""
+    if speed.pinned is None and weight_bytes > LARGE_MODEL_BYTES and int8_fbgemm.available():
+        return "fbgemm"
+    return speed.kernel
+
+
 @functools.lru_cache(maxsize=None)
 def gemm_speed(threads: int | None = None) -> GemmSpeed:
     """Time both int8 kernels against float32 as the engine runs it (oneDNN's packed weight where there is one), on
