@@ -33,7 +33,7 @@ def test_list_from_env_is_comma_separated() -> None:
     [
         ({"cache.slots": 0}, "cache.slots: expected an integer >= 1, got 0"),
         ({"tm.fuzzy_threshold": 1.5}, "tm.fuzzy_threshold: expected a number from 0 to 1, got 1.5"),
-        ({"glossary.mode": "loud"}, "glossary.mode: expected one of visible, sentinel, got 'loud'"),
+        ({"glossary.mode": "loud"}, "glossary.mode: expected one of visible, sentinel, prompt, got 'loud'"),
         ({"cache.slots": "three"}, "cache.slots: expected an integer, got 'three'"),
         ({"model.device": "gpu"}, "model.device: expected auto, cpu, cuda or cuda:N, got 'gpu'"),
         ({"model.quantization": "3bit"}, "model.quantization: expected one of none, auto, int8, 8bit, 4bit, got '3bit'"),
