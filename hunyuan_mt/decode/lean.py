@@ -28,6 +28,8 @@ class LeanBatch(RunningBatch):
         self.kv_dtype: torch.dtype | None = None
         #: The compiled decode step (`decode/compiled.py`), shared by the backbone's batches; None: eager.
         self.compiled: Any = None
+        #: What the step's view of the model was built for (`_stale`).
+        self._layout: tuple[Any, ...] | None = None
         if self.device.type == "cpu" and kernels.move_rows() is not None:
             # A compaction moves only the rows kept past the new end, in one kernel call (~0.15 ms for 3 rows of
             # the demo's 24 cache tensors, against ~1.5 ms with tensor operations): cheaper than one step of a
@@ -59,6 +61,17 @@ class LeanBatch(RunningBatch):
                             for p in self._projections(layer)) for layer in layers)
         self._lora_memo = (layers, key, terms)
         return terms
+
+    def _stale(self, root: Any) -> tuple[tuple[Any, ...], bool] | None:
+        """None while the step's view of the model (its fused projections) is current, else (the layout to build it
+        for, whether the weights go unpacked): it is rebuilt when the slot layers change (modules wrapped, slots
+        grown) or the compiled step takes over or fails."""
+        mapping = self.mapping
+        # A compiled step that freezes the weights takes them unpacked (decode/compiled.py); eager after it failed,
+        # the step goes back to the packed ones.
+        plain = self._step() is not None and self.compiled.frozen
+        layout = (id(root), -1 if mapping is None else mapping.structure, plain)
+        return None if layout == self._layout else (layout, plain)
 
     def _step(self) -> Any:
         """The compiled step when there is one that works, else None (eager)."""

@@ -102,7 +102,6 @@ class LlamaBatch(LeanBatch):
         self.cache: SelfCache | None = None
         self._layers: list[_Layer] = []
         self._head: Projection | None = None
-        self._layout: tuple[Any, ...] | None = None
         self._args: tuple[Any, ...] = ()
         #: A step reads so many weights that even one row pays for every thread: HY-MT1.5-1.8B's (hidden 2048,
         #: int8, fbgemm, Intel Xeon with AMX) one-row step took 179 ms on one thread, 119 ms on two. The base
@@ -113,11 +112,11 @@ class LlamaBatch(LeanBatch):
 
     def _build(self) -> list[_Layer]:
         """The step's view of the model, rebuilt when the slot layers change (modules wrapped, slots grown)."""
-        mapping = self.mapping
-        plain = self._step() is not None and self.compiled.frozen
-        layout = (id(self.inner), -1 if mapping is None else mapping.structure, plain)
-        if layout == self._layout:
+        stale = self._stale(self.inner)
+        if stale is None:
             return self._layers
+        layout, plain = stale
+        mapping = self.mapping
         layers = []
         for layer in self.inner.layers:
             sa, mlp = layer.self_attn, layer.mlp

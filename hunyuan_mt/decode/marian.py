@@ -93,7 +93,6 @@ class MarianBatch(LeanBatch):
         #: The final logits bias the step adds after the output projection: None where that GEMM carries it.
         self._logits_bias: torch.Tensor | None = None
         self._encoder: list[_EncoderLayer] = []
-        self._layout: tuple[int, int, bool] | None = None
         self._decoder_args: tuple[Any, ...] = ()
         self._encoder_args: tuple[Any, ...] = ()
         #: The compiled encoder (`decode/compiled.py`; the step is LeanBatch.compiled); None: eager.
@@ -103,13 +102,11 @@ class MarianBatch(LeanBatch):
 
     def _build(self) -> list[_Layer]:
         """The step's view of the model, rebuilt when the slot layers change (modules wrapped, slots grown)."""
-        mapping = self.mapping
-        # A compiled step that freezes the weights takes them unpacked (decode/compiled.py); eager after it failed,
-        # the step goes back to the packed ones.
-        plain = self._step() is not None and self.compiled.frozen
-        layout = (id(self.decoder), -1 if mapping is None else mapping.structure, plain)
-        if layout == self._layout:
+        stale = self._stale(self.decoder)
+        if stale is None:
             return self._layers
+        layout, plain = stale
+        mapping = self.mapping
         layers = []
         for layer in self.decoder.layers:
             sa, ca = layer.self_attn, layer.encoder_attn
