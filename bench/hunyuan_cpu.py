@@ -50,6 +50,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "mid": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=8, num_attention_heads=8,
                 num_key_value_heads=2, head_dim=64, vocab_size=32000, tie_word_embeddings=True, rms_norm_eps=1e-5,
                 max_position_embeddings=32768, rope_parameters=_ROPE),
+    # The bench's own smoke test (tests/test_bench_smoke.py): seconds, not a measurement.
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, vocab_size=512, tie_word_embeddings=True, rms_norm_eps=1e-5,
+                 max_position_embeddings=32768, rope_parameters=_ROPE),
 }
 PAIRS = ("en2es", "en2de", "en2fr", "en2zh", "es2en", "de2en", "fr2en", "zh2en")
 RANK = 16

@@ -134,3 +134,25 @@ def test_gemm_paths_times_every_path_on_the_same_product() -> None:
     assert set(cell) == {"mm", "onednn_packed", "mkl_packed"}
     assert cell["mm"] > 0 and cell["onednn_packed"] > 0
     assert cell["mkl_packed"] is None or cell["mkl_packed"] > 0
+
+
+def test_hunyuan_cpu_bench_runs_ours_and_transformers_on_a_tiny_model(tmp_path: Path) -> None:
+    """bench.hunyuan_cpu's engines in process on its tiny preset: ours through the lean decoder-only step with 8
+    adapters attached (16 rows over them), transformers eager and + PEFT one at a time, and the report's ratios."""
+    from bench import hunyuan_cpu
+
+    model_dir = hunyuan_cpu.build("tiny", tmp_path)
+    adapters = tmp_path / "adapters"
+    assert sorted(p.name for p in adapters.iterdir()) == sorted(hunyuan_cpu.PAIRS)
+    args = argparse.Namespace(preset="tiny", runs=1, prompt=8, new=3, requests=4, threads=2, quantization="int8",
+                              compile=False, peft=True)
+    ours = hunyuan_cpu.run_ours(model_dir, adapters, args)
+    assert ours["batch"] == "LlamaBatch" and not ours["compiled"]
+    assert ours["decode_tok_s"] > 0 and ours["concurrent_tok_s"] > 0 and ours["int8_weight_mb"] > 0
+    hf = hunyuan_cpu.run_transformers(model_dir, adapters, args)
+    assert hf["peft_sequential_tok_s"] > 0 and len(hf["peft_walls"]) == 1
+    lines = hunyuan_cpu.report({"ours": ours, "transformers": hf, "cpu": hunyuan_cpu.cpu_line(),
+                                "llama_cpp_note": "not installed"}, args)
+    text = "\n".join(lines)
+    assert "ours ÷ transformers eager, decode" in text and "4 concurrent ÷ transformers + PEFT" in text
+    assert "llama.cpp: not installed" in text
