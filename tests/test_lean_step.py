@@ -50,12 +50,12 @@ def _slots(cache, keys: list[str | None]) -> tuple[object, list[int]]:
 
 def test_lean_marian_logits_equal_transformers_per_step(marian_dir: Path, adapters: Path, fresh_backbone,
                                                         make_cache, monkeypatch) -> None:
-    from hunyuan_mt.decode import marian
+    from hunyuan_mt.decode import kvcache
 
     copies: list[str] = []  # how each compaction copied the cache: every kept row, or only the rows that moved
     for name in ("_keep", "_move"):
-        real = getattr(marian, name)
-        monkeypatch.setattr(marian, name, lambda *a, _real=real, _name=name: (copies.append(_name), _real(*a))[1])
+        real = getattr(kvcache, name)
+        monkeypatch.setattr(kvcache, name, lambda *a, _real=real, _name=name: (copies.append(_name), _real(*a))[1])
     bb = fresh_backbone(marian_dir)
     cache = make_cache(bb, adapters, slots=3)
     lease, slots = _slots(cache, [None, "en2es", "en2fr", "en2de"])

@@ -23,6 +23,11 @@ from .. import invariant, kernels
 _NEG = {dtype: torch.finfo(dtype).min / 2 for dtype in (torch.float32, torch.float16, torch.bfloat16)}
 
 
+#: Columns and rows a cache starts with; both double when full.
+START_COLUMNS = 32
+START_ROWS = 8
+
+
 @dataclass
 class SelfCache:
     """Self-attention keys/values of some rows (`k`, `v` per layer, `length` columns used, `bias` per row and
@@ -169,3 +174,38 @@ def _shift_right(cache: Any, by: int) -> None:
     cache.bias[:n, by:by + length] = cache.bias[:n, :length].clone()
     cache.bias[:n, :by] = _NEG[cache.bias.dtype]
     cache.length = length + by
+
+
+def reserve(cache: SelfCache, rows: int, columns: int) -> None:
+    """Grow the self-attention tensors (doubling) so they hold `rows` rows and `columns` columns; what is in use is
+    kept."""
+    new_rows = _grown(cache.capacity, rows, START_ROWS)
+    new_cols = _grown(cache.columns, columns, START_COLUMNS)
+    if (new_rows, new_cols) != tuple(cache.bias.shape):
+        cache.bias = _regrow((cache.k, cache.v), cache.bias, cache.rows, cache.length, new_rows, new_cols)
+
+
+def compact(cache: SelfCache, keep: list[int], device: torch.device,
+            others: tuple[tuple[tuple[list[torch.Tensor], ...], torch.Tensor, int], ...] = ()) -> None:
+    """Keep only rows `keep` (indices before the change) of `cache` and of `others` ((stores, bias, columns in
+    use) over the same rows: Marian's cross-attention). Where a quarter or more of the self-attention columns are
+    leading ones no kept row sees, every kept row is copied to drop them; else only the rows that changed place move
+    (RunningBatch.compact fills the gaps from the end) and those columns stay, masked."""
+    index = torch.tensor(keep, dtype=torch.long, device=device)
+    used = (cache.bias.index_select(0, index)[:, :cache.length] == 0).any(dim=0).nonzero()
+    cut = int(used[0]) if used.numel() else cache.length
+    if cut and 4 * cut >= cache.length:
+        _keep((cache.k, cache.v), cache.bias, index, cut, cache.length)
+        for stores, bias, columns in others:
+            _keep(stores, bias, index, 0, columns)
+        cache.length -= cut
+    else:
+        moved = [(dst, src) for dst, src in enumerate(keep) if dst != src]
+        if moved:
+            dst = torch.tensor([m[0] for m in moved], dtype=torch.long, device=device)
+            src = torch.tensor([m[1] for m in moved], dtype=torch.long, device=device)
+            disjoint = not {m[0] for m in moved} & {m[1] for m in moved}
+            _move((cache.k, cache.v), cache.bias, dst, src, cache.length, disjoint)
+            for stores, bias, columns in others:
+                _move(stores, bias, dst, src, columns, disjoint)
+    cache.rows = len(keep)

@@ -38,7 +38,7 @@ from ..int8_embedding import embed as embed_tokens
 from .batch import Sequence
 from .dense import Projection, project
 from .lean import LeanBatch
-from .kvcache import _NEG, SelfCache, _block, _blocked, _cached_attention, _grown, _keep, _move, _regrow, _shift_right
+from .kvcache import _NEG, SelfCache, _block, _blocked, _cached_attention, _grown, _shift_right, compact, reserve
 
 #: model_type → where the model applies its query/key norms: "after" RoPE (HunYuanDenseV1), "before" (Qwen3), or
 #: None (no such norms).
@@ -48,8 +48,6 @@ QK_NORM = {"hunyuan_v1_dense": "after", "qwen3": "before", "llama": None, "qwen2
 #: ("dynamic" NTK without Hunyuan's fixed alpha recomputes them as the sequence grows.)
 _STATIC_ROPE = {"default", "linear", "llama3", "yarn", "ntk_alpha"}
 
-_START_COLUMNS = 32
-_START_ROWS = 8
 #: Hidden width from which every forward runs on all of torch's threads (see LlamaBatch._every_thread).
 _WIDE_MODEL = 1024
 
@@ -103,6 +101,8 @@ class LlamaBatch(LeanBatch):
         self._layers: list[_Layer] = []
         self._head: Projection | None = None
         self._args: tuple[Any, ...] = ()
+        #: cos, sin by position (`_rope`).
+        self._rope_table: tuple[torch.Tensor, torch.Tensor] | None = None
         #: A step reads so many weights that even one row pays for every thread: HY-MT1.5-1.8B's (hidden 2048,
         #: int8, fbgemm, Intel Xeon with AMX) one-row step took 179 ms on one thread, 119 ms on two. The base
         #: class gives a few rows one thread, which the demo-sized models measured faster.
@@ -155,7 +155,7 @@ class LlamaBatch(LeanBatch):
     def _rope(self, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
         """cos, sin [≥ positions, head_dim] from the model's own rotary embedding (its scaling included), grown
         by doubling: a position's row is what the model computes for it."""
-        table = getattr(self, "_rope_table", None)
+        table = self._rope_table
         if table is None or table[0].shape[0] < positions:
             size = _grown(0 if table is None else table[0].shape[0], positions, 256)
             rotary, weight = self.inner.rotary_emb, self.inner.norm.weight
@@ -167,8 +167,8 @@ class LlamaBatch(LeanBatch):
 
     # ------------------------------------------------------------------ the step
 
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cache: SelfCache,
-                 last: torch.Tensor | None = None, step: Any = None) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, k: list[torch.Tensor],
+                 v: list[torch.Tensor], last: torch.Tensor | None = None, step: Any = None) -> torch.Tensor:
         layers = self._build()
         b, t = ids.shape
         complete = step is not None
@@ -176,8 +176,8 @@ class LlamaBatch(LeanBatch):
         lora = self._lora_terms(layers, b * t, t, ids.device, complete, padding)
         cos, sin = self._rope(int(pos.max()) + 1)
         if step is not None:
-            return step(ids, pos, mask, cache.k, cache.v, cos, sin, self._args, lora)
-        return llama_step(ids, pos, mask, cache.k, cache.v, cos, sin, self._args, lora, last)
+            return step(ids, pos, mask, k, v, cos, sin, self._args, lora)
+        return llama_step(ids, pos, mask, k, v, cos, sin, self._args, lora, last)
 
     @staticmethod
     def _projections(layer: _Layer) -> tuple[Projection, ...]:
@@ -205,11 +205,11 @@ class LlamaBatch(LeanBatch):
         visible = (col[None, None, :] <= col[None, :, None]) & (col[None, None, :] < lens[:, None, None])
         mask = torch.zeros(n, 1, width, width, dtype=dtype, device=self.device).masked_fill(
             ~visible[:, None], _NEG[dtype])
-        k = [torch.zeros(n, self.kv_heads, width, self.head_dim, dtype=dtype, device=self.device)
+        # The step writes every column of these (its T is the whole width).
+        k = [torch.empty(n, self.kv_heads, width, self.head_dim, dtype=dtype, device=self.device)
              for _ in self._layers]
-        v = [torch.zeros_like(t) for t in k]
-        cache = SelfCache(n, 0, k, v, torch.zeros(n, width, dtype=dtype, device=self.device))
-        logits = self._forward(ids, pos, mask, cache, last=lens - 1)
+        v = [torch.empty_like(t) for t in k]
+        logits = self._forward(ids, pos, mask, k, v, last=lens - 1)
         return logits, (k, v, lengths)
 
     def _merge(self, state: Any) -> None:
@@ -218,11 +218,12 @@ class LlamaBatch(LeanBatch):
         mine = self.cache
         dtype = self.kv_dtype or k[0].dtype
         if mine is None or not self.rows:
-            empty = [k[0].new_zeros(0, self.kv_heads, 0, self.head_dim, dtype=dtype) for _ in range(2 * len(k))]
-            mine = self.cache = SelfCache(0, 0, empty[:len(k)], empty[len(k):],
-                                       k[0].new_zeros(0, 0))
+            def empty() -> list[torch.Tensor]:
+                return [t.new_zeros(0, self.kv_heads, 0, self.head_dim, dtype=dtype) for t in k]
+
+            mine = self.cache = SelfCache(0, 0, empty(), empty(), k[0].new_zeros(0, 0))
         width = max(mine.length, longest)
-        _reserve(mine, mine.rows + n, width + 1)
+        reserve(mine, mine.rows + n, width + 1)
         if width > mine.length:
             _shift_right(mine, width - mine.length)
         # Each entering row right-aligned below the live ones; what it does not fill stays masked.
@@ -240,12 +241,12 @@ class LlamaBatch(LeanBatch):
         assert cache is not None
         step = self._step()
         if step is None:
-            _reserve(cache, cache.rows, _block(cache.length + 1))
+            reserve(cache, cache.rows, _block(cache.length + 1))
         else:
-            _reserve(cache, max(cache.rows, step.MIN_ROWS) + 1, cache.length + 2)
+            reserve(cache, max(cache.rows, step.MIN_ROWS) + 1, cache.length + 2)
         cache.bias[:cache.rows, cache.length] = 0.0
         mask = cache.bias[:cache.rows, None, None, :cache.length + 1]
-        logits = self._forward(last, pos, mask, cache, step=step)
+        logits = self._forward(last, pos, mask, cache.k, cache.v, step=step)
         cache.length += 1
         return logits
 
@@ -256,20 +257,7 @@ class LlamaBatch(LeanBatch):
             self.cache = None
             return
         assert cache is not None
-        index = torch.tensor(keep, dtype=torch.long, device=self.device)
-        used = (cache.bias.index_select(0, index)[:, :cache.length] == 0).any(dim=0).nonzero()
-        cut = int(used[0]) if used.numel() else cache.length
-        if cut and 4 * cut >= cache.length:
-            _keep((cache.k, cache.v), cache.bias, index, cut, cache.length)
-            cache.length -= cut
-        else:
-            moved = [(dst, src) for dst, src in enumerate(keep) if dst != src]
-            if moved:
-                dst = torch.tensor([m[0] for m in moved], dtype=torch.long, device=self.device)
-                src = torch.tensor([m[1] for m in moved], dtype=torch.long, device=self.device)
-                disjoint = not {m[0] for m in moved} & {m[1] for m in moved}
-                _move((cache.k, cache.v), cache.bias, dst, src, cache.length, disjoint)
-        cache.rows = len(keep)
+        compact(cache, keep, self.device)
 
 
 def _rms_params(norm: Any) -> tuple[torch.Tensor, float]:
@@ -335,10 +323,3 @@ def llama_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, k: list
     x = x[:, -1] if last is None else x[torch.arange(b, device=x.device), last]
     return project(_rms(x, final_norm), head, None)
 
-
-def _reserve(cache: SelfCache, rows: int, columns: int) -> None:
-    """Grow the cache's tensors (doubling) to hold `rows` rows and `columns` columns; what is in use is kept."""
-    new_rows = _grown(cache.capacity, rows, _START_ROWS)
-    new_cols = _grown(cache.columns, columns, _START_COLUMNS)
-    if (new_rows, new_cols) != tuple(cache.bias.shape):
-        cache.bias = _regrow((cache.k, cache.v), cache.bias, cache.rows, cache.length, new_rows, new_cols)

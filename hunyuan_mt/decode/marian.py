@@ -34,12 +34,9 @@ from .. import kernels
 from .batch import Sequence, left_padded, positions
 from .dense import Projection, project
 from .lean import LeanBatch
-from .kvcache import (_NEG, SelfCache, _block, _blocked, _cached_attention, _grown, _keep, _move, _place, _regrow,
-                      _shift_right)
+from .kvcache import (_NEG, START_COLUMNS, SelfCache, _block, _blocked, _cached_attention, _grown, _place, _regrow,
+                      _shift_right, compact, reserve)
 
-#: Columns and rows the cache starts with; both double when full.
-_START_COLUMNS = 32
-_START_ROWS = 8
 
 
 @dataclass
@@ -320,29 +317,13 @@ class MarianBatch(LeanBatch):
             self.cache = None
             return
         assert cache is not None
+        # Self-attention drops leading columns no kept row sees (kvcache.compact); cross-attention, trailing source
+        # columns.
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
-        n = len(keep)
-        # Self-attention: drop leading columns no kept row sees; cross-attention: trailing source columns.
-        used = (cache.bias.index_select(0, index)[:, :cache.length] == 0).any(dim=0).nonzero()
-        cut = int(used[0]) if used.numel() else cache.length
         src_used = (cache.cbias.index_select(0, index)[:, :cache.source] == 0).any(dim=0).nonzero()
         source = int(src_used[-1]) + 1 if src_used.numel() else 0
-        if cut and 4 * cut >= cache.length:
-            # A quarter of the columns or more is free: worth copying every kept row to shrink the attention.
-            _keep((cache.k, cache.v), cache.bias, index, cut, cache.length)
-            _keep((cache.ck, cache.cv), cache.cbias, index, 0, source)
-            cache.length -= cut
-        else:
-            # Only the rows that changed place move (RunningBatch.compact fills the gaps from the end); leading
-            # columns no row sees stay, masked.
-            moved = [(dst, src) for dst, src in enumerate(keep) if dst != src]
-            if moved:
-                dst = torch.tensor([m[0] for m in moved], dtype=torch.long, device=self.device)
-                src = torch.tensor([m[1] for m in moved], dtype=torch.long, device=self.device)
-                disjoint = not {m[0] for m in moved} & {m[1] for m in moved}
-                _move((cache.k, cache.v), cache.bias, dst, src, cache.length, disjoint)
-                _move((cache.ck, cache.cv), cache.cbias, dst, src, source, disjoint)
-        cache.rows, cache.source = n, source
+        compact(cache, keep, self.device, (((cache.ck, cache.cv), cache.cbias, source),))
+        cache.source = source
 
 
 def encoder_forward(src: torch.Tensor, mask: torch.Tensor, model: tuple[Any, ...],
@@ -465,13 +446,11 @@ def _reserve(cache: _Cache, rows: int, columns: int, source: int | None = None) 
     """Grow the cache's tensors (doubling) so they hold `rows` rows, `columns` columns and `source` source columns;
     what is in use is kept."""
     source = cache.source if source is None else source
-    new_rows = _grown(cache.capacity, rows, _START_ROWS)
-    new_cols = _grown(cache.columns, columns, _START_COLUMNS)
+    reserve(cache, rows, columns)
+    new_rows = cache.capacity
     # Source columns grow by doubling too: grown one column at a time (a longer source joining), the cross-attention
     # tensors were reallocated and copied 21 times per run of the 600-sentence benchmark (70 ms of ~2 s).
     have = cache.cbias.shape[1]
-    new_src = have if source <= have else _grown(have, source, _START_COLUMNS)
-    if (new_rows, new_cols) != tuple(cache.bias.shape):
-        cache.bias = _regrow((cache.k, cache.v), cache.bias, cache.rows, cache.length, new_rows, new_cols)
+    new_src = have if source <= have else _grown(have, source, START_COLUMNS)
     if (new_rows, new_src) != tuple(cache.cbias.shape):
         cache.cbias = _regrow((cache.ck, cache.cv), cache.cbias, cache.rows, cache.source, new_rows, new_src)
