@@ -7,8 +7,8 @@ vendor/llama.cpp). Run in a process of its own (it puts that tree on sys.path):
 The converter's HunYuanDenseV1 class writes the weights, shapes and RoPE as for a published checkpoint; only its
 vocabulary step is replaced: it refuses a tokenizer whose pre-tokenizer hash it does not know, and the bench model's
 word-level tokenizer is no real one. The engines here are given token ids, so a GGUF vocabulary of placeholder
-tokens (one per id, and one merge, which llama.cpp requires) serves: nothing is ever tokenized or detokenized. Nothing of llama.cpp's is copied
-into this repository.
+tokens (one per id, and one merge, which llama.cpp requires) serves: nothing is ever tokenized or detokenized.
+Nothing of llama.cpp's is copied into this repository.
 """
 
 from __future__ import annotations

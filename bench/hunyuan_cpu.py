@@ -180,7 +180,7 @@ def run_ours(model_dir: Path, adapters: Path, args: argparse.Namespace) -> dict[
     memory["rss_after_mb"] = rss_mb()
     held.__exit__(None, None, None)
     step = backbone.compiled[0] if backbone.compiled else None
-    return {**result, **memory, "load_s": load_s, "batch": type(backbone.new_batch(GenerationConfig())).__name__,
+    return {**result, **memory, "load_s": load_s, "batch": backbone.batch_class.__name__,
             "int8_kernel": backbone.int8_kernel, "compile_s": compile_s,
             "compiled": bool(step is not None and step.active)}
 
@@ -236,7 +236,7 @@ def run_transformers(model_dir: Path, adapters: Path, args: argparse.Namespace) 
         for pair in PAIRS[1:]:
             peft_model.load_adapter(str(adapters / pair), adapter_name=pair)
         walls = []
-        for _ in range(args.runs if args.requests * args.new <= 256 or args.preset == "mid" else 1):
+        for _ in range(args.runs):
             t = time.perf_counter()
             for i in range(args.requests):
                 peft_model.set_adapter(PAIRS[i % len(PAIRS)])
@@ -326,18 +326,14 @@ def gguf_files(folder: Path, model_dir: Path) -> tuple[dict[str, Path], str]:
 
 
 def cpu_line() -> str:
-    model = platform.processor() or ""
-    flags: set[str] = set()
+    """The CPU's model name and the ISA flags the kernels choose by, read from /proc/cpuinfo (Linux)."""
+    model, flags = platform.processor() or "", set()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and not model.strip():
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
                 break
     except OSError:
         pass

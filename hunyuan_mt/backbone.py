@@ -25,12 +25,12 @@ from typing import Any
 
 import torch
 
-from . import cpu, footprint, int8, int8_embedding, kernels
+from . import cpu, footprint, int8, int8_embedding, kernels, prompts
 from .config import GenerationConfig, ModelConfig
 from .decode import CausalBatch, LlamaBatch, MarianBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
+from .decode.lean import LeanBatch
 from .decode.static import StaticCausalBatch
 from .errors import ConfigError, InputTooLarge, ModelUnavailable
-from . import prompts
 from .languages import LANGUAGES
 from .lora import BASE_SLOT
 from .peft_format import BackboneSpec
@@ -574,19 +574,20 @@ class Backbone:
             return StaticCausalBatch(*args, capacity=static.rows, max_len=static.max_len, dtype=self.dtype,
                                      graphs=graphs)
         batch = self.batch_class(*args)
-        if isinstance(batch, (MarianBatch, LlamaBatch)):
+        if isinstance(batch, LeanBatch):
             batch.kv_dtype = self.kv_cache_dtype()
-        if isinstance(batch, MarianBatch) and self.compiled is not None:
-            batch.compiled, batch.compiled_encoder = self.compiled
-        elif isinstance(batch, LlamaBatch) and self.compiled is not None:
-            batch.compiled = self.compiled[0]
+            if self.compiled is not None:
+                batch.compiled = self.compiled[0]
+                if isinstance(batch, MarianBatch):
+                    batch.compiled_encoder = self.compiled[1]
         return batch
 
     def kv_cache_dtype(self) -> torch.dtype | None:
         """The dtype a lean batch (Marian, Llama-shaped) keeps its attention keys/values in (`model.kv_cache`);
         None: the model's."""
         mode = self.cfg.kv_cache
-        if mode == "float32" or self.batch_class not in (MarianBatch, LlamaBatch) or not self.device.startswith("cpu"):
+        lean = self.batch_class is not None and issubclass(self.batch_class, LeanBatch)
+        if mode == "float32" or not lean or not self.device.startswith("cpu"):
             return None
         if mode == "auto" and (self.cfg.quantization != "int8" or kernels.decode_attention() is None):
             return None
@@ -596,7 +597,7 @@ class Backbone:
         """None when `compile_step` applies to this backbone, else why not."""
         if not self.device.startswith("cpu"):
             return f"the compiled step is built and measured for the CPU; this backbone runs on {self.device}"
-        if self.batch_class not in (MarianBatch, LlamaBatch):
+        if self.batch_class is None or not issubclass(self.batch_class, LeanBatch):
             return f"{self.name} has no lean decode step to compile ({self.batch_note or 'its own forward runs'})"
         if self.cfg.quantization not in ("int8", "none") or (self.cfg.quantization == "none"
                                                               and self.dtype != torch.float32):

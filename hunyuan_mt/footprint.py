@@ -31,7 +31,6 @@ OVERHEAD = 1.5 * 2**30
 class Footprint:
     """Bytes a backbone takes: `resident` once loaded (as it will run), `peak` while loading."""
 
-    checkpoint: int        # the weights as stored
     resident: int
     peak: int
     params: int
@@ -60,7 +59,7 @@ def estimate(folder: Path, int8: bool, tied_output: bool = False, int8_table: bo
     tensors = _headers(folder)
     if not tensors:
         return None
-    checkpoint = params = resident = 0
+    params = resident = 0
     load_bytes = 4
     for name, entry in tensors.items():
         numel = 1
@@ -68,7 +67,6 @@ def estimate(folder: Path, int8: bool, tied_output: bool = False, int8_table: bo
             numel *= dim
         params += numel
         width = _BYTES.get(entry["dtype"], 4)
-        checkpoint += numel * width
         load_bytes = min(load_bytes, max(width, 2))
         table = "embed_tokens" in name
         linear = len(entry["shape"]) == 2 and name.endswith(".weight") and "embed" not in name
@@ -82,7 +80,7 @@ def estimate(folder: Path, int8: bool, tied_output: bool = False, int8_table: bo
         if int8 and tied_output and table and not int8_table:
             resident += rows                              # the tied output projection's own int8 copy
     peak = max(resident, params * (load_bytes if int8 else 4))
-    return Footprint(checkpoint, resident, peak, params)
+    return Footprint(resident, peak, params)
 
 
 def check(folder: Path, int8: bool, tied_output: bool, int8_table: bool, available: int,

@@ -75,26 +75,22 @@ class Glossary:
             out.append(pattern.sub(swap, part))
         return Protected("".join(out), spans)
 
-
-    def pairs(self, masked: Protected) -> tuple[tuple[str, str], ...]:
-        """(source term, target term) of each term found in `masked` outside its sentinels, once each, in order of
-        first occurrence: what a terminology prompt lists."""
-        pattern: re.Pattern[str] | None = getattr(self, "_pattern")
-        if pattern is None:
-            return ()
-        by_key: dict[str, tuple[str, str]] = getattr(self, "_by_key")
-        found = [by_key[m.group(0).casefold()] for part in _SENTINEL_SPLIT.split(masked.text)
-                 if not _SENTINEL_SPLIT.fullmatch(part) for m in pattern.finditer(part)]
-        return tuple(dict.fromkeys(found))
-
-    def targets(self, masked: Protected) -> list[str]:
-        """The target term of every occurrence of a term in `masked` (outside its sentinels), in order."""
+    def _found(self, masked: Protected) -> list[tuple[str, str]]:
+        """(source term, target term) of every occurrence of a term in `masked` (outside its sentinels), in order."""
         pattern: re.Pattern[str] | None = getattr(self, "_pattern")
         if pattern is None:
             return []
         by_key: dict[str, tuple[str, str]] = getattr(self, "_by_key")
-        return [by_key[m.group(0).casefold()][1] for part in _SENTINEL_SPLIT.split(masked.text)
+        return [by_key[m.group(0).casefold()] for part in _SENTINEL_SPLIT.split(masked.text)
                 if not _SENTINEL_SPLIT.fullmatch(part) for m in pattern.finditer(part)]
+
+    def pairs(self, masked: Protected) -> tuple[tuple[str, str], ...]:
+        """Each term found in `masked`, once, in order of first occurrence: what a terminology prompt lists."""
+        return tuple(dict.fromkeys(self._found(masked)))
+
+    def targets(self, masked: Protected) -> list[str]:
+        """The target term of every occurrence of a term in `masked` (outside its sentinels), in order."""
+        return [target for _, target in self._found(masked)]
 
 
 def has_terms(text: str, targets: list[str]) -> bool:

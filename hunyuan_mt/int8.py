@@ -195,7 +195,7 @@ _PROBE = (48, 384, 768)
 #: the probe's cache-resident GEMM: there fbgemm's weight, packed once at load, reads at ~3× the rate of
 #: torch._int_mm, which has oneDNN reorder its operand at every call (a gate projection of HY-MT1.5-1.8B, 2048 →
 #: 6144, cold, 2 threads on an Intel Xeon with AMX: 1 row 0.63 against 1.99 ms, 16 rows 1.34 against 2.10, 64 rows
-#: 3.37 against 3.33; BENCHMARKS.md). The demo model (13 MB of int8 weights) keeps the probe's choice.
+#: 3.37 against 3.33; BENCHMARKS.md). The demo model (about 13M parameters) keeps the probe's choice.
 LARGE_MODEL_BYTES = 256 * 2**20
 
 

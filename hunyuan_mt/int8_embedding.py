@@ -7,8 +7,8 @@ Kept in float32 beside int8 layers, the table was the largest part of a Hunyuan 
 scale per row, the row's largest magnitude over 127), and where the model ties the two (the Hunyuan family does)
 and the projection multiplies through torch._int_mm, the table is that projection's own int8 weight, read by
 column: no second copy. fbgemm keeps its packed weight outside torch's tensors (a model over 256 MB of int8
-weights, or an AVX2-only CPU): there the table keeps int8 rows of its own (0.23 GiB for the 1.8B). A look-up dequantizes the
-rows it reads, so a token's vector depends on it alone (invariant 5 holds as for the int8 linears).
+weights, or an AVX2-only CPU): there the table keeps int8 rows of its own (0.23 GiB for the 1.8B). A look-up
+dequantizes the rows it reads, so a token's vector depends on it alone (invariant 5 holds as for the int8 linears).
 """
 
 from __future__ import annotations

@@ -90,6 +90,7 @@ class LightModeTarget(Protocol):
 
 class EvictingCache(Protocol):
     def evict_idle(self, keep_ram: bool = True) -> list[Any]: ...
+    def limit_slots(self, pressure: bool) -> bool: ...
 
 
 @dataclass
@@ -138,9 +139,7 @@ class MemoryPolicy:
         if self.cache is not None:
             # New pairs only into the configured slots (the floor), then the idle ones out: the slots a memory
             # budget opened beyond the floor (cache.slot_budget_mb) take no new adapter while under pressure.
-            limit = getattr(self.cache, "limit_slots", None)
-            if limit is not None:
-                limit(True)
+            self.cache.limit_slots(True)
             # Keep evicted adapters in host RAM unless host RAM is itself what is under pressure.
             keep_ram = reading.host_fraction < self.cfg.high_watermark
             evicted = [getattr(p, "key", str(p)) for p in self.cache.evict_idle(keep_ram=keep_ram)]
@@ -162,9 +161,8 @@ class MemoryPolicy:
         for name, level in self._saved_levels.items():
             logging.getLogger(name).setLevel(level)
         self._saved_levels.clear()
-        limit = getattr(self.cache, "limit_slots", None)
-        if limit is not None:
-            limit(False)
+        if self.cache is not None:
+            self.cache.limit_slots(False)
         if self.engine is not None:
             self.engine_effect = self.engine.set_light_mode(False)
         self.mode = NORMAL

@@ -320,9 +320,8 @@ class TranslationService:
             detect_ms = (time.perf_counter() - t_detect) * 1000
             plans = [self.router.plan(s, target) for s, _ in sources]
             # With alternatives, segments the memory knows still go to the model: its n best are the alternatives.
-            jobs = [self._job(text, plan, glossary, model_too=bool(alternatives)) for text, plan in zip(cleaned, plans)]
-            for job in jobs:
-                job.context = context
+            jobs = [self._job(text, plan, glossary, model_too=bool(alternatives), context=context)
+                    for text, plan in zip(cleaned, plans)]
             if _listen is not None:
                 for job in jobs:
                     _listen(job, -1, [], False)
@@ -419,7 +418,7 @@ class TranslationService:
         return out
 
     def _job(self, text: str, plan: RoutePlan, glossary: Glossary | None = None, model_too: bool = False,
-             visible: bool | None = None, suggest: bool = True) -> _Job:
+             visible: bool | None = None, suggest: bool = True, context: str | None = None) -> _Job:
         if plan.kind == "identity":
             return _Job(plan, None, [], [text], [])
         # "prompt": the terms into a decoder-only model's prompt, where the route has one hop (a pivot's first hop
@@ -478,7 +477,7 @@ class TranslationService:
             prompt_terms = {i: found for i in todo if protected[i] is not None
                             and (found := glossary.pairs(protected[i]))}  # type: ignore[union-attr]
         return _Job(plan, layout, protected, current, todo, memory=memory, required=required,
-                    visible=visible and bool(required), matches=matches, prompt_terms=prompt_terms)
+                    visible=visible and bool(required), matches=matches, context=context, prompt_terms=prompt_terms)
 
     def _check_alternatives(self, alternatives: Any) -> None:
         limit = self.cfg.limits.max_alternatives
@@ -500,10 +499,8 @@ class TranslationService:
                                                                                    job.required)]
         if missed:
             # The same text and memory: its suggestions are the first run's, not looked up again.
-            again = [self._job(texts[n], jobs[n].plan, glossary, model_too, visible=False, suggest=False)
-                     for n in missed]
-            for n, job in zip(missed, again):
-                job.context = jobs[n].context
+            again = [self._job(texts[n], jobs[n].plan, glossary, model_too, visible=False, suggest=False,
+                               context=jobs[n].context) for n in missed]
             self._run_jobs(again, n_best, ticket, listen)
             for n, job in zip(missed, again):
                 job.current = [job.memory.get(i, text) for i, text in enumerate(job.current)]

@@ -8,8 +8,8 @@ the bare backbone.
 - **LRU slots** are indices 1..N, N = `cfg.slots`, or more where `cfg.slot_budget_mb` holds more (`lru_slots`:
   never more than the registered adapters). A pair that is not pinned is copied into one of them, and
   `Lease.slots` carries the index for its rows. Under memory pressure (`limit_slots(True)`, light mode) new pairs go
-  only into the first `cfg.slots`, the floor; the rest stay open again once pressure is gone. Attaching is a copy of the adapter's weights into the slot's rows
-  of the stacked buffers (about a millisecond for the demo's adapters): no module surgery.
+  only into the first `cfg.slots`, the floor; the rest open again once pressure is gone. Attaching is a copy of the
+  adapter's weights into the slot's rows of the stacked buffers (about a millisecond for the demo's adapters): no module surgery.
 - **RAM tier**: an evicted pair's weights stay in a bounded host-RAM LRU (`cachetools.LRUCache`), already scaled
   and converted for the copy, so re-attaching it does not touch the disk. The slot LRU is a plain OrderedDict
   instead: eviction must skip leased entries in LRU order, and cachetools neither exposes its order nor lets popitem
@@ -158,20 +158,25 @@ class Lease:
             self._release(held)
 
 
+def _slot_shape(registry: AdapterRegistry) -> tuple[list[str], int]:
+    """The modules the registered usable adapters target (sorted) and their largest rank: what a slot must hold."""
+    usable = [i for i in registry.infos() if i.usable]
+    return sorted({m for i in usable for m in i.modules}), max((i.max_rank for i in usable), default=0)
+
+
 def lru_slots(cfg: CacheConfig, registry: AdapterRegistry, shapes: dict[str, tuple[int, int]],
               dtype: "torch.dtype") -> int:
     """LRU slots for this cache: `cfg.slots`, or as many as `cfg.slot_budget_mb` holds at the registered adapters'
     modules and largest rank (one slot of every layer: A [in, r] and B [r, out]), capped at the usable adapters."""
     if cfg.slot_budget_mb <= 0:
         return cfg.slots
-    usable = [i for i in registry.infos() if i.usable]
-    modules = {m for i in usable for m in i.modules}
-    rank = max((i.max_rank for i in usable), default=0)
+    modules, rank = _slot_shape(registry)
     per_slot = sum(sum(shapes[m]) for m in modules if m in shapes) * rank * dtype.itemsize
     if not per_slot:
         return cfg.slots
     fits = int(cfg.slot_budget_mb * 2**20 // per_slot)
-    unpinned = len([i for i in usable if i.pair.key not in set(cfg.pinned)])
+    pinned = set(cfg.pinned)
+    unpinned = sum(1 for i in registry.infos() if i.usable and i.pair.key not in pinned)
     return max(cfg.slots, min(fits, unpinned))
 
 
@@ -243,9 +248,7 @@ class AdapterCache:
                 log.warning("adapter cache: removing the slot layers of an earlier cache (%d layers)", len(old.layers))
                 old.remove()
             lora = SlotLoRA(bb.model, bb.spec.shapes, bb.dtype)
-            usable = [i for i in self.registry.infos() if i.usable]
-            modules = sorted({m for i in usable for m in i.modules})
-            rank = max((i.max_rank for i in usable), default=0)
+            modules, rank = _slot_shape(self.registry)
             capacity = len(self._slots) + len(self.cfg.pinned)
             if modules:
                 lora.ensure(modules, rank, capacity)

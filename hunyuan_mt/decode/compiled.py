@@ -69,8 +69,9 @@ class _Compiled:
     def __init__(self, fn: Any, freeze: bool = False) -> None:
         self._eager = fn
         # The modules whose code the graph runs: a change to any of them compiles again.
-        self._fn = AotFunction(fn, freeze=freeze, sources=(marian, llama, kvcache, dense, grouped, int8, int8_embedding, int8_fbgemm, int8_layer,
-                                                           invariant, kernels))
+        self._fn = AotFunction(fn, freeze=freeze, sources=(marian, llama, kvcache, dense, grouped, int8,
+                                                           int8_embedding, int8_fbgemm, int8_layer, invariant,
+                                                           kernels))
         #: The weights (the STATIC arguments) are compiled in as constants: callers pass them unpacked.
         self.frozen = freeze
         #: Why compiling failed, once it has; the calls are eager from then on.

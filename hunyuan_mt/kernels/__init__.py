@@ -56,7 +56,8 @@ def _library() -> bool:
 def decode_attention() -> Any:
     """`torch.ops.hmt_cpu.decode_attention(q, k, v, bias, scale)`, built or loaded on the first call, or None where
     it cannot be (the reason is logged once). q [rows, heads, 1, head_dim]; k, v [≥ rows, kv heads, ≥ width,
-    head_dim] (a cache with spare room; kv heads divide heads: grouped-query attention); bias [rows, 1, 1, width], additive; returns [rows, heads, head_dim]."""
+    head_dim] (a cache with spare room; kv heads divide heads: grouped-query attention); bias [rows, 1, 1, width],
+    additive; returns [rows, heads, head_dim]."""
     return torch.ops.hmt_cpu.decode_attention if _library() else None
 
 
