@@ -11,8 +11,6 @@ Kinds:
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import json
 import os
 import resource
@@ -41,11 +39,9 @@ def peak_rss_mb() -> float:
 
 def trimmed_rss_mb() -> float:
     """RSS after freeing what Python and glibc hold on to, so "resident" compares like with like."""
-    gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:  # not glibc
-        pass
+    from hunyuan_mt import heap
+
+    heap.collect_and_trim()
     return rss_mb()
 
 

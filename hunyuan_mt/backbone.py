@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from . import cpu, footprint, int8, int8_embedding, kernels, prompts
+from . import cpu, footprint, heap, int8, int8_embedding, kernels, prompts
+from .int8_layer import fuse_siblings
 from .config import GenerationConfig, ModelConfig
 from .decode import CausalBatch, LlamaBatch, MarianBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
 from .decode.lean import LeanBatch
@@ -348,6 +349,10 @@ class Backbone:
         self._max_positions = positions if isinstance(positions, int) else None
         #: The decode loop's running batch for this model, or None with the reason (transformers' generate then).
         self.batch_class, self.batch_note = running_batch_class(model, arch)
+        if self.batch_class is not None and issubclass(self.batch_class, LeanBatch):
+            # int8 siblings the step multiplies as one (Q/K/V, gate/up) become one layer now, not a second copy
+            # beside the model's at the first step (int8_layer.fuse_siblings).
+            fuse_siblings(model, self.batch_class.FUSED)
         if self.batch_class is None:
             log.info("iteration-level decoding is not available for %s (%s); whole batches run through "
                      "transformers' generate", name, self.batch_note)
@@ -429,9 +434,10 @@ class Backbone:
             kernel = int8.kernel_for(int8_speed(cfg), linear_bytes)
             int8.quantize_linears(model, kernel)
             if arch == DECODER_ONLY:
-                # The token table as int8 too (the tied output projection's own rows where it has them): in
-                # float32 it was a third of a 1.8B Hunyuan's resident memory (int8_embedding.py).
-                int8_embedding.quantize_embeddings(model)
+                # The token table as int8 too (the tied output projection's own rows where it has them) or mapped
+                # from the checkpoint: in float32 it was a third of a 1.8B Hunyuan's resident memory
+                # (int8_embedding.py).
+                int8_embedding.quantize_embeddings(model, Path(source) if Path(source).is_dir() else None)
             if load_dtype != dtype:
                 model.to(dtype)  # what stayed float (norms), after the linears left half precision
         tokenizer.padding_side = "left" if arch == DECODER_ONLY else "right"
@@ -442,6 +448,7 @@ class Backbone:
         backbone.quantization_note = quantization_note
         backbone.int8_kernel = kernel
         backbone.load_s = time.perf_counter() - t0
+        heap.trim()   # the half-precision layers quantized and freed one by one stay resident otherwise (heap.py)
         log.info("backbone %s loaded: %s, %s, %s, attention %s, %.1fM params in %.2f s", name, arch, device,
                  str(dtype).replace("torch.", ""), backbone.info()["attn_implementation"], backbone.param_count / 1e6,
                  backbone.load_s)

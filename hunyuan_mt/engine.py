@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
+from . import heap
 from .config import EngineConfig, GenerationConfig, LimitsConfig
 from .decode import RunningBatch
 from .decode.static import FP8
@@ -477,6 +478,8 @@ class BatchEngine:
                 log.exception("engine: the decode loop failed")
                 self._fail_everything(exc)
                 continue
+            if not self._running and not self._queue:
+                heap.trim()   # a drained batch: what its prefills and cache held goes back (heap.py)
             if not progressed:
                 # Every queued row waits for a slot that someone outside the running batch holds: poll, do not spin.
                 with self._cv:

@@ -79,7 +79,8 @@ def test_a_bfloat16_checkpoint_loads_in_half_precision_for_int8(hunyuan_dir: Pat
     half = Backbone.load_uncached(ModelConfig(path=str(half_dir), warmup=False, quantization="int8"))
     wide = Backbone.load_uncached(ModelConfig(path=str(wide_dir), warmup=False, quantization="int8"))
     assert asked == [torch.bfloat16, torch.float32]
-    assert half.model.model.embed_tokens.scale.dtype == torch.float32  # the int8 table's scales
+    # The token table gives float32 vectors: int8 rows and float32 scales, or the file's own bfloat16 rows.
+    assert half.model.model.embed_tokens(torch.tensor([3, 4])).dtype == torch.float32
     assert all(p.dtype == torch.float32 for p in half.model.parameters())
     # RoPE's frequencies are computed, not stored: a half-precision load must not round them.
     assert torch.equal(half.model.model.rotary_emb.inv_freq, wide.model.model.rotary_emb.inv_freq)

@@ -156,31 +156,32 @@ def test_mixed_rows_have_the_logits_they_have_alone(quantization: str, hunyuan_d
         assert_rows_as_alone(backbone, items, joins=[0, 2, 0, 4, 1])
 
 
-def test_int8_token_table_shares_the_tied_projection_and_serves_both_forwards(model_dir: Path,
+@pytest.mark.parametrize("kernel", ["int_mm", "fbgemm"])
+def test_int8_token_table_shares_the_tied_projection_and_serves_both_forwards(model_dir: Path, kernel: str,
                                                                             fresh_backbone) -> None:
-    """With int8 weights the token table is int8 too: the tied output projection's own rows (no second copy) or
-    rows of its own; its vectors are the float table's within a row's quantization step, and transformers'
-    forward over the same int8 modules picks the lean step's greedy tokens."""
-    from hunyuan_mt.int8_embedding import Int8Embedding
-
-    backbone = fresh_backbone(model_dir, quantization="int8")
-    table = backbone.model.get_input_embeddings()
-    assert isinstance(table, Int8Embedding)
+    """With int8 weights the token table is the tied torch._int_mm output projection's own int8 rows (no second
+    copy; within a row's quantization step of the float table), or else the checkpoint's own rows read from
+    its file (fbgemm keeps its packed weight outside torch; exactly the float table); and transformers' forward
+    over the same modules picks the lean step's greedy tokens."""
     from hunyuan_mt.int8 import Int8Linear
+    from hunyuan_mt.int8_embedding import FileTable, Int8Embedding
 
+    backbone = fresh_backbone(model_dir, quantization="int8", int8_kernel=kernel)
+    table = backbone.model.get_input_embeddings()
     head = backbone.model.get_output_embeddings()
-    # Shared with a tied torch._int_mm projection (its weight_t is the table); fbgemm keeps its packed weight
-    # outside torch, so the table has int8 rows of its own there (an AVX2-only CPU, or a model over 256 MB).
     shared = bool(backbone.model.config.tie_word_embeddings) and isinstance(head, Int8Linear)
-    assert table.by_column == shared
-    if shared:
-        assert table.table.data_ptr() == head.weight_t.data_ptr()
     from transformers import AutoModelForCausalLM
 
     float_table = AutoModelForCausalLM.from_pretrained(model_dir).get_input_embeddings().weight
     ids = torch.tensor([[3, 17, 40], [5, 6, 7]])
-    step = (float_table.abs().amax(dim=1) / 127)[ids][..., None]
-    assert ((table(ids) - float_table[ids]).abs() <= step / 2 + 1e-6).all()
+    if shared:
+        assert isinstance(table, Int8Embedding) and table.by_column
+        assert table.table.data_ptr() == head.weight_t.data_ptr()
+        step = (float_table.abs().amax(dim=1) / 127)[ids][..., None]
+        assert ((table(ids) - float_table[ids]).abs() <= step / 2 + 1e-6).all()
+    else:
+        assert isinstance(table, FileTable) and table.source.parent == model_dir
+        assert torch.equal(table(ids), float_table[ids])
     sequences = [Sequence(i, p, 0, NEW) for i, p in enumerate(PROMPTS[:3])]
     lean = _run(LlamaBatch, backbone.model, sequences, [0, 1, 1])
     with torch.inference_mode():
@@ -188,6 +189,47 @@ def test_int8_token_table_shares_the_tied_projection_and_serves_both_forwards(mo
             out = backbone.model.generate(torch.tensor([prompt]), max_new_tokens=NEW, min_new_tokens=NEW,
                                           do_sample=False, eos_token_id=None, pad_token_id=0)
             assert out[0, len(prompt):].tolist() == lean[i]
+
+
+def test_int8_siblings_are_one_layer_the_step_and_the_model_forward_share(hunyuan_dir: Path, fresh_backbone,
+                                                                       monkeypatch) -> None:
+    """With int8 weights Q/K/V and gate/up are fused at load and the model keeps their parts, not a second copy:
+    the lean step multiplies by the fused layer itself, and transformers' forward (beam search) runs it once per
+    group, each part reading its own columns of what the layers computed apart."""
+    from hunyuan_mt.decode.dense import Projection
+    from hunyuan_mt.int8_layer import Int8Layer, Int8Part
+
+    backbone = fresh_backbone(hunyuan_dir, quantization="int8")
+    inner = backbone.model.model
+    for layer in inner.layers:
+        sa, mlp = layer.self_attn, layer.mlp
+        qkv, gate_up = [sa.q_proj, sa.k_proj, sa.v_proj], [mlp.gate_proj, mlp.up_proj]
+        for group in (qkv, gate_up):
+            assert all(isinstance(p, Int8Part) and p.whole is group[0].whole for p in group)
+            assert [p.start for p in group] == [0] + [p.stop for p in group[:-1]]
+            assert Projection(group, None).base == Projection([group[0].whole], None).base
+        assert not isinstance(sa.o_proj, Int8Part) and not isinstance(mlp.down_proj, Int8Part)
+    # The fused layers are no modules of the model (counted once through their parts, matched by no adapter name):
+    # its int8 layers with weights of their own are o, down and the output projection.
+    own = [m for m in backbone.model.modules() if isinstance(m, Int8Layer) and not isinstance(m, Int8Part)]
+    assert len(own) == 2 * len(inner.layers) + 1
+    # The parts compute what the unfused layers did: against the float model's layers quantized one by one.
+    from transformers import AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_pretrained(hunyuan_dir).model.layers[0].self_attn
+    x = torch.randn(3, reference.q_proj.in_features)
+    layer_cls = type(inner.layers[0].self_attn.q_proj.whole)
+    for name in ("q_proj", "k_proj", "v_proj"):
+        alone = layer_cls.from_linear(getattr(reference, name))
+        assert torch.equal(getattr(inner.layers[0].self_attn, name)(x), alone(x))
+    calls = []
+    whole = inner.layers[0].self_attn.q_proj.whole
+    monkeypatch.setattr(type(whole), "matmul", lambda self, x, _m=type(whole).matmul: calls.append(self) or _m(
+        self, x))
+    with torch.inference_mode():
+        backbone.model(input_ids=torch.tensor([[5, 9, 12]]))
+    assert calls.count(whole) == 1 and len(calls) == 4 * len(inner.layers) + 1   # qkv, o, gate_up, down; head
+    assert whole.__dict__.get("_shared") is None   # the last part let go of the shared product
 
 
 def test_kv_cache_float16_keeps_greedy_tokens(hunyuan_dir: Path, fresh_backbone, two_threads) -> None:
@@ -223,7 +265,9 @@ def test_the_model_forward_path_stays_for_what_the_lean_step_does_not_cover(huny
 @pytest.fixture(scope="module")
 def compiled_hunyuan(hunyuan_dir: Path, all_module_adapters: Path):
     """The tiny Hunyuan in int8 with its decode step compiled ahead of time (~50 s the first time on 2 cores), and
-    the slots of three adapters on every projection."""
+    the slots of three adapters on every projection. Through fbgemm, as HY-MT1.5-1.8B runs on every CPU (over 256 MB
+    of int8 weights): fused Q/K/V and gate/up parts, and a token table read from the checkpoint file before the
+    step (the step takes vectors)."""
     from hunyuan_mt.adapters.cache import AdapterCache
     from hunyuan_mt.adapters.registry import AdapterRegistry
     from hunyuan_mt.backbone import Backbone
@@ -231,7 +275,7 @@ def compiled_hunyuan(hunyuan_dir: Path, all_module_adapters: Path):
 
     threads = torch.get_num_threads()
     backbone = Backbone.load_uncached(ModelConfig(path=str(hunyuan_dir), warmup=False, quantization="int8",
-                                                  cpu_threads=2))
+                                                  int8_kernel="fbgemm", cpu_threads=2))
     registry = AdapterRegistry(all_module_adapters, backbone.spec)
     registry.scan()
     cache = AdapterCache(backbone, registry, CacheConfig(adapters_dir=str(all_module_adapters), slots=3))

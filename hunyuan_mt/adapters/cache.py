@@ -28,8 +28,6 @@ waiting, for the decode loop, which must not block). Concurrent requests for one
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
 import logging
 import threading
 import time
@@ -39,6 +37,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import cachetools
 
+from .. import heap
 from ..config import CacheConfig
 from ..errors import AdapterUnusable, Busy, ModelUnavailable, TranslationError
 from ..lora import BASE_SLOT, PreparedAdapter, SlotLoRA, prepare
@@ -185,21 +184,6 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
-def _free_memory() -> None:
-    """After deletes: PEFT layers sit in reference cycles, and glibc keeps freed pages. A full gc.collect costs
-    0.3-1 s in a process holding transformers, so it runs once per detach operation, never per slot overwrite."""
-    gc.collect()
-    _malloc_trim()
-
-
-def _malloc_trim() -> None:
-    """Give freed heap pages back to the OS; without it RSS does not shrink after delete_adapter (glibc only)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 class AdapterCache:
@@ -372,7 +356,7 @@ class AdapterCache:
         for slot in victims + stale:
             self._delete_slot(slot)
         if not keep_ram:
-            _free_memory()
+            heap.collect_and_trim()
         if pairs:
             log.info("evicted idle adapters %s (RAM tier kept: %s)", [p.key for p in pairs], keep_ram)
         return [p for p in pairs if p is not None]

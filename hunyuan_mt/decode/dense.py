@@ -25,7 +25,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from .. import invariant
 from ..int8 import Int8Linear, int8_linear, weight_and_bias
 from ..int8_fbgemm import FbgemmBase, FbgemmLinear, fbgemm_linear, linear_op
-from ..int8_layer import Int8Layer, stacked_bias
+from ..int8_layer import Int8Layer, Int8Part, stacked_bias
 from ..lora.grouped import GroupedLoRA, LoRATensors, add_low_rank, apply_lora
 from ..lora.mapping import SlotMapping
 from ..lora.slots import SlotLinear
@@ -126,6 +126,9 @@ _FUSED: "weakref.WeakKeyDictionary[nn.Module, tuple[tuple[int, ...], Any]]" = we
 
 def _fused(bases: list[nn.Module]) -> tuple[torch.Tensor | None, torch.Tensor | None, Any]:
     """(weight, bias, None) in float32 or (None, None, int8 layer) for the layers, rows stacked."""
+    whole = _whole_of(bases)
+    if whole is not None:
+        return None, None, whole
     if len(bases) == 1:
         base = bases[0]
         return (None, None, base) if isinstance(base, Int8Layer) else (base.weight, base.bias, None)
@@ -145,6 +148,19 @@ def _fused(bases: list[nn.Module]) -> tuple[torch.Tensor | None, torch.Tensor | 
         result = (*_fuse_float(bases), None)
     _FUSED[bases[0]] = (ids, result)
     return result
+
+
+def _whole_of(bases: list[nn.Module]) -> Int8Layer | None:
+    """The fused int8 layer `bases` are, in order, every part of (`int8_layer.fuse_siblings` made it at load), or
+    None."""
+    if not all(isinstance(b, Int8Part) for b in bases):
+        return None
+    whole = bases[0].whole
+    bounds = [(b.start, b.stop) for b in bases if b.whole is whole]
+    if len(bounds) != len(bases) or bounds[0][0] != 0 or bounds[-1][1] != whole.out_features or any(
+            a[1] != b[0] for a, b in zip(bounds, bounds[1:])):
+        return None
+    return whole
 
 
 def _fuse_float(bases: list[nn.Module]) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -18,6 +18,10 @@ class LeanBatch(RunningBatch):
     """A running batch whose step is written out (a pure function of tensors, eager or compiled) over a cache
     with `length` columns in use (`self.cache`, None when empty)."""
 
+    #: (parent module name, sibling layers) the step multiplies in one GEMM: with int8 weights the backbone fuses
+    #: them at load (`int8_layer.fuse_siblings`) so that the model keeps one copy.
+    FUSED: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.cache: Any = None

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import kernels
-from ..int8_embedding import Int8Embedding
+from ..int8_embedding import FileTable, Int8Embedding
 from ..int8_embedding import embed as embed_tokens
 from .batch import Sequence
 from .dense import Projection, project
@@ -88,6 +88,8 @@ class _Layer:
 
 
 class LlamaBatch(LeanBatch):
+    FUSED = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         cfg = self.model.config
@@ -142,7 +144,9 @@ class LlamaBatch(LeanBatch):
         """The weights as `llama_step` takes them (tensors and the architecture's constants)."""
         pick = (lambda p: p.plain) if plain else (lambda p: p.base)
         table = self.inner.embed_tokens
-        return (table.tensors if isinstance(table, Int8Embedding) else table.weight,
+        # A table read from its file is looked up before the step (`_forward`): the step gets vectors, not ids.
+        return (None if isinstance(table, FileTable) else table.tensors if isinstance(table, Int8Embedding)
+                else table.weight,
                 (self.heads, self.kv_heads, self.head_dim, self.scaling, self._attention_kernel(), self.qk_norm),
                 tuple((tuple(pick(p) for p in _step_projections(layer)), layer.norms, layer.qk_norms)
                       for layer in self._layers),
@@ -175,6 +179,8 @@ class LlamaBatch(LeanBatch):
         padding = 0 if step is None else step.padding(b)
         lora = self._lora_terms(layers, b * t, t, ids.device, complete, padding)
         cos, sin = self._rope(int(pos.max()) + 1)
+        if self._args[0] is None:
+            ids = self.inner.embed_tokens(ids)    # FileTable: read outside the step (a file read, not tensor math)
         if step is not None:
             return step(ids, pos, mask, k, v, cos, sin, self._args, lora)
         return llama_step(ids, pos, mask, k, v, cos, sin, self._args, lora, last)
@@ -284,14 +290,14 @@ def _step_projections(layer: _Layer) -> tuple[Projection, ...]:
 def llama_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, k: list[torch.Tensor],
                v: list[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor, model: tuple[Any, ...],
                lora: Any, last: torch.Tensor | None = None) -> torch.Tensor:
-    """Feed `ids` [B, T] at positions `pos` [B, T]: logits [B, vocab] of each row's last position (or of position
-    `last[b]`). A pure function of tensors, compiled by `decode/compiled.py`.
+    """Feed `ids` [B, T] (or their vectors [B, T, hidden] where the model's table is None: `FileTable`) at positions
+    `pos` [B, T]: logits [B, vocab] of each row's last position (or of position `last[b]`). A pure function of tensors, compiled by `decode/compiled.py`.
 
     The new keys and values are written into `k`/`v` (per layer `[rows ≥ B, kv heads, columns, head_dim]`) at
     columns end-T..end-1, where end is the width of `mask` ([B, 1, T, end], additive). `cos`/`sin` are the rotary
     table by position; `model` is `LlamaBatch._model()`, `lora` each layer's LoRA tensors per projection."""
     embed, (h, kvh, hd, scaling, kernel, qk_mode), layers, final_norm, head = model
-    b, t = ids.shape
+    b, t = ids.shape[:2]
     n = b * t
     kernel = kernel if t == 1 else None
     end = width = mask.shape[-1]
@@ -300,7 +306,7 @@ def llama_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, k: list
         width = _block(end)
         mask = _blocked(mask, -1, _NEG[mask.dtype])
     cos, sin = cos[pos][:, :, None], sin[pos][:, :, None]          # [B, T, 1, head_dim]
-    x = embed_tokens(ids, embed).reshape(n, -1)
+    x = (ids if embed is None else embed_tokens(ids, embed)).reshape(n, -1)
     for i, ((qkv_w, out_w, gate_up_w, down_w), norms, qk_norms) in enumerate(layers):
         qkv_l, out_l, gate_up_l, down_l = lora[i]
         qkv = project(_rms(x, norms[0]), qkv_w, qkv_l)
