@@ -20,10 +20,30 @@ instruction. The chat template (the model's own) wraps the result as the user tu
 from __future__ import annotations
 
 import re
+from typing import Any
 
+from .errors import InputTooLarge, InvalidInput
 from .languages import LANGUAGES, ZH_GROUP, Language
 
 STYLES = ("hunyuan-mt", "hy-mt1.5")
+
+#: What a request's text (and its context) may not carry into a prompt: control characters, and lone surrogates
+#: (replaced by U+FFFD: the tokenizer cannot encode them).
+CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+SURROGATES = re.compile(r"[\ud800-\udfff]")
+
+
+def clean_context(context: Any, limit: int) -> str | None:
+    """A request's context as the prompt will hold it (None: none given, or only whitespace), or a typed error
+    saying why it cannot be: the same rules as the text's, and its own limit (limits.max_chars). The edges call it
+    too (a document's context is refused before its job exists)."""
+    if context is None or (isinstance(context, str) and not context.strip()):
+        return None
+    if not isinstance(context, str):
+        raise InvalidInput(f"Context must be a string, got {type(context).__name__}.")
+    if len(context) > limit:
+        raise InputTooLarge(f"Context is {len(context)} characters, over the limit of {limit} (limits.max_chars).")
+    return CONTROL_CHARS.sub("", SURROGATES.sub("\ufffd", context)).strip() or None
 
 
 def build(style: str, text: str, src: str, tgt: str, context: str | None = None,

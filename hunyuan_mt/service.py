@@ -28,7 +28,9 @@ from .config import Config, load_config
 from .detect import Detection, detect as detect_language, ready as detector_ready, start as start_detector
 from .engine import BatchEngine, Row
 from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
+from . import prompts
 from .glossary import Glossary, has_terms
+from .prompts import CONTROL_CHARS, SURROGATES
 from .tm import TranslationMemory
 from .warmup import WarmupReport, warm_service
 from .languages import LANGUAGES, normalize_code
@@ -50,8 +52,6 @@ MIN_CUT_TOKENS = 64
 
 AUTO = "auto"
 # C0 controls except tab/newline/carriage return, DEL and C1 controls: never meaningful in text to translate.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _LETTER = re.compile(r"[^\W\d_]")
 #: Confidence above which auto-detection trusts a language no adapter serves over the nearest one that has one.
 _CLEARLY = 0.9
@@ -220,25 +220,15 @@ class TranslationService:
         if len(text) > limit:
             raise InputTooLarge(f"Text is {len(text)} characters, over the limit of {limit} (limits.max_chars).")
         # Lone surrogates cannot be encoded (and would break the tokenizer); mark them as replacement characters.
-        text = _SURROGATE.sub("\ufffd", text)
-        text = _CONTROL.sub("", text)
+        text = SURROGATES.sub("\ufffd", text)
+        text = CONTROL_CHARS.sub("", text)
         if not text.strip():
             raise InvalidInput("Text is empty." if not text else "Text is empty (only whitespace or control "
                                                                "characters).")
         return text
 
     def clean_context(self, context: Any) -> str | None:
-        """A request's context as the prompt will hold it (None: none given, or only whitespace), or a typed error
-        saying why it cannot be: the same rules as the text's, and its own limit (limits.max_chars)."""
-        if context is None or (isinstance(context, str) and not context.strip()):
-            return None
-        if not isinstance(context, str):
-            raise InvalidInput(f"Context must be a string, got {type(context).__name__}.")
-        limit = self.cfg.limits.max_chars
-        if len(context) > limit:
-            raise InputTooLarge(f"Context is {len(context)} characters, over the limit of {limit} "
-                                "(limits.max_chars).")
-        return _CONTROL.sub("", _SURROGATE.sub("\ufffd", context)).strip() or None
+        return prompts.clean_context(context, self.cfg.limits.max_chars)
 
     def _code(self, code: Any, role: str) -> str:
         if not isinstance(code, str) or not code.strip():
@@ -381,15 +371,18 @@ class TranslationService:
 
     def translate_segments(self, segments: Sequence[str], src: str, tgt: str,
                            progress: Callable[[int, int], None] | None = None,
-                           glossary: Glossary | None = None, ticket: Ticket | None = None) -> list[str]:
+                           glossary: Glossary | None = None, ticket: Ticket | None = None,
+                           context: str | None = None) -> list[str]:
         """Documents: translate each segment (already split by the document reader), keeping its layout.
 
         Whitespace-only segments come back unchanged. `progress(done, total)` is called as chunks finish. The
-        rows are background rows (they yield to interactive requests); `ticket` can cancel them.
+        rows are background rows (they yield to interactive requests); `ticket` can cancel them. `context` shapes
+        every segment's translation (what the document is about), as for `translate_batch`.
         """
         ticket = ticket or Ticket(background=True)
         target = self._code(tgt, "target")
-        texts = [_CONTROL.sub("", _SURROGATE.sub("\ufffd", s)) if isinstance(s, str) else "" for s in segments]
+        context = self.clean_context(context)
+        texts = [CONTROL_CHARS.sub("", SURROGATES.sub("\ufffd", s)) if isinstance(s, str) else "" for s in segments]
         if isinstance(src, str) and src.strip().lower() == AUTO:
             sample = "\n".join(t for t in texts if t.strip())[:2000]
             source, _ = self.resolve_source(sample, AUTO) if sample.strip() else (target, None)
@@ -406,7 +399,7 @@ class TranslationService:
         for start in range(0, total, _DOC_CHUNK):
             chunk = todo[start:start + _DOC_CHUNK]
             # Documents report no memory suggestions: nobody would read them.
-            jobs = [self._job(texts[i], plan, glossary, suggest=False) for i in chunk]
+            jobs = [self._job(texts[i], plan, glossary, suggest=False, context=context) for i in chunk]
             if counted is not None:
                 counted.limit = start + len(chunk)
             jobs = self._run_enforcing(jobs, [texts[i] for i in chunk], glossary, ticket=ticket, listen=counted)

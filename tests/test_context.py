@@ -1,6 +1,7 @@
 """A request's `context` (text that shapes the translation and is not itself translated) reaches a decoder-only
 backbone's prompt as the HY-MT1.5 card's contextual template, on every hop; the family's plain templates are chosen
-by the profile (`model.prompt`); over HTTP `/translate` takes it, charges it, and refuses what it cannot take."""
+by the profile (`model.prompt`); over HTTP `/translate`, `/translate_file` and `/v1/documents` take it, charge it,
+and refuse what they cannot take."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def test_context_is_checked_like_the_text(hy_service) -> None:
     assert service.clean_context("a\x00b ") == "ab"
 
 
-def test_translate_over_http_takes_context_and_refuses_it_with_html(hy_service) -> None:
+def test_translate_over_http_takes_context_with_text_and_html(hy_service) -> None:
     service, prompts = hy_service
     with serve(service, service.cfg) as server, httpx.Client(base_url=server.url, timeout=60) as client:
         prompts.clear()
@@ -80,9 +81,12 @@ def test_translate_over_http_takes_context_and_refuses_it_with_html(hy_service) 
         assert response.json()["translatedText"] == service.translate("Open the file.", "en", "de",
                                                                       context=CONTEXT).text
         assert CONTEXT in prompts[0]
-        html = client.post("/translate", json={"q": "<p>Open</p>", "source": "en", "target": "de",
+        prompts.clear()
+        html = client.post("/translate", json={"q": "<p>Open the file.</p>", "source": "en", "target": "de",
                                                "format": "html", "context": CONTEXT})
-        assert html.status_code == 400 and "context is not supported with format html" in html.json()["error"]
+        assert html.status_code == 200, html.text
+        assert html.json()["translatedText"] == f"<p>{response.json()['translatedText']}</p>"
+        assert prompts and all(p.startswith(f"<s>user: {CONTEXT}\n参考上面的信息") for p in prompts)
         long = client.post("/translate", data={"q": "Open.", "source": "en", "target": "de", "context": "x" * 400})
         assert long.status_code == 413, long.text
 
@@ -112,3 +116,55 @@ def test_glossary_terms_go_into_the_terminology_prompt_and_stay_enforced(hy_serv
         assert not any("参考下面的翻译" in p for p in prompts) and "Datei" in prompts[0]  # pivot: visible
     finally:
         service.cfg.glossary.mode = "visible"
+
+
+def test_a_documents_context_reaches_every_segments_prompt_over_both_routes(hy_service) -> None:
+    """`context` beside an upload: every segment's prompt holds it (the job route and LibreTranslate's file route),
+    it is charged once, and one over the limit is refused before a job exists."""
+    service, prompts = hy_service
+    text = "Open the file.\n\nSave the changes.\n"
+    files = {"file": ("notes.txt", text.encode(), "text/plain")}
+    with serve(service, service.cfg) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        prompts.clear()
+        submitted = client.post("/v1/documents", data={"source": "en", "target": "de", "context": CONTEXT},
+                                files=files)
+        assert submitted.status_code == 202, submitted.text
+        job = client.get(f"/v1/documents/{submitted.json()['id']}", params={"wait": 30}).json()
+        while job["state"] not in ("done", "error", "cancelled"):
+            job = client.get(f"/v1/documents/{job['id']}", params={"wait": 30}).json()
+        assert job["state"] == "done", job
+        result = client.get(job["result_url"]).text
+        segments = ["Open the file.", "Save the changes."]
+        assert len(prompts) == 2 and all(p.startswith(f"<s>user: {CONTEXT}\n参考上面的信息") for p in prompts)
+        assert [p.split("\n")[-1].split("</s>")[0] for p in prompts] == segments
+        expected = [service.translate(s, "en", "de", context=CONTEXT).text for s in segments]
+        assert result.split("\n\n")[0].strip() == expected[0] and expected[1] in result
+        prompts.clear()
+        done = client.post("/translate_file", data={"source": "en", "target": "de", "context": CONTEXT},
+                           files=files)
+        assert done.status_code == 200, done.text
+        assert client.get(done.json()["translatedFileUrl"]).text == result
+        assert len(prompts) == 2 and all(p.startswith(f"<s>user: {CONTEXT}\n参考上面的信息") for p in prompts)
+        listed = client.get("/v1/documents").json()["jobs"]
+        too_long = client.post("/v1/documents", data={"source": "en", "target": "de", "context": "x" * 301},
+                               files=files)
+        assert too_long.status_code == 413 and "Context is 301 characters" in too_long.json()["error"]
+        assert len(client.get("/v1/documents").json()["jobs"]) == len(listed)     # no job was made
+
+
+def test_the_page_takes_context_for_a_decoder_only_model_and_hides_it_for_the_demo(hy_service, web_service) -> None:
+    """Through the page's public endpoint (gradio_client, as a script would call it) the context reaches the
+    prompt; an encoder-decoder model (the demo) has no place for it, so its page shows no Context field."""
+    from gradio_client import Client
+
+    from hunyuan_mt.web.ui import TranslatorUI
+
+    service, prompts = hy_service
+    assert TranslatorUI(service, service.cfg).takes_context()
+    assert not TranslatorUI(web_service, web_service.cfg).takes_context()
+    with serve(service, service.cfg) as server:
+        prompts.clear()
+        page = Client(server.url + "/ui/", verbose=False)
+        text, _info = page.predict("Open the file.", "en", "de", "", CONTEXT, api_name="/translate")
+        assert text == service.translate("Open the file.", "en", "de", context=CONTEXT).text
+        assert prompts[0].startswith(f"<s>user: {CONTEXT}\n参考上面的信息")

@@ -409,8 +409,9 @@ def test_http_ingress_is_the_libretranslate_api_and_names_the_replica(cluster: A
     glossary = parse_terms(terms, 10)
     want_text = reference.translate("Hello world, how are you today?", "en", "es", glossary=glossary).text
     assert _without_matches(r.json()) == {"translatedText": want_text} and "planeta" in want_text
+    # A document's context crosses it as well (this Marian demo has no prompt to hold it: the output is the same).
     r = httpx.post(f"{url}/translate_file", files={"file": ("a.txt", b"Hello world.\n")}, timeout=60,
-                   data={"source": "en", "target": "es", "glossary": "world = planeta"})
+                   data={"source": "en", "target": "es", "glossary": "world = planeta", "context": "A greeting."})
     assert "planeta" in httpx.get(r.json()["translatedFileUrl"], timeout=60).text
     r = httpx.get(f"{url}/languages", timeout=60)
     assert r.status_code == 200 and any(lang["code"] == "en" for lang in r.json())

@@ -161,7 +161,7 @@ class RemoteService:
 
     async def atranslate_segments(self, segments: Sequence[str], src: str, tgt: str,
                                   progress: Callable[[int, int], None] | None = None,
-                                  glossary: Any = None) -> tuple[list[str], list[str]]:
+                                  glossary: Any = None, context: str | None = None) -> tuple[list[str], list[str]]:
         segments = list(segments)
         target = normalize_code(tgt)
         if isinstance(src, str) and src.strip().lower() == AUTO:
@@ -183,7 +183,7 @@ class RemoteService:
             progress(0, total)
         for start in range(0, total, DOC_CHUNK):
             reply = await self.acall(group, "translate_segments", segments[start:start + DOC_CHUNK], source, target,
-                                     glossary, model_id=model_id)
+                                     glossary, context, model_id=model_id)
             out.extend(reply["texts"])
             replicas.append(reply["replica"])
             if progress:
@@ -232,7 +232,7 @@ class RemoteService:
         yield self.translate_batch([text], src, tgt, glossary=glossary, context=context)[0]
 
     def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None,
-                           glossary: Any = None, ticket: Any = None) -> list[str]:
+                           glossary: Any = None, ticket: Any = None, context: str | None = None) -> list[str]:
         """A document, one chunk per replica call; a cancelled `ticket` stops it between two chunks."""
         def report(done: int, total: int) -> None:
             if ticket is not None and ticket.cancelled:
@@ -240,7 +240,7 @@ class RemoteService:
             if progress is not None:
                 progress(done, total)
 
-        texts, replicas = self._run(self.atranslate_segments(segments, src, tgt, report, glossary))
+        texts, replicas = self._run(self.atranslate_segments(segments, src, tgt, report, glossary, context))
         self._served(*replicas)
         return texts
 
@@ -370,8 +370,8 @@ class Ingress:
         return await self.remote.atranslate(texts, src, tgt, alternatives, glossary)
 
     async def translate_segments(self, segments: list[str], src: str, tgt: str,
-                                 glossary: Any = None) -> dict[str, Any]:
-        texts, replicas = await self.remote.atranslate_segments(segments, src, tgt, None, glossary)
+                                 glossary: Any = None, context: str | None = None) -> dict[str, Any]:
+        texts, replicas = await self.remote.atranslate_segments(segments, src, tgt, None, glossary, context)
         return {"texts": texts, "replicas": replicas}
 
     async def replicas_info(self) -> dict[str, Any]:

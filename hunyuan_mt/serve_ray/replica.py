@@ -137,10 +137,11 @@ class TranslatorReplica:
         return self._reply(results=[_result_dict(r) for r in results])
 
     async def translate_segments(self, segments: list[str], src: str, tgt: str,
-                                 glossary: Any = None) -> dict[str, Any]:
+                                 glossary: Any = None, context: str | None = None) -> dict[str, Any]:
         try:
             await self._pair_for_request()
-            texts = await asyncio.to_thread(self.service.translate_segments, segments, src, tgt, None, glossary)
+            texts = await asyncio.to_thread(self.service.translate_segments, segments, src, tgt, None, glossary,
+                                            None, context)
         except TranslationError as exc:
             return self._reply(error=error_payload(exc))
         return self._reply(texts=texts)

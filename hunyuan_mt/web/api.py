@@ -60,7 +60,8 @@ class TranslationServiceLike(Protocol):  # the parts of service.TranslationServi
                         glossary: Any = None, ticket: Ticket | None = None,
                         context: str | None = None) -> list[Any]: ...
     def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None,
-                           glossary: Any = None, ticket: Ticket | None = None) -> list[str]: ...
+                           glossary: Any = None, ticket: Ticket | None = None,
+                           context: str | None = None) -> list[str]: ...
     def translate_stream(self, text: str, src: str, tgt: str, *, glossary: Any = None,
                          ticket: Ticket | None = None) -> Iterator[Any]: ...
     def detect(self, text: str) -> list[Any]: ...
@@ -131,6 +132,11 @@ def resolve_model_id(model: str | None) -> tuple[str | None, str | None]:
         return None, normalize_code(name)
     except InvalidInput:
         return None, None
+
+
+def _charge_with(spend: Callable[[Caller, int], None], caller: Caller, context: str | None, characters: int) -> None:
+    """Charge a document's characters and its context's (read once, whatever the segment count)."""
+    spend(caller, characters + len(context or ""))
 
 
 def _source_field(fields: dict[str, Any]) -> str:
@@ -219,7 +225,7 @@ class RestApi:
                                              elapsed / max(1, len(results)), front)
 
     def _translate_html(self, text: str, source: str, target: str, glossary: Glossary | None = None,
-                        ticket: Ticket | None = None) -> tuple[str, Any]:
+                        ticket: Ticket | None = None, context: str | None = None) -> tuple[str, Any]:
         """format=html: translate the text nodes only; tags and attributes come back untouched."""
         from ..documents import read_document, translate_keeping_markup
 
@@ -234,7 +240,7 @@ class RestApi:
         translations, _ = translate_keeping_markup(
             # An interactive request's markup: its rows do not yield to documents.
             document, lambda segments, _progress: self.service.translate_segments(
-                segments, source, target, glossary=glossary, ticket=ticket or Ticket()),
+                segments, source, target, glossary=glossary, ticket=ticket or Ticket(), context=context),
             glossary=glossary)
         html = document.render(translations, target).data.decode("utf-8")
         return html, detected
@@ -263,8 +269,6 @@ class RestApi:
             # Beyond LibreTranslate: text that shapes the translation and is not translated (the Hunyuan prompt's
             # context); charged like the text.
             context = fields.get("context")
-            if fmt == "html" and context:
-                raise InvalidInput("Invalid request: context is not supported with format html.")
             self.policy.check_chars(texts)
             self.policy.spend_chars(caller, sum(len(t) for t in texts) + (len(context) if isinstance(context, str)
                                                                            else 0))
@@ -272,7 +276,7 @@ class RestApi:
             ticket = Ticket()
             if fmt == "html":
                 pairs = [await self._watched(request, ticket, "rest", functools.partial(
-                    self._translate_html, t, source, target, glossary, ticket)) for t in texts]
+                    self._translate_html, t, source, target, glossary, ticket, context)) for t in texts]
                 translated = [html for html, _ in pairs]
                 detected = [d for _, d in pairs]
                 others: list[list[str]] = [[] for _ in texts]  # markup has no alternatives (nor in LibreTranslate)
@@ -350,9 +354,9 @@ class RestApi:
         await request.close()
         raise FeatureDisabled("Suggestions are disabled on this server.")
 
-    async def _read_upload(self, request: Request) -> tuple[Caller, bytes, str, str, str, Any]:
+    async def _read_upload(self, request: Request) -> tuple[Caller, bytes, str, str, str, Any, str | None]:
         """A document upload's fields, checked: (caller, the file's bytes, its safe name, source, target,
-        glossary). The multipart spool is closed before this returns."""
+        glossary, context). The multipart spool is closed before this returns."""
         try:
             fields = await read_fields(request, allow=(MULTIPART,))
             caller = self._authorize(request, fields)
@@ -362,6 +366,9 @@ class RestApi:
             source = _source_field(fields)
             target = text_field(fields, "target")
             glossary = self.glossaries.resolve(fields.get("glossary"), source, target)
+            # Beyond LibreTranslate: what the document is about, shaping every segment (the Hunyuan prompt's
+            # context); checked here, so a bad one is refused before a job exists, and charged once.
+            context = prompts.clean_context(fields.get("context"), self.cfg.limits.max_chars)
             data = await upload.read(self.cfg.limits.max_file_bytes + 1)
             if len(data) > self.cfg.limits.max_file_bytes:
                 raise InputTooLarge(f"File too large: more than {self.cfg.limits.max_file_bytes} bytes "
@@ -369,15 +376,15 @@ class RestApi:
             filename = safe_filename(upload.filename or "document.txt")
         finally:
             await request.close()  # removes python-multipart's spooled temp file
-        return caller, data, filename, source, target, glossary
+        return caller, data, filename, source, target, glossary, context
 
     async def translate_file(self, request: Request) -> JSONResponse:
-        caller, data, filename, source, target, glossary = await self._read_upload(request)
-        charge = functools.partial(self.policy.spend_chars, caller)
+        caller, data, filename, source, target, glossary, context = await self._read_upload(request)
+        charge = functools.partial(_charge_with, self.policy.spend_chars, caller, context)
         ticket = Ticket(background=True)
         rendered, _ = await self._watched(request, ticket, "file", functools.partial(
             translate_upload, self.service, data, filename, source, target, self.cfg.limits, None, charge, glossary,
-            ticket))
+            ticket, context))
         owner = caller if self.policy.downloads_owned else None
         token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type, owner)
         # Starlette puts path parameters in as they are: a name with spaces or non-ASCII letters made a link that
@@ -391,12 +398,12 @@ class RestApi:
 
     # ------------------------------------------------------------------ document jobs
 
-    async def _upload(self, request: Request) -> tuple[Caller, Any, str, str, Any]:
-        """A job's upload, read and checked: (caller, the document read, source, target, glossary)."""
-        caller, data, filename, source, target, glossary = await self._read_upload(request)
+    async def _upload(self, request: Request) -> tuple[Caller, Any, str, str, Any, str | None]:
+        """A job's upload, read and checked: (caller, the document read, source, target, glossary, context)."""
+        caller, data, filename, source, target, glossary, context = await self._read_upload(request)
         # Read now: a file the server cannot take is refused here, not found out later as a failed job.
         document = await self._call(read_document, data, filename, self.cfg.limits)
-        return caller, document, source, normalize_code(target), glossary
+        return caller, document, source, normalize_code(target), glossary, context
 
     def _may(self, request: Request) -> Callable[[Any], bool]:
         """Whether this request may see a job: its uploader's key or address, as for downloads."""
@@ -410,12 +417,12 @@ class RestApi:
         return body
 
     async def submit_document(self, request: Request) -> JSONResponse:
-        caller, document, source, target, glossary = await self._upload(request)
-        self.policy.spend_chars(caller, sum(len(s) for s in document.segments))
+        caller, document, source, target, glossary, context = await self._upload(request)
+        _charge_with(self.policy.spend_chars, caller, context, sum(len(s) for s in document.segments))
 
         def work(progress: Callable[[int, int], None], ticket: Ticket) -> Any:
             return translate_upload(self.service, document, document.filename, source, target, self.cfg.limits,
-                                    progress, None, glossary, ticket)
+                                    progress, None, glossary, ticket, context)
 
         view = self.jobs.submit(work, document.filename, source, target, distinct_segments(document),
                                 caller if self.policy.downloads_owned else None)

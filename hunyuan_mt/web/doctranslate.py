@@ -16,13 +16,15 @@ _DETECT_SAMPLE = 2000
 def translate_upload(service: Any, data: bytes | Document, filename: str, source: str, target: str, limits: LimitsConfig,
                      progress: Callable[[int, int], None] | None = None,
                      charge: Callable[[int], None] | None = None,
-                     glossary: Any = None, ticket: Any = None) -> tuple[RenderedDocument, str]:
+                     glossary: Any = None, ticket: Any = None,
+                     context: str | None = None) -> tuple[RenderedDocument, str]:
     """(rendered document, source code actually used). `source` may be "auto". `data` may be the upload already
     read (`documents.read_document`).
 
     `charge(characters)` is called once the document is read, before anything is translated: the caller's
     character budget (`AccessPolicy.spend_chars`) refuses a document that does not fit. `ticket` (background,
-    see ticket.py) lets the caller cancel the document's rows.
+    see ticket.py) lets the caller cancel the document's rows. `context` (what the document is about) shapes
+    every segment's translation and is not translated.
     """
     target = normalize_code(target)
     # The first call has the whole document; a second one (pieces redone to keep their markup) is neither billed
@@ -42,7 +44,7 @@ def translate_upload(service: Any, data: bytes | Document, filename: str, source
         if ticket is not None and ticket.cancelled:
             raise Cancelled(f"Cancelled: {ticket.reason}.")
         return service.translate_segments(segments, state["source"], target, progress=report, glossary=glossary,
-                                          ticket=ticket)
+                                          ticket=ticket, context=context)
 
     rendered = translate_document(data, filename, limits, run, progress=progress, target=target, glossary=glossary)
     return rendered, state["source"]

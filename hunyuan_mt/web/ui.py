@@ -27,6 +27,7 @@ from typing import Any, Callable
 import gradio as gr
 import pandas as pd
 
+from .. import prompts
 from ..config import Config
 from ..documents import LISTED_EXTENSIONS, distinct_segments, read_document
 from ..errors import TranslationError
@@ -211,7 +212,16 @@ class TranslatorUI:
         names = [LANGUAGES[c].english for c in self.model_codes if c in LANGUAGES]
         return (f"**Embedded demo model** — {len(names)} languages: {', '.join(names)}. It translates short texts "
                 "and interface strings; paragraphs and everyday chat are beyond it. For real quality, serve "
-                "Hunyuan-MT-7B on a GPU (docs/GPU.md).")
+                "HY-MT1.5-1.8B on this CPU (docs/HUNYUAN_CPU.md) or Hunyuan-MT-7B on a GPU (docs/GPU.md).")
+
+    def takes_context(self) -> bool:
+        """Whether the backbone reads a request's context: a decoder-only model's prompt holds it (prompts.py); an
+        encoder-decoder model (the demo) has no place for it, so the page shows no field that would do nothing."""
+        try:
+            arch = (self.service.status().get("backbone") or {}).get("arch")
+        except Exception:  # noqa: BLE001 - a status that cannot be read yet: offer the field, the service decides
+            return True
+        return arch != "encoder-decoder"
 
     def _codes(self, sources: bool) -> list[str]:
         """Codes the model reads (`sources`) or writes, in the language table's order, asked each time: an admin
@@ -243,7 +253,8 @@ class TranslatorUI:
     # ------------------------------------------------------------------ text tab
 
     def stream_text(self, text: str, source: str, target: str, glossary: str | None = None,
-                    request: gr.Request | None = None) -> Iterator[tuple[str, str, Any]]:
+                    request: gr.Request | None = None,
+                    context: str | None = None) -> Iterator[tuple[str, str, Any]]:
         """The page's Translate: (the translation so far, "Translating…", no change to the swap's language) each
         time it grows, then (translation, info line with route, detected language and latency, detected code for
         the swap). Segments the translation memory knows arrive at once.
@@ -257,11 +268,13 @@ class TranslatorUI:
         if self.policy.max_chars < self.cfg.limits.max_chars:
             # server.char_limit, lower than limits.max_chars (which the service checks, in the page's words).
             _run(self.policy.check_chars, [text])
-        _run(self.policy.spend_chars, caller, len(text))
+        context = _run(prompts.clean_context, context, self.cfg.limits.max_chars)
+        _run(self.policy.spend_chars, caller, len(text) + len(context or ""))
         terms = _run(self.glossaries.resolve, glossary, source or AUTO, target)
         started = time.perf_counter()
         ticket = Ticket()
-        stream = self.service.translate_stream(text, source or AUTO, target, glossary=terms, ticket=ticket)
+        stream = self.service.translate_stream(text, source or AUTO, target, glossary=terms, ticket=ticket,
+                                               context=context)
         result = None
         try:
             with self.visits.watch(_session(request), lambda: ticket.cancel("the page was closed")):
@@ -283,10 +296,10 @@ class TranslatorUI:
         yield result.text, _info_line(result, terms, elapsed), result.source
 
     def translate_text(self, text: str, source: str, target: str, glossary: str | None = None,
-                       request: gr.Request | None = None) -> tuple[str, str, str | None]:
+                       request: gr.Request | None = None, context: str | None = None) -> tuple[str, str, str | None]:
         """`stream_text`'s final answer, for callers that do not show the text growing."""
         final: tuple[str, str, Any] = ("", "", None)
-        for final in self.stream_text(text, source, target, glossary, request):
+        for final in self.stream_text(text, source, target, glossary, request, context):
             pass
         return final
 
@@ -311,7 +324,7 @@ class TranslatorUI:
     # ------------------------------------------------------------------ document tab
 
     def submit_document(self, path: str | None, source: str, target: str, glossary: str | None = None,
-                        request: gr.Request | None = None) -> JobView:
+                        request: gr.Request | None = None, context: str | None = None) -> JobView:
         """Read and check the upload, charge its characters, and queue it as a job. A file the server cannot take
         is refused here, at once, in the same words as REST's."""
         if not path:
@@ -324,24 +337,25 @@ class TranslatorUI:
             raise gr.Error(f"File too large: {size} bytes, the limit is {limits.max_file_bytes}.",
                            print_exception=False)
         terms = _run(self.glossaries.resolve, glossary, source, target)
+        context = _run(prompts.clean_context, context, limits.max_chars)
         document = _run(read_document, upload.read_bytes(), safe_filename(upload.name), limits)
-        _run(self.policy.spend_chars, caller, sum(len(s) for s in document.segments))
+        _run(self.policy.spend_chars, caller, sum(len(s) for s in document.segments) + len(context or ""))
 
         def work(progress: Callable[[int, int], None], ticket: Ticket) -> Any:
             return translate_upload(self.service, document, document.filename, source, target, limits, progress,
-                                    None, terms, ticket)
+                                    None, terms, ticket, context)
 
         # The owner is checked on every later look (`_may`): with the page login or keys on, only this address.
         owner = caller if self.policy.downloads_owned else None
         return _run(self.jobs.submit, work, document.filename, source, target, distinct_segments(document), owner)
 
     def translate_document(self, path: str | None, source: str, target: str, glossary: str | None = None,
-                           request: gr.Request | None = None,
+                           request: gr.Request | None = None, context: str | None = None,
                            progress: gr.Progress = gr.Progress()) -> tuple[str, str]:
         """The public `translate_document` endpoint (gradio_client): submit the job and wait for it, the progress
         reported per segment → (the translated file, a note)."""
         progress(0.0, desc="Reading the document")
-        view = self.submit_document(path, source, target, glossary, request)
+        view = self.submit_document(path, source, target, glossary, request, context)
         address = _address(request)
         view = _run(self._follow, view, self._may(address), progress)
         if view.state != "done":
@@ -352,10 +366,10 @@ class TranslatorUI:
     # The page: a job the browser remembers (gr.BrowserState), followed by whichever page of it is open.
 
     def page_submit(self, path: str | None, source: str, target: str, glossary: str | None = None,
-                    request: gr.Request | None = None) -> tuple[str, str, Any, Any]:
+                    request: gr.Request | None = None, context: str | None = None) -> tuple[str, str, Any, Any]:
         """Translate document: queue the job → (its id for the browser to keep, a note, the Translate button
         disabled, the Cancel button shown)."""
-        view = self.submit_document(path, source, target, glossary, request)
+        view = self.submit_document(path, source, target, glossary, request, context)
         return view.id, _job_note(view), gr.update(interactive=False), gr.update(visible=True)
 
     def resume_document(self, job_id: str | None, request: gr.Request | None = None
@@ -737,6 +751,13 @@ def _glossary_field(elem_id: str) -> gr.Textbox:
                           placeholder="One per line: Save = Guardar. Or the id of a stored glossary.")
 
 
+def _context_field(elem_id: str, visible: bool) -> gr.Textbox:
+    """The folded-away Context field of a tab: what the text is about, read by the model, never translated."""
+    with gr.Accordion("Context", open=False, visible=visible):
+        return gr.Textbox(lines=2, label="What the text is about (optional; not translated)", elem_id=elem_id,
+                          placeholder="e.g. The File menu of a text editor. Or the sentences around the text.")
+
+
 def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
              policy: AccessPolicy | None = None, jobs: DocumentJobs | None = None) -> gr.Blocks:
     """The Blocks page. Mount it with `gr.mount_gradio_app(app, blocks, "/ui", head=UI_HEAD, css=UI_CSS)`.
@@ -744,6 +765,7 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
     ui = TranslatorUI(service, cfg, metrics, policy, jobs)
     default_target = "es" if "es" in ui.model_codes else (ui.model_codes[0] if ui.model_codes else "en")
     limits = cfg.limits
+    takes_context = ui.takes_context()
     with gr.Blocks(title="Hunyuan-MT translation", delete_cache=(600, 1800)) as demo:
         gr.Markdown("## Hunyuan-MT translation server")
         model_note = ui.model_note()
@@ -766,6 +788,7 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                     result_box = gr.Textbox(lines=8, max_lines=30, label="Translation", elem_id="hmt-result",
                                             interactive=False, buttons=["copy"])
                 glossary_box = _glossary_field("hmt-glossary")
+                context_box = _context_field("hmt-context", takes_context)
                 translate_btn = gr.Button("Translate", variant="primary", elem_id="hmt-translate")
                 info = gr.Markdown("", elem_id="hmt-info")
 
@@ -775,7 +798,7 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                 streaming = translate_btn.click(
                     clear_text_result, None, [result_box, info], queue=False, show_progress="hidden",
                     api_visibility="private").then(
-                    ui.stream_text, [source_box, src, tgt, glossary_box], [result_box, info, last_source],
+                    ui.stream_text, [source_box, src, tgt, glossary_box, context_box], [result_box, info, last_source],
                     api_name="translate", api_visibility="public", trigger_mode="multiple")
                 # A new click (or Ctrl+Enter) stops the text still growing, whose rows then leave the engine: two
                 # streams would write into one box, and the first is no longer wanted. The page cancels the run it
@@ -806,6 +829,7 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                     doc_out = gr.File(label="Translated document", interactive=False, elem_id="hmt-doc-out")
                 ui.doc_output = doc_out
                 doc_glossary = _glossary_field("hmt-doc-glossary")
+                doc_context = _context_field("hmt-doc-context", takes_context)
                 with gr.Row():
                     doc_btn = gr.Button("Translate document", variant="primary", elem_id="hmt-doc-translate", scale=4)
                     cancel_btn = gr.Button("Cancel", variant="stop", elem_id="hmt-doc-cancel", visible=False, scale=1,
@@ -826,13 +850,14 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                 submitted = doc_btn.click(
                     clear_document_result, None, [doc_out, doc_note], queue=False, show_progress="hidden",
                     api_visibility="private").then(
-                    ui.page_submit, [doc_in, doc_src, doc_tgt, doc_glossary],
+                    ui.page_submit, [doc_in, doc_src, doc_tgt, doc_glossary, doc_context],
                     [job_store, doc_note, doc_btn, cancel_btn], api_visibility="private")
                 submitted.success(ui.follow_document, [job_store], followed, **follow)
                 cancel_btn.click(ui.cancel_document, [job_store], [cancel_btn], api_visibility="private",
                                  show_progress="hidden")
                 # gradio_client's endpoint (no button of its own): submit and wait, the progress per segment.
-                gr.on([], ui.translate_document, [doc_in, doc_src, doc_tgt, doc_glossary], [doc_out, doc_note],
+                gr.on([], ui.translate_document, [doc_in, doc_src, doc_tgt, doc_glossary, doc_context],
+                      [doc_out, doc_note],
                       api_name="translate_document", api_visibility="public")
 
             with gr.Tab("Status", id="status"):
