@@ -381,7 +381,8 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
     ours, hf = r["ours"], r["transformers"]
     lines = [f"# Hunyuan family on the CPU: {args.preset}", "",
              f"CPU: {r['cpu']}; {args.threads} threads; prompt {args.prompt} tokens, {args.new} new tokens (EOS "
-             f"ignored); medians of {args.runs} runs. Command: `python -m bench.hunyuan_cpu --preset {args.preset}`",
+             f"ignored); medians of {args.runs} runs. Command: `python -m bench.hunyuan_cpu --preset {args.preset}"
+             f"{'' if args.compile else ' --no-compile'}`",
              "", "| engine | first token (s) | decode tok/s | one stream tok/s | "
              f"{args.requests} requests over 8 adapters tok/s | RSS MB |", "|---|---|---|---|---|---|"]
 
