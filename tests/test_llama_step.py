@@ -156,6 +156,44 @@ def test_mixed_rows_have_the_logits_they_have_alone(quantization: str, hunyuan_d
         assert_rows_as_alone(backbone, items, joins=[0, 2, 0, 4, 1])
 
 
+def test_a_prefill_in_groups_gives_every_row_the_logits_and_tokens_of_one_prefill(hunyuan_dir: Path,
+                                                                                all_module_adapters: Path,
+                                                                                fresh_backbone, make_cache) -> None:
+    """A wide model prefills entering rows in groups of `prefill_tokens` padded tokens (fbgemm is faster at that
+    size): the groups run with their own rows' adapters, and every row's first logits and greedy tokens are the
+    ones of a single prefill, to the bit."""
+    from hunyuan_mt.decode.llama import _prefill_groups
+
+    backbone = fresh_backbone(hunyuan_dir, quantization="int8", int8_kernel="fbgemm", cpu_threads=2)
+    cache = make_cache(backbone, all_module_adapters, slots=3, pinned=[])
+    pairs = ["en2es", "en2de", "fr2en"]
+    with cache.lease([Pair.parse(p) for p in pairs]) as lease:
+        slots = list(lease.slots) + [0]
+        sequences = [Sequence(i, p, slots[i % 4], NEW) for i, p in enumerate(PROMPTS)]
+        # 5, 24, 2, 7 and 1 tokens: blocks of 16, 32, 16, 16, 16 → groups within 32 padded tokens.
+        assert [[s.tag for s in g] for g in _prefill_groups(sequences, 32)] == [[0], [1], [2, 3], [4]]
+        runs = {}
+        for budget in (None, 32):
+            batch = backbone.new_batch(GenerationConfig())
+            assert isinstance(batch, LlamaBatch)
+            batch.prefill_tokens = budget
+            first: list[torch.Tensor] = []
+            choose = batch._choose
+            batch._choose = lambda logits, live: first.append(logits.clone()) or choose(logits, live)
+            out: dict[int, list[int]] = {}
+            with backbone.model_lock, torch.inference_mode():
+                batch.add(list(sequences))
+                while True:
+                    out.update({r.seq.tag: list(r.generated) for r in batch.pop_finished()})
+                    if not len(batch):
+                        break
+                    batch.step()
+            runs[budget] = (first[0], out)
+        (whole, tokens), (grouped, grouped_tokens) = runs[None], runs[32]
+        assert whole.shape[0] == len(PROMPTS) and torch.equal(whole, grouped)
+        assert tokens == grouped_tokens and all(len(t) == NEW for t in tokens.values())
+
+
 @pytest.mark.parametrize("kernel", ["int_mm", "fbgemm"])
 def test_int8_token_table_shares_the_tied_projection_and_serves_both_forwards(model_dir: Path, kernel: str,
                                                                             fresh_backbone) -> None:

@@ -51,6 +51,11 @@ _STATIC_ROPE = {"default", "linear", "llama3", "yarn", "ntk_alpha"}
 #: Hidden width from which every forward runs on all of torch's threads (see LlamaBatch._every_thread).
 _WIDE_MODEL = 1024
 
+#: A wide model's prefill runs its rows in groups of at most this many (padded) tokens. fbgemm's int8 GEMM at the
+#: 1.8B's shapes ran at 735-758 GOPS for 64-256 rows of tokens and 556 for 1,024 (BENCHMARKS.md, issue 46), and
+#: 16 prompts of 60 tokens prefilled in 6.2 s two at a time against 7.1-8.4 s all at once.
+_PREFILL_TOKENS = 128
+
 
 def lean_note(model: Any) -> str | None:
     """None when `LlamaBatch` can run `model`, else why not (the model then runs through its own forward,
@@ -109,6 +114,8 @@ class LlamaBatch(LeanBatch):
         #: int8, fbgemm, Intel Xeon with AMX) one-row step took 179 ms on one thread, 119 ms on two. The base
         #: class gives a few rows one thread, which the demo-sized models measured faster.
         self._every_thread = cfg.hidden_size >= _WIDE_MODEL
+        #: Padded tokens per prefill forward (`_prefill`); None: every entering row in one forward.
+        self.prefill_tokens: int | None = _PREFILL_TOKENS if self._every_thread else None
 
     # ------------------------------------------------------------------ the model's weights, fused
 
@@ -198,6 +205,27 @@ class LlamaBatch(LeanBatch):
     # ------------------------------------------------------------------ RunningBatch's moves
 
     def _prefill(self, sequences: list[Sequence]) -> tuple[torch.Tensor, Any]:
+        """The entering rows' first logits and keys/values, in groups of at most `prefill_tokens` padded tokens.
+        A row's prefill does not depend on the rows beside it (invariant 5), so the groups change no bit; the whole
+        is one move for the caller (a failure leaves the batch as it was)."""
+        groups = _prefill_groups(sequences, self.prefill_tokens)
+        if len(groups) == 1:
+            return self._prefill_rows(sequences)
+        parts = []
+        for group in groups:
+            self._use_slots([s.slot for s in group])   # the LoRA rows of this forward
+            parts.append(self._prefill_rows(group))
+        width = max(state[0][0].shape[2] for _, state in parts)
+
+        def joined(which: int) -> list[torch.Tensor]:
+            # Each group's columns as wide as the widest's: the merge reads a row's first `length` columns only.
+            return [torch.cat([F.pad(state[which][layer], (0, 0, 0, width - state[which][layer].shape[2]))
+                               for _, state in parts]) for layer in range(len(parts[0][1][which]))]
+
+        lengths = [n for _, state in parts for n in state[2]]
+        return torch.cat([logits for logits, _ in parts]), (joined(0), joined(1), lengths)
+
+    def _prefill_rows(self, sequences: list[Sequence]) -> tuple[torch.Tensor, Any]:
         self._build()
         lengths = [len(s.input_ids) for s in sequences]
         n, width = len(sequences), _block(max(lengths))
@@ -264,6 +292,22 @@ class LlamaBatch(LeanBatch):
             return
         assert cache is not None
         compact(cache, keep, self.device)
+
+
+def _prefill_groups(sequences: list[Sequence], budget: int | None) -> list[list[Sequence]]:
+    """`sequences` in order, cut into groups whose rows × padded width (`_block` of the longest) stay within
+    `budget` tokens; a row longer than the budget is a group of its own."""
+    if budget is None:
+        return [sequences]
+    groups: list[list[Sequence]] = []
+    current: list[Sequence] = []
+    for seq in sequences:
+        widest = max([len(s.input_ids) for s in current] + [len(seq.input_ids)])
+        if current and (len(current) + 1) * _block(widest) > budget:
+            groups.append(current)
+            current = []
+        current.append(seq)
+    return groups + [current] if current else groups
 
 
 def _rms_params(norm: Any) -> tuple[torch.Tensor, float]:
