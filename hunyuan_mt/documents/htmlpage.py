@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import html
 import re
+from collections import Counter
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
 from .. import masking
 from ..config import LimitsConfig
+from ..errors import InputTooLarge
 from .base import Document, RenderedDocument, TextTemplate, needs_translation, output_filename
 from .encoding import DecodedText, decode_text
 
@@ -45,6 +47,12 @@ _ROOT_LANG = re.compile(r"""(<html\b[^>]*?\s(?:xml:)?lang\s*=\s*["']?)([A-Za-z]{
                         re.I)
 
 
+#: Elements open at once, at most. Browsers' tree builders stop nesting far below what a page needs to be (Blink
+#: and WebKit at 512); past this a document is refused, where each tag used to rescan the open ones (20,000 nested
+#: tags took 8 s, 30,000 about 25 s, issue 49).
+MAX_DEPTH = 1024
+
+
 @dataclass
 class _Item:
     """One parser event in source order: a text node (with its unescaped text) or a tag/comment/declaration."""
@@ -57,25 +65,52 @@ class _Item:
 
 
 class _Scanner(HTMLParser):
-    def __init__(self, source: str) -> None:
+    """Every tag and text node as an `_Item`, in constant time each: the open elements are a stack with counts of
+    each tag and of the kept ones beside it, so no event looks through the stack (an end tag whose element is not
+    open is known at once; one that closes several pops each once)."""
+
+    def __init__(self, source: str, filename: str = "document.html") -> None:
         super().__init__(convert_charrefs=True)
         self._line_starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", source)]
+        self._filename = filename
         self.items: list[_Item] = []
         self._stack: list[tuple[str, bool]] = []  # (tag, keeps its content untranslated)
+        self._open: Counter[str] = Counter()      # open elements by tag
+        self._kept = 0                            # open elements that keep their content
         #: Depth in the stack of an inline element kept whole (one item for all of it), or None.
         self._silent_from: int | None = None
+
+    def _push(self, tag: str, keep: bool) -> None:
+        if len(self._stack) >= MAX_DEPTH:
+            raise InputTooLarge(f"{self._filename}: elements nested more than {MAX_DEPTH} deep (line "
+                                f"{self.getpos()[0]}); the limit is {MAX_DEPTH}")
+        self._stack.append((tag, keep))
+        self._open[tag] += 1
+        self._kept += keep
+
+    def _close(self, tag: str) -> None:
+        """Close the innermost open `tag` and every element opened inside it; an end tag with no open element
+        (sloppy HTML) is ignored."""
+        if not self._open[tag]:
+            return
+        while self._stack:
+            name, keep = self._stack.pop()
+            self._open[name] -= 1
+            self._kept -= keep
+            if name == tag:
+                return
 
     def _offset(self) -> int:
         line, col = self.getpos()
         return self._line_starts[line - 1] + col
 
     def _keeping(self) -> bool:
-        return any(keep for _, keep in self._stack)
+        return self._kept > 0
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if self._silent_from is not None:
             if tag not in _VOID_TAGS:
-                self._stack.append((tag, True))
+                self._push(tag, True)
             return
         attributes = dict(attrs)
         keep = (tag in _KEEP_TAGS or attributes.get("translate") == "no"
@@ -86,13 +121,13 @@ class _Scanner(HTMLParser):
             # The element, its content and its end tag are one item: an inline sentinel, copied whole.
             self.items.append(_Item(start, "inline"))
             self._silent_from = len(self._stack)
-            self._stack.append((tag, True))
+            self._push(tag, True)
             return
         inline = tag in _INLINE_TAGS and not keep
         shown = () if keep or self._keeping() else self._text_attributes(start)
         self.items.append(_Item(start, "inline" if inline else "break", attributes=shown))
         if tag not in _VOID_TAGS:
-            self._stack.append((tag, keep))
+            self._push(tag, keep)
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if self._silent_from is not None:
@@ -113,11 +148,7 @@ class _Scanner(HTMLParser):
 
     def handle_endtag(self, tag: str) -> None:
         keep_before = self._keeping()
-        # Close up to the matching open tag; unmatched end tags (sloppy HTML) are ignored.
-        for i in range(len(self._stack) - 1, -1, -1):
-            if self._stack[i][0] == tag:
-                del self._stack[i:]
-                break
+        self._close(tag)
         if self._silent_from is not None:
             if len(self._stack) <= self._silent_from:
                 self._silent_from = None  # the inline element kept whole has ended: its item covers it
@@ -144,7 +175,7 @@ class HtmlDocument(Document):
     def __init__(self, filename: str, decoded: DecodedText) -> None:
         self._decoded = decoded
         self._source = decoded.text
-        scanner = _Scanner(self._source)
+        scanner = _Scanner(self._source, filename)
         scanner.feed(self._source)
         scanner.close()
         self._template = TextTemplate(self._source)

@@ -1,0 +1,108 @@
+"""Hostile input (issue 49): what a reader refuses at its caps, at once, and what it parses in time linear in its
+input. Each test states the cap it checks and the message a client gets."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from hunyuan_mt.config import LimitsConfig
+from hunyuan_mt.documents.htmlpage import MAX_DEPTH, read_html
+from hunyuan_mt.errors import InputTooLarge
+from web_server import LiveServer
+
+LIMITS = LimitsConfig()
+
+
+def _nested(depth: int, inner: str = "Open the file.") -> bytes:
+    return (f"<html><body>{'<div>' * depth}<p>{inner}</p>{'</div>' * depth}</body></html>").encode()
+
+
+def test_html_nested_past_the_depth_cap_is_refused_where_a_deep_but_sane_page_is_read() -> None:
+    """20,000 nested elements took 8 s to read, each tag rescanning the open ones; past MAX_DEPTH the reader now
+    stops at the first tag too deep, saying where and what the cap is. A page just under the cap is read whole."""
+    document = read_html(_nested(MAX_DEPTH - 10), "deep.html", LIMITS)
+    assert document.segments == ["Open the file."]
+    with pytest.raises(InputTooLarge, match=rf"^deep.html: elements nested more than {MAX_DEPTH} deep \(line 1\); "
+                                            rf"the limit is {MAX_DEPTH}$"):
+        read_html(_nested(20_000), "deep.html", LIMITS)
+
+
+def test_end_tags_close_what_they_match_and_stray_ones_change_nothing() -> None:
+    """The open elements are counted, not searched: an end tag closes its element and the ones opened inside it,
+    an end tag with nothing open to close is ignored (50,000 of them read in one pass), and content kept
+    untranslated stays kept until its own element ends."""
+    page = ("<p>Save <b>the <i>file</b> now.</p>" + "</span>" * 50_000 +
+            "<p>Keep <code>x = 1</code> as is.</p><pre>kept <em>too</em></pre><p>Close it.</p>")
+    document = read_html(page.encode(), "sloppy.html", LIMITS)
+    plain = [" ".join(s.replace("⟦", " ⟦").split()) for s in document.segments]
+    assert len(plain) == 3 and plain[0].startswith("Save") and plain[0].endswith("now.")
+    assert "x = 1" not in plain[1] and plain[1].startswith("Keep") and plain[2] == "Close it."
+    assert not any("kept" in s for s in plain)
+
+
+def test_a_deep_html_upload_gets_413_with_the_reason(live_server: LiveServer) -> None:
+    files = {"file": ("deep.html", _nested(30_000), "text/html")}
+    reply = httpx.post(f"{live_server.url}/translate_file", data={"source": "en", "target": "es"}, files=files,
+                       timeout=30)
+    assert reply.status_code == 413
+    assert reply.json()["error"] == f"deep.html: elements nested more than {MAX_DEPTH} deep (line 1); the limit " \
+                                    f"is {MAX_DEPTH}"
+
+
+def _one_at_a_time(result: str, span: str, masked_source: str, index: int) -> str:
+    """The placement rule as it was written before (one search of the whole text per dropped span, quadratic):
+    the oracle the linear `masking.restore` is compared with."""
+    import re
+
+    from hunyuan_mt import masking
+
+    tail = masked_source.split(masking.sentinel(index), 1)[1] if masking.sentinel(index) in masked_source else ""
+    trail_match = re.search(r"[.!?。！？:：…]+\s*$", result)
+    if tail.strip() and all(not ch.isalnum() for ch in tail) and trail_match:
+        cut = trail_match.start()
+        return f"{result[:cut].rstrip()} {span}{result[cut:]}"
+    if not result:
+        return span
+    if result[-1].isspace():
+        return result + span
+    return f"{result} {span}"
+
+
+def test_dropped_codes_are_put_back_in_linear_time_where_they_were_before() -> None:
+    """20,000 inline codes the model dropped took minutes to put back (each placed by searching the whole text).
+    `restore` now places them in one pass, each where the rule always put it, checked against that rule applied
+    one span at a time on sources and translations of every shape (codes inside, at the end, before the final
+    punctuation; translations with and without it, with trailing spaces, empty)."""
+    import random
+
+    from hunyuan_mt import masking
+
+    rng = random.Random(7)
+    words = ["Open", "the", "file", "now", "数据", "ok"]
+    ends = ["", ".", "!", " .", "。", "?!", "…", ". ", ":"]
+    for case in range(400):
+        n = rng.randint(1, 6)
+        spans = [rng.choice(['<ph id="{}"/>', "{{{}}}", "%s", "<b>", "</b>", "https://x.io/{}"]).format(i)
+                 for i in range(n)]
+        pieces = []
+        for i in range(n):
+            pieces += [rng.choice(words)] * rng.randint(0, 2) + [masking.sentinel(i)]
+        source = " ".join(pieces) + rng.choice(ends) if rng.random() < 0.7 else rng.choice(words) + " " + \
+            " ".join(pieces) + rng.choice(ends)
+        kept = rng.sample(range(n), rng.randint(0, n))
+        translated = " ".join([rng.choice(words) for _ in range(rng.randint(0, 3))] +
+                              [masking.sentinel(i) for i in sorted(kept)]) + rng.choice(ends)
+        protected = masking.Protected(source, spans)
+        expected, seen = masking._put_back(translated, spans)
+        if len(masking._FOUND.findall(translated)) > len(seen):
+            expected = masking._collapse_spaces(expected)
+        for i in range(n):
+            if i not in seen:
+                expected = _one_at_a_time(expected, spans[i], source, i)
+        assert masking.restore(translated, protected) == expected, (case, source, translated)
+    spans = [f'<ph id="{i}"/>' for i in range(20_000)]
+    source = "".join(f"w{i} {masking.sentinel(i)} " for i in range(20_000)) + "end."
+    out = masking.restore("Nothing kept.", masking.Protected(source, spans))
+    assert out.startswith('Nothing kept. <ph id="0"/> <ph id="1"/>') and out.endswith('<ph id="19999"/>')
+    assert all(out.count(f'"{i}"') == 1 for i in (0, 1, 9_999, 19_999))
