@@ -6,7 +6,7 @@ import unicodedata
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..errors import InputTooLarge, InvalidInput
 from ..config import LimitsConfig
@@ -59,6 +59,22 @@ def check_segment_limits(filename: str, segments: Sequence[str], limits: LimitsC
     chars = sum(len(s) for s in segments)
     if chars > limits.max_doc_chars:
         raise InputTooLarge(f"{filename}: {chars} characters to translate, the limit is {limits.max_doc_chars}")
+
+
+#: Attributes one XML element may carry. lxml copies and looks up attributes one at a time, each against the ones
+#: already there: 40,000 on one XLIFF element held every other client for 18-24 s (issue 49). Real files carry a
+#: handful (ODF's styles about twenty).
+MAX_ATTRIBUTES = 256
+
+
+def check_xml_caps(root: Any, where: str) -> None:
+    """Refuse an lxml tree past the caps a reader's later steps are linear under: attributes per element (nesting
+    depth is libxml2's own cap, 256 levels without huge_tree: a parse error, 400). Counts each attribute once."""
+    for element in root.iter():
+        count = len(element.attrib)
+        if count > MAX_ATTRIBUTES:
+            raise InputTooLarge(f"{where}: an element carries {count} attributes (line {element.sourceline}); the "
+                                f"limit is {MAX_ATTRIBUTES}")
 
 
 def check_not_empty(filename: str, segments: Sequence[str], what: str = "text") -> None:

@@ -49,7 +49,8 @@ from .. import masking
 from ..config import LimitsConfig
 from ..errors import InvalidInput, UnsupportedDocument
 from .archive import check_zip, rewrite_zip
-from .base import Document, RenderedDocument, needs_translation, output_filename, split_outer_whitespace
+from .base import (Document, RenderedDocument, check_xml_caps, needs_translation, output_filename,
+                   split_outer_whitespace)
 from .htmlpage import HtmlDocument, read_html
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,9 @@ def _serialize(raw: bytes, tree: etree._ElementTree) -> bytes:
 def _parse_xml(raw: bytes) -> etree._ElementTree:
     # A parser per call (lxml parsers are not shared across threads); no entity expansion, no DTD, no network.
     parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, strip_cdata=False)
-    return etree.ElementTree(etree.fromstring(raw, parser))
+    root = etree.fromstring(raw, parser)
+    check_xml_caps(root, "the book")
+    return etree.ElementTree(root)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ from .. import masking
 from ..config import LimitsConfig
 from ..errors import InvalidInput, UnsupportedDocument
 from .archive import check_zip, rewrite_zip
-from .base import Document, RenderedDocument, needs_translation, output_filename
+from .base import Document, RenderedDocument, check_xml_caps, needs_translation, output_filename
 from .runs import RunChunk, TextSlot, one_line
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,9 @@ class _Part:
 
 
 def _parse(zf: zipfile.ZipFile, name: str) -> etree._Element:
-    return etree.fromstring(zf.read(name), _parser())
+    root = etree.fromstring(zf.read(name), _parser())
+    check_xml_caps(root, name)
+    return root
 
 
 def _text_roots(name: str, root: etree._Element, kind: str) -> list[etree._Element]:

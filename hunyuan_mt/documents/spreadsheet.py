@@ -47,7 +47,7 @@ from .. import masking
 from ..config import LimitsConfig
 from ..errors import InvalidInput, UnsupportedDocument
 from .archive import check_zip
-from .base import Document, RenderedDocument, needs_translation, output_filename
+from .base import Document, RenderedDocument, check_xml_caps, needs_translation, output_filename
 from .runs import RunChunk, TextSlot, one_line
 
 log = logging.getLogger(__name__)
@@ -138,6 +138,7 @@ def _lost_shapes(data: bytes) -> int:
                 root = etree.fromstring(zf.read(name), parser)
             except etree.XMLSyntaxError:
                 continue  # openpyxl refuses it too, or never reads it
+            check_xml_caps(root, name)
             for anchor in root:
                 if anchor.tag not in _ANCHORS:
                     continue

@@ -21,11 +21,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..config import LimitsConfig
-from ..errors import InvalidInput
+from ..errors import InputTooLarge, InvalidInput
 from .base import Document, RenderedDocument, needs_translation, output_filename, split_outer_whitespace
 from .encoding import decode_text
 
 _NOTE = "Only the string values were translated; keys, numbers and structure are kept."
+#: Containers nested inside each other, at most. Real catalogues nest a few levels; a parser or walker recursing
+#: through thousands ran out of stack (a 500 before, issue 49).
+MAX_NESTING = 200
 _INDENT = re.compile(r"^\{\s*\n([ \t]+)\S", re.M)
 
 
@@ -41,10 +44,16 @@ def _children(node: Any) -> list[tuple[Any, Any]]:
 def _leaves(node: Any, skip_key: Callable[[Any], bool],
             skip_value: Callable[[str], bool] = lambda value: False) -> Iterator[tuple[Any, Any]]:
     """(container, key or index) of every string leaf that needs translating, depth first in document order;
-    a string object met twice (a YAML alias) is given once."""
+    a string or a container met twice (a YAML alias) is walked once: an alias bomb (each list aliasing the one
+    before ten times) is a few objects but exponentially many paths, and took 83 s at 364 bytes walked by path."""
     seen: set[int] = set()
 
-    def walk(value: Any) -> Iterator[tuple[Any, Any]]:
+    def walk(value: Any, depth: int) -> Iterator[tuple[Any, Any]]:
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        if depth > MAX_NESTING:
+            raise InputTooLarge(f"containers nested more than {MAX_NESTING} deep; the limit is {MAX_NESTING}")
         for key, child in _children(value):
             if isinstance(value, dict) and skip_key(key):
                 continue
@@ -53,9 +62,9 @@ def _leaves(node: Any, skip_key: Callable[[Any], bool],
                     seen.add(id(child))
                     yield value, key
             else:
-                yield from walk(child)
+                yield from walk(child, depth + 1)
 
-    return walk(node)
+    return walk(node, 0)
 
 
 class _StringsDocument(Document):
@@ -66,7 +75,11 @@ class _StringsDocument(Document):
 
     def __init__(self, filename: str, tree: Any) -> None:
         self._tree = tree
-        self._places = list(_leaves(tree, lambda key: isinstance(key, str) and key.startswith("@"), self._not_text))
+        try:
+            self._places = list(_leaves(tree, lambda key: isinstance(key, str) and key.startswith("@"),
+                                        self._not_text))
+        except InputTooLarge as exc:
+            raise InputTooLarge(f"{filename}: {exc.message}") from None
         # The translator gets each text without its outer whitespace (a folded YAML block ends in a newline),
         # which goes back around the translation.
         self._outer = [split_outer_whitespace(container[key]) for container, key in self._places]
@@ -75,13 +88,16 @@ class _StringsDocument(Document):
     def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
         originals = {id(container[key]): lead + translation.strip() + trail for (container, key), translation,
                      (lead, _, trail) in zip(self._places, translations, self._outer)}
-        self._replace(self._tree, originals, {})
+        self._replace(self._tree, originals, {}, set())
         return RenderedDocument(self._dump(self._tree).encode("utf-8"),
                                 output_filename(self.filename, self.extension, target), self.media_type, _NOTE)
 
-    def _replace(self, node: Any, translated: dict[int, str], made: dict[int, Any]) -> None:
+    def _replace(self, node: Any, translated: dict[int, str], made: dict[int, Any], done: set[int]) -> None:
         """Every leaf in `translated` replaced; one new object per original, so a YAML alias and its anchor stay
-        one object."""
+        one object; each container once (`done`), however many aliases lead to it."""
+        if id(node) in done:
+            return
+        done.add(id(node))
         for key, child in _children(node):
             if isinstance(child, str):
                 if id(child) in translated:
@@ -89,7 +105,7 @@ class _StringsDocument(Document):
                         made[id(child)] = self._string(child, translated[id(child)])
                     node[key] = made[id(child)]
             else:
-                self._replace(child, translated, made)
+                self._replace(child, translated, made, done)
 
     def _string(self, original: Any, translation: str) -> Any:
         return translation
@@ -111,6 +127,8 @@ class JsonDocument(_StringsDocument):
         except json.JSONDecodeError as exc:
             raise InvalidInput(f"{filename}: not valid JSON (line {exc.lineno}, column {exc.colno}: "
                                f"{exc.msg})") from None
+        except RecursionError:
+            raise _too_deep(filename) from None
         indent = _INDENT.search(text)
         self._indent = indent.group(1) if indent else None
         super().__init__(filename, tree)
@@ -134,6 +152,8 @@ class YamlDocument(_StringsDocument):
             tree = self._yaml.load(text)
         except YAMLError as exc:
             raise InvalidInput(f"{filename}: not valid YAML ({str(exc).splitlines()[0][:160]})") from None
+        except RecursionError:
+            raise _too_deep(filename) from None
         self.extension = ".yml" if filename.lower().endswith(".yml") else ".yaml"
         super().__init__(filename, tree)
 
@@ -155,6 +175,10 @@ class YamlDocument(_StringsDocument):
         out = io.StringIO()
         self._yaml.dump(tree, out)
         return out.getvalue()
+
+
+def _too_deep(filename: str) -> InputTooLarge:
+    return InputTooLarge(f"{filename}: containers nested more than {MAX_NESTING} deep; the limit is {MAX_NESTING}")
 
 
 def read_json(data: bytes, filename: str, limits: LimitsConfig) -> JsonDocument:

@@ -23,7 +23,7 @@ from lxml import etree
 from .. import masking
 from ..config import LimitsConfig
 from ..errors import InvalidInput
-from .base import Document, RenderedDocument, needs_translation, output_filename
+from .base import Document, RenderedDocument, check_xml_caps, needs_translation, output_filename
 
 _NOTE = "Targets written by the model are marked for review; inline codes, notes and translated units are kept."
 XLIFF_1 = "urn:oasis:names:tc:xliff:document:1.2"
@@ -45,7 +45,7 @@ class _Unit:
 
 def _shallow(element: etree._Element) -> str:
     """`element` alone, as the start of its pair: `<g xmlns="..." id="1">` (its end is `</g>`)."""
-    copy = etree.Element(element.tag, dict(element.attrib), nsmap=element.nsmap)
+    copy = etree.Element(element.tag, dict(element.items()), nsmap=element.nsmap)
     text = etree.tostring(copy, encoding="unicode")
     return text[:-2] + ">" if text.endswith("/>") else text.split("></", 1)[0] + ">"
 
@@ -94,6 +94,7 @@ class XliffDocument(Document):
             self._root = etree.fromstring(data, parser)
         except etree.XMLSyntaxError as exc:
             raise InvalidInput(f"{filename}: not well-formed XML ({str(exc)[:160]})") from None
+        check_xml_caps(self._root, filename)
         namespace = etree.QName(self._root).namespace
         if etree.QName(self._root).localname != "xliff" or namespace not in (XLIFF_1, XLIFF_2):
             raise InvalidInput(f"{filename}: not an XLIFF 1.2 or 2.x file (its root is "
