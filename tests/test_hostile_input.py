@@ -155,3 +155,30 @@ def test_structured_files_nested_too_deep_get_413_not_a_crash(name: str, data: b
     with pytest.raises(InputTooLarge, match=rf"^{name}: containers nested more than {MAX_NESTING} deep; the limit "
                                             rf"is {MAX_NESTING}$"):
         read_document(data, name, LIMITS)
+
+
+def test_a_job_uploaded_with_a_key_is_that_keys_alone_whatever_the_address(web_service, web_cfg) -> None:
+    """With keys on, the job routes fell back to the uploader's address: from the same address, no key or another
+    key listed k1's jobs and filenames, downloaded its result and cancelled it. A keyed job now answers only its key
+    (404 to anyone else, exactly as a job that does not exist)."""
+    from web_server import serve, with_server
+
+    cfg = with_server(web_cfg, api_keys=["k1", "k2"], rate_limit_per_min=100)
+    with serve(web_service, cfg) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        files = {"file": ("secret-plans.txt", b"Open the file.\n", "text/plain")}
+        job = client.post("/v1/documents", data={"source": "en", "target": "es", "api_key": "k1"}, files=files)
+        assert job.status_code == 202, job.text
+        job_id = job.json()["id"]
+        mine = {"Authorization": "Bearer k1"}
+        state = client.get(f"/v1/documents/{job_id}", params={"wait": 30}, headers=mine).json()
+        while state["state"] not in ("done", "error", "cancelled"):
+            state = client.get(f"/v1/documents/{job_id}", params={"wait": 30}, headers=mine).json()
+        assert state["state"] == "done"
+        for others in ({}, {"Authorization": "Bearer k2"}, {"Authorization": "Bearer nope"}):
+            listed = client.get("/v1/documents", headers=others)
+            assert "secret-plans" not in listed.text
+            for method, path in (("GET", f"/v1/documents/{job_id}"), ("GET", f"/v1/documents/{job_id}/result"),
+                                 ("DELETE", f"/v1/documents/{job_id}")):
+                assert client.request(method, path, headers=others).status_code == 404, (others, method, path)
+        assert [j["id"] for j in client.get("/v1/documents", headers=mine).json()["jobs"]] == [job_id]
+        assert client.get(f"/v1/documents/{job_id}/result", headers=mine).status_code == 200

@@ -406,9 +406,10 @@ class RestApi:
         return caller, document, source, normalize_code(target), glossary, context
 
     def _may(self, request: Request) -> Callable[[Any], bool]:
-        """Whether this request may see a job: its uploader's key or address, as for downloads."""
+        """Whether this request may see a job: its uploader's key (`AccessPolicy.may_see_job`), or its address for
+        a job uploaded without one."""
         key, address = self._api_key(request), client_address(request)
-        return lambda owner: self.policy.may_fetch(owner, key, address)
+        return lambda owner: self.policy.may_see_job(owner, key, address)
 
     def _job_body(self, request: Request, view: JobView) -> dict[str, Any]:
         body = view.to_dict()

@@ -157,6 +157,17 @@ class AccessPolicy:
             return True
         return client == owner.address
 
+    def may_see_job(self, owner: Caller | None, api_key: str | None, client: str) -> bool:
+        """Whether a document job (`/v1/documents`: list, state, result, cancel) is this caller's. The job API's
+        clients send their key on every call, so a job uploaded with a key is that key's alone: no address
+        fallback, which let any client behind the same proxy, NAT or share link list, download and cancel it
+        (issue 49). A job uploaded without a key (keys off, the page) stays its address's."""
+        if owner is None:
+            return True
+        if owner.identity.startswith("key:"):
+            return bool(api_key) and _matches(f"key:{api_key}", owner.identity)
+        return client == owner.address
+
     def check_admin(self, given: str | None) -> None:
         if self.admin_key is None:
             raise Unauthorized("Admin routes are disabled: the server has no admin key (server.admin_key).")

@@ -428,8 +428,8 @@ class TranslatorUI:
 
     def _may(self, address: str) -> Callable[[Any], bool]:
         """Whether this page may see a job: its uploader's address when downloads are owned (as for the files the
-        page hands out), anyone with the id otherwise."""
-        return lambda owner: self.policy.may_fetch(owner, None, address)
+        page hands out), anyone with the id otherwise; never a job uploaded with an API key (`may_see_job`)."""
+        return lambda owner: self.policy.may_see_job(owner, None, address)
 
     def _follow(self, view: JobView, may: Callable[[Any], bool], progress: Callable[..., Any],
                 gone: threading.Event | None = None) -> JobView:
