@@ -182,3 +182,19 @@ def test_a_job_uploaded_with_a_key_is_that_keys_alone_whatever_the_address(web_s
                 assert client.request(method, path, headers=others).status_code == 404, (others, method, path)
         assert [j["id"] for j in client.get("/v1/documents", headers=mine).json()["jobs"]] == [job_id]
         assert client.get(f"/v1/documents/{job_id}/result", headers=mine).status_code == 200
+
+
+def test_the_pages_routes_cap_their_bodies_as_the_api_does(live_server: LiveServer) -> None:
+    """The page's routes take no key; a 200 MB JSON body to its queue was read whole. Now a body over the API's
+    JSON cap is refused with 413 before anything reads it, an upload over the file cap too, and the page still
+    translates and takes a document of normal size (tests/test_ui_browser.py, tests/test_clients.py)."""
+    from hunyuan_mt.web.api import body_caps
+
+    json_cap, file_cap = body_caps(live_server.cfg.limits)
+    big = b'{"data": ["' + b"x" * (json_cap + 10) + b'"], "fn_index": 0, "session_hash": "abc"}'
+    reply = httpx.post(f"{live_server.url}/ui/gradio_api/queue/join", content=big,
+                       headers={"content-type": "application/json"}, timeout=30)
+    assert reply.status_code == 413 and "Request body too large" in reply.text
+    upload = httpx.post(f"{live_server.url}/ui/gradio_api/upload",
+                        files={"files": ("big.txt", b"x" * (file_cap + 10), "text/plain")}, timeout=60)
+    assert upload.status_code == 413

@@ -744,6 +744,13 @@ _DOCUMENT_SCHEMA = {
 }
 
 
+def body_caps(limits: Any) -> tuple[int, int]:
+    """(the cap on a JSON or form body, the cap on an upload's body), bytes: what the largest accepted request
+    needs (limits.max_chars of UTF-8 in JSON escapes per item; limits.max_file_bytes) and an allowance."""
+    return (limits.max_chars * 4 * max(1, min(limits.max_batch_items, 16)) + _JSON_OVERHEAD,
+            limits.max_file_bytes + _JSON_OVERHEAD)
+
+
 def _body_doc(schema: dict[str, Any], types: tuple[str, ...] = (JSON, FORM)) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {t: {"schema": schema} for t in types}}}
 
@@ -761,8 +768,7 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
     app.state.metrics = metrics
     app.state.api = api
 
-    json_cap = cfg.limits.max_chars * 4 * max(1, min(cfg.limits.max_batch_items, 16)) + _JSON_OVERHEAD
-    file_cap = cfg.limits.max_file_bytes + _JSON_OVERHEAD
+    json_cap, file_cap = body_caps(cfg.limits)
     app.add_middleware(BodyLimitMiddleware, limits={
         "/translate": json_cap, "/detect": json_cap, "/v1": json_cap, "/admin": _JSON_OVERHEAD,
         "/suggest": _JSON_OVERHEAD, "/translate_file": file_cap, "/admin/memory": file_cap,

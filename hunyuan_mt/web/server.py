@@ -17,9 +17,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..config import Config
 from ..errors import TranslationError
-from .api import create_app, retry_headers
+from .api import body_caps, create_app, retry_headers
 from .auth import AccessPolicy
 from .downloads import OwnedPaths
+from .requests import BodyLimitMiddleware
 from .metrics import WebMetrics
 from .ui import UI_CSS, UI_HEAD, build_ui
 
@@ -57,6 +58,12 @@ def build_app(service: Any, cfg: Config) -> FastAPI:
         theme=gr.themes.Soft(), server_name=cfg.server.host, server_port=cfg.server.port,
     )
     app.add_middleware(PageGate, policy=policy, owned=blocks.hmt_ui.owned)
+    # The page's own routes take no key, so their bodies are capped like the API's: four 200 MB JSON bodies to its
+    # queue took the server from 2.3 to 4.4 GB and another client's call from 0.07 to 6.3 s (issue 49). Every
+    # page request is small but an upload (Gradio's route and its older alias).
+    json_cap, file_cap = body_caps(cfg.limits)
+    app.add_middleware(BodyLimitMiddleware, limits={
+        UI_PATH: json_cap, UI_PATH + "/gradio_api/upload": file_cap, UI_PATH + "/upload": file_cap})
     app.state.blocks = blocks
     app.state.policy = policy
     return app
