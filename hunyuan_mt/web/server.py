@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import secrets
 import threading
 from typing import Any, Iterator, Sequence
@@ -116,11 +117,25 @@ class QuietPagePolling(logging.Filter):
         return True
 
 
+class RedactKeys(logging.Filter):
+    """Hides a key given in the query string (`?api_key=…`, as LibreTranslate clients may send it) in uvicorn's
+    access lines: the log is read by more people than hold the keys (issue 49)."""
+
+    _KEY = re.compile(r"((?:^|[?&])(?:api_key|key|admin_key|status_key)=)[^&\s]*", re.I)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str) and "=" in args[2]:
+            record.args = (*args[:2], self._KEY.sub(r"\1[redacted]", args[2]), *args[3:])
+        return True
+
+
 def quiet_page_polling() -> None:
-    """Install `QuietPagePolling` on uvicorn's access logger (app.py does, at start)."""
+    """Install `QuietPagePolling` and `RedactKeys` on uvicorn's access logger (app.py does, at start)."""
     access = logging.getLogger("uvicorn.access")
-    if not any(isinstance(f, QuietPagePolling) for f in access.filters):
-        access.addFilter(QuietPagePolling())
+    for kind in (QuietPagePolling, RedactKeys):
+        if not any(isinstance(f, kind) for f in access.filters):
+            access.addFilter(kind())
 
 
 def open_share_tunnel(host: str, port: int) -> str:
