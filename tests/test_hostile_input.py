@@ -198,3 +198,13 @@ def test_the_pages_routes_cap_their_bodies_as_the_api_does(live_server: LiveServ
     upload = httpx.post(f"{live_server.url}/ui/gradio_api/upload",
                         files={"files": ("big.txt", b"x" * (file_cap + 10), "text/plain")}, timeout=60)
     assert upload.status_code == 413
+
+
+def test_a_chat_text_part_that_is_not_a_string_is_the_clients_mistake(live_server: LiveServer) -> None:
+    """A content part whose `text` is a number was a 500; the OpenAI client now hears a 400 saying what is wrong."""
+    import openai
+
+    client = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="a text part's 'text' must be a string"):
+        client.chat.completions.create(model="en2es", messages=[
+            {"role": "user", "content": [{"type": "text", "text": 5}]}])  # type: ignore[list-item]

@@ -561,7 +561,11 @@ class RestApi:
             raise InvalidInput("Invalid request: no user message to translate")
         content = last_user.get("content")
         if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+            texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+            if not all(isinstance(t, str) for t in texts):
+                # A number or an object where the text goes: the client's mistake, said as such (was a 500).
+                raise InvalidInput("Invalid request: a text part's 'text' must be a string")
+            content = "".join(texts)
         if not isinstance(content, str) or not content.strip():
             raise InvalidInput("Invalid request: the last user message has no text")
         prompt_target, text = prompts.parse(content)
