@@ -434,8 +434,8 @@ class Backbone:
             kernel = int8.kernel_for(int8_speed(cfg), linear_bytes)
             int8.quantize_linears(model, kernel)
             if arch == DECODER_ONLY:
-                # The token table as int8 too (the tied output projection's own rows where it has them) or mapped
-                # from the checkpoint: in float32 it was a third of a 1.8B Hunyuan's resident memory
+                # The token table as int8 too (the tied output projection's own rows where it has them) or read
+                # from the checkpoint file: in float32 it was a third of a 1.8B Hunyuan's resident memory
                 # (int8_embedding.py).
                 int8_embedding.quantize_embeddings(model, Path(source) if Path(source).is_dir() else None)
             if load_dtype != dtype:

@@ -17,6 +17,7 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 #: Bytes per element of the dtypes a safetensors header names.
 _BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
@@ -40,15 +41,19 @@ class Footprint:
                 f"({self.params / 1e9:.2f}B parameters)")
 
 
-def _headers(folder: Path) -> dict[str, dict]:
-    """Every tensor's header entry ({"dtype", "shape", ...}) across the folder's safetensors files."""
-    tensors: dict[str, dict] = {}
+def safetensors_headers(folder: Path) -> Iterator[tuple[Path, int, dict[str, dict]]]:
+    """(file, where its data starts, its tensors' header entries {"dtype", "shape", "data_offsets"}) for each of
+    the folder's safetensors files, in name order: the headers only, no weight is read."""
     for file in sorted(folder.glob("*.safetensors")):
         with file.open("rb") as f:
             size = struct.unpack("<Q", f.read(8))[0]
             header = json.loads(f.read(size))
-        tensors.update({k: v for k, v in header.items() if k != "__metadata__"})
-    return tensors
+        yield file, 8 + size, {k: v for k, v in header.items() if k != "__metadata__"}
+
+
+def _headers(folder: Path) -> dict[str, dict]:
+    """Every tensor's header entry across the folder's safetensors files."""
+    return {name: entry for _, _, header in safetensors_headers(folder) for name, entry in header.items()}
 
 
 def estimate(folder: Path, int8: bool, tied_output: bool = False, int8_table: bool = False) -> Footprint | None:

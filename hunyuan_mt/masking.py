@@ -176,9 +176,9 @@ _FINAL_PUNCT = ".!?。！？:：…"
 
 
 def _append_all(result: str, items: list[tuple[str, bool]]) -> str:
-    """Append each (span, before final punctuation) in order, as `_append` did one at a time: a span marked
-    `before` goes in front of the result's final punctuation run when it has one; any other goes at the end, after
-    a space unless the result is empty or ends in whitespace. Pieces in a list, so each span costs its own length."""
+    """Append each (span, before final punctuation) in order: a span marked `before` goes in front of the result's
+    final punctuation run when it has one; any other goes at the end, after a space unless the result is empty or
+    ends in whitespace. Pieces in a list, so each span costs its own length."""
     body: list[str] = [result]
     trail = ""
     for span, before in items:
@@ -199,7 +199,7 @@ def _append_all(result: str, items: list[tuple[str, bool]]) -> str:
 def _split_final(body: list[str]) -> tuple[list[str], str]:
     """(the pieces without their final punctuation run and the spaces after it, that run), or (body, "") when the
     text does not end in such a run. Reads back from the end only as far as the run goes."""
-    k, i = len(body) - 1, None
+    k, i = len(body) - 1, 0
     seen_punct = False
     while k >= 0:
         piece = body[k]

@@ -153,14 +153,11 @@ def _fused(bases: list[nn.Module]) -> tuple[torch.Tensor | None, torch.Tensor | 
 def _whole_of(bases: list[nn.Module]) -> Int8Layer | None:
     """The fused int8 layer `bases` are, in order, every part of (`int8_layer.fuse_siblings` made it at load), or
     None."""
-    if not all(isinstance(b, Int8Part) for b in bases):
+    if not all(isinstance(b, Int8Part) and b.whole is bases[0].whole for b in bases):
         return None
     whole = bases[0].whole
-    bounds = [(b.start, b.stop) for b in bases if b.whole is whole]
-    if len(bounds) != len(bases) or bounds[0][0] != 0 or bounds[-1][1] != whole.out_features or any(
-            a[1] != b[0] for a, b in zip(bounds, bounds[1:])):
-        return None
-    return whole
+    edges = [0] + [b.stop for b in bases]
+    return whole if [b.start for b in bases] == edges[:-1] and edges[-1] == whole.out_features else None
 
 
 def _fuse_float(bases: list[nn.Module]) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -335,7 +335,8 @@ def llama_step(ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, k: list
                v: list[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor, model: tuple[Any, ...],
                lora: Any, last: torch.Tensor | None = None) -> torch.Tensor:
     """Feed `ids` [B, T] (or their vectors [B, T, hidden] where the model's table is None: `FileTable`) at positions
-    `pos` [B, T]: logits [B, vocab] of each row's last position (or of position `last[b]`). A pure function of tensors, compiled by `decode/compiled.py`.
+    `pos` [B, T]: logits [B, vocab] of each row's last position (or of position `last[b]`). A pure function of
+    tensors, compiled by `decode/compiled.py`.
 
     The new keys and values are written into `k`/`v` (per layer `[rows ≥ B, kv heads, columns, head_dim]`) at
     columns end-T..end-1, where end is the width of `mask` ([B, 1, T, end], additive). `cos`/`sin` are the rotary

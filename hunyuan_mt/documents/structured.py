@@ -191,7 +191,7 @@ def _flow_depth(text: str) -> int:
         if quote is not None:
             if ch == quote:
                 quote = None
-        elif ch in "\"'" and (previous in " \t\n[{,:" ):
+        elif ch in "\"'" and previous in " \t\n[{,:":
             quote = ch
         elif ch == "#" and previous in " \t\n":
             quote = "\n"          # a comment runs to the end of its line

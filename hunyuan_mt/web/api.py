@@ -134,11 +134,6 @@ def resolve_model_id(model: str | None) -> tuple[str | None, str | None]:
         return None, None
 
 
-def _charge_with(spend: Callable[[Caller, int], None], caller: Caller, context: str | None, characters: int) -> None:
-    """Charge a document's characters and its context's (read once, whatever the segment count)."""
-    spend(caller, characters + len(context or ""))
-
-
 def _source_field(fields: dict[str, Any]) -> str:
     """`source`, with "auto" in any case (and a missing source) meaning detect."""
     source = text_field(fields, "source", required=False, default="auto")
@@ -270,8 +265,7 @@ class RestApi:
             # context); charged like the text.
             context = fields.get("context")
             self.policy.check_chars(texts)
-            self.policy.spend_chars(caller, sum(len(t) for t in texts) + (len(context) if isinstance(context, str)
-                                                                           else 0))
+            self.policy.spend_chars(caller, sum(len(t) for t in texts), context if isinstance(context, str) else None)
             started = time.perf_counter()
             ticket = Ticket()
             if fmt == "html":
@@ -380,7 +374,7 @@ class RestApi:
 
     async def translate_file(self, request: Request) -> JSONResponse:
         caller, data, filename, source, target, glossary, context = await self._read_upload(request)
-        charge = functools.partial(_charge_with, self.policy.spend_chars, caller, context)
+        charge = functools.partial(self.policy.spend_chars, caller, context=context)
         ticket = Ticket(background=True)
         rendered, _ = await self._watched(request, ticket, "file", functools.partial(
             translate_upload, self.service, data, filename, source, target, self.cfg.limits, None, charge, glossary,
@@ -406,10 +400,10 @@ class RestApi:
         return caller, document, source, normalize_code(target), glossary, context
 
     def _may(self, request: Request) -> Callable[[Any], bool]:
-        """Whether this request may see a job: its uploader's key (`AccessPolicy.may_see_job`), or its address for
-        a job uploaded without one."""
+        """Whether this request may see a job: its uploader's key, or its address for a job uploaded without one
+        (`AccessPolicy.may_fetch`, keyed_by_address=False)."""
         key, address = self._api_key(request), client_address(request)
-        return lambda owner: self.policy.may_see_job(owner, key, address)
+        return lambda owner: self.policy.may_fetch(owner, key, address, keyed_by_address=False)
 
     def _job_body(self, request: Request, view: JobView) -> dict[str, Any]:
         body = view.to_dict()
@@ -419,7 +413,7 @@ class RestApi:
 
     async def submit_document(self, request: Request) -> JSONResponse:
         caller, document, source, target, glossary, context = await self._upload(request)
-        _charge_with(self.policy.spend_chars, caller, context, sum(len(s) for s in document.segments))
+        self.policy.spend_chars(caller, sum(len(s) for s in document.segments), context)
 
         def work(progress: Callable[[int, int], None], ticket: Ticket) -> Any:
             return translate_upload(self.service, document, document.filename, source, target, self.cfg.limits,

@@ -144,28 +144,26 @@ class AccessPolicy:
             raise InvalidInput(f"Invalid request: request ({total} characters) exceeds text limit "
                                f"({self.max_chars} characters)")
 
-    def spend_chars(self, caller: Caller, count: int) -> None:
-        """Charge `count` characters to the caller's per-minute budget (texts, and documents once read)."""
-        self.characters.hit(caller.identity, count)
+    def spend_chars(self, caller: Caller, count: int, context: str | None = None) -> None:
+        """Charge `count` characters to the caller's per-minute budget (texts, and documents once read), and a
+        request's `context` once: the model reads it like the text."""
+        self.characters.hit(caller.identity, count + len(context or ""))
 
-    def may_fetch(self, owner: Caller | None, api_key: str | None, client: str) -> bool:
-        """Whether a download of a file uploaded by `owner` is allowed: the uploader's key, or its address (the
-        LibreTranslate clients fetch `translatedFileUrl` without sending their key again)."""
+    def may_fetch(self, owner: Caller | None, api_key: str | None, client: str,
+                  keyed_by_address: bool = True) -> bool:
+        """Whether what `owner` uploaded may be fetched: with the uploader's key, or from its address.
+
+        `keyed_by_address`: whether an upload made with a key may also be fetched from its address. Yes for the
+        files `/translate_file` hands out (LibreTranslate's clients fetch `translatedFileUrl` without sending their
+        key again); no for document jobs (`/v1/documents` and the page), whose clients send their key on every
+        call: there the address fallback let any client behind the same proxy, NAT or share link list, download
+        and cancel another key's job (issue 49)."""
         if owner is None:
             return True
         if api_key and _matches(f"key:{api_key}", owner.identity):
             return True
-        return client == owner.address
-
-    def may_see_job(self, owner: Caller | None, api_key: str | None, client: str) -> bool:
-        """Whether a document job (`/v1/documents`: list, state, result, cancel) is this caller's. The job API's
-        clients send their key on every call, so a job uploaded with a key is that key's alone: no address
-        fallback, which let any client behind the same proxy, NAT or share link list, download and cancel it
-        (issue 49). A job uploaded without a key (keys off, the page) stays its address's."""
-        if owner is None:
-            return True
-        if owner.identity.startswith("key:"):
-            return bool(api_key) and _matches(f"key:{api_key}", owner.identity)
+        if not keyed_by_address and owner.identity.startswith("key:"):
+            return False
         return client == owner.address
 
     def check_admin(self, given: str | None) -> None:

@@ -269,7 +269,7 @@ class TranslatorUI:
             # server.char_limit, lower than limits.max_chars (which the service checks, in the page's words).
             _run(self.policy.check_chars, [text])
         context = _run(prompts.clean_context, context, self.cfg.limits.max_chars)
-        _run(self.policy.spend_chars, caller, len(text) + len(context or ""))
+        _run(self.policy.spend_chars, caller, len(text), context)
         terms = _run(self.glossaries.resolve, glossary, source or AUTO, target)
         started = time.perf_counter()
         ticket = Ticket()
@@ -339,7 +339,7 @@ class TranslatorUI:
         terms = _run(self.glossaries.resolve, glossary, source, target)
         context = _run(prompts.clean_context, context, limits.max_chars)
         document = _run(read_document, upload.read_bytes(), safe_filename(upload.name), limits)
-        _run(self.policy.spend_chars, caller, sum(len(s) for s in document.segments) + len(context or ""))
+        _run(self.policy.spend_chars, caller, sum(len(s) for s in document.segments), context)
 
         def work(progress: Callable[[int, int], None], ticket: Ticket) -> Any:
             return translate_upload(self.service, document, document.filename, source, target, limits, progress,
@@ -428,8 +428,8 @@ class TranslatorUI:
 
     def _may(self, address: str) -> Callable[[Any], bool]:
         """Whether this page may see a job: its uploader's address when downloads are owned (as for the files the
-        page hands out), anyone with the id otherwise; never a job uploaded with an API key (`may_see_job`)."""
-        return lambda owner: self.policy.may_see_job(owner, None, address)
+        page hands out), anyone with the id otherwise; never a job uploaded with an API key."""
+        return lambda owner: self.policy.may_fetch(owner, None, address, keyed_by_address=False)
 
     def _follow(self, view: JobView, may: Callable[[Any], bool], progress: Callable[..., Any],
                 gone: threading.Event | None = None) -> JobView:
