@@ -78,37 +78,57 @@ def clean(text: str, max_chars: int = MAX_CHARS) -> str | None:
 # One accelerator marker in a word, at its start or inside ("_Save", "Guardar co_mo", "An_wenden", "Fo_lder"):
 # translators put the marker where their language's key is, so it sits anywhere in a word. A word with one marker
 # whose unmarked form is a word of the language is a label with its key marked; an identifier (data_statement,
-# PAGE_WIDTH, max_wal_size) is not a word when joined, and stays.
-_MARKED_WORD = re.compile(r"(?<![\w&~*./-])[^\W_]*[_&~][^\W_]+(?![\w&~*])")
+# PAGE_WIDTH, max_wal_size) is not a word when joined, and stays. Not after a placeholder (⟦0⟧_check).
+_MARKED_WORD = re.compile(r"(?<![\w&~*./⟧-])[^\W_]*[_&~][^\W_]+(?![\w&~*])")
 _WORDFREQ_LANGS = {"en": "en", "es": "es", "de": "de", "fr": "fr"}
+#: Languages that write compounds as one word, which wordfreq's lists mostly lack.
+_COMPOUNDING = frozenset({"de"})
 #: wordfreq frequency from which a joined form counts as a word ("carpeta" 6.5e-6, "folder" 5.5e-6).
 WORD_FREQUENCY = 1e-6
 
 
-def strip_accelerators(text: str, lang: str) -> str:
+def strip_accelerators(text: str, lang: str, other: str | None = None) -> str:
     """`text` without the accelerator markers of its words (see _MARKED_WORD); zh marks keys with a suffix
-    ("保存(_S)"), which clean() removes."""
+    ("保存(_S)"), which clean() removes.
+
+    `other` is the pair's other side. A German compound is rarely in wordfreq's lists ("Druckvorschau",
+    "Ausgabeschacht"), so the word test alone kept "Druck_vorschau". In German, when the other side has no such
+    marker at all, a marker inside a word before a small letter is a key mark too: an identifier would be copied
+    to both sides, and a marker before a capital ("ganze_Zahl", "Scroll_Lock") joins two words. Not in the other
+    languages: there two words joined are no word, and a translated identifier ("nom_fichier", "pixmap_path"
+    against "路径") keeps its underscore."""
     code = _WORDFREQ_LANGS.get(lang)
     if code is None:
         return text
     from wordfreq import word_frequency
 
     def unmark(match: re.Match[str]) -> str:
-        joined = re.sub(r"[_&~]", "", match.group(0))
+        word = match.group(0)
+        joined = re.sub(r"[_&~]", "", word)
         letters = sum(ch.isalpha() for ch in joined)
         if letters < 3 or joined.isupper():  # R&D, AT&T: names, not a marked label
-            return match.group(0)
-        return joined if word_frequency(joined.lower(), code) >= WORD_FREQUENCY else match.group(0)
+            return word
+        if word_frequency(joined.lower(), code) >= WORD_FREQUENCY:
+            return joined
+        mark = next(ch for ch in word if ch in "_&~")
+        after = word[word.index(mark) + 1]
+        if code in _COMPOUNDING and other is not None and mark not in other and after.islower() and \
+                not any(ch.isdigit() for ch in word):
+            return joined
+        return word
 
     return _MARKED_WORD.sub(unmark, text)
 
 
 def clean_pair(en: str, text: str, lang: str, max_chars: int = MAX_CHARS) -> tuple[str | None, str | None]:
     """An English catalogue string and its translation (in `lang`) made fit for training and the memory:
-    clean() on each, then the accelerator markers clean() leaves inside words."""
+    clean() on each, then the accelerator markers clean() leaves inside words (each side read against the
+    other: see strip_accelerators)."""
     cleaned_en, cleaned = clean(en, max_chars), clean(text, max_chars)
-    return (None if cleaned_en is None else strip_accelerators(cleaned_en, "en"),
-            None if cleaned is None else strip_accelerators(cleaned, lang))
+    if cleaned_en is None or cleaned is None:
+        return (None if cleaned_en is None else strip_accelerators(cleaned_en, "en"),
+                None if cleaned is None else strip_accelerators(cleaned, lang))
+    return strip_accelerators(cleaned_en, "en", cleaned), strip_accelerators(cleaned, lang, cleaned_en)
 
 
 def mask_pair(src: str, tgt: str, max_spans: int = MAX_SPANS) -> tuple[str, str] | None:
