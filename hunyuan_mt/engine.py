@@ -834,7 +834,8 @@ class BatchEngine:
                for p in self._running.values()):
             for live in self._batch.live:
                 p = self._running.get(live.seq.tag)
-                if p is not None and not p.ticket.final_only:  # type: ignore[union-attr]
+                # Rows without a ticket (a warm-up, a caller that does not listen) share the step with a stream's.
+                if p is not None and p.ticket is not None and not p.ticket.final_only:
                     self._tell(p, live.generated, False)
 
     @staticmethod

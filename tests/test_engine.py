@@ -934,6 +934,26 @@ def test_a_ticket_hears_each_rows_tokens_after_every_step(arch: str, model_and_a
         assert finals[i] == [False] * (len(snapshots) - 1) + [True]
 
 
+def test_a_listening_row_shares_a_step_with_rows_that_have_no_ticket(marian_dir: Path, marian_adapters: Path,
+                                                                    make_engine) -> None:
+    """A stream's rows beside rows submitted without a ticket (a warm-up, a caller that does not listen): the
+    decode loop read `ticket.final_only` of every running row and failed with AttributeError on None, which
+    failed every row in the batch (the page's first translation, in the browser tests)."""
+    engine = make_engine(marian_dir, marian_adapters, max_new_tokens=6)
+    gate = Gate()
+    engine.before_generate = gate
+    blocker = engine.submit([row(None, "blocker", max_new=1)])
+    assert gate.entered.wait(30)
+    heard: list[int] = []
+    plain = engine.submit([row("en2es", TEXTS[1], max_new=6)])
+    streamed = engine.submit([row("en2es", TEXTS[0], max_new=6)],
+                             Ticket(on_tokens=lambda i, ids, done: heard.append(len(ids))))
+    gate.release.set()
+    blocker[0].result(timeout=60)
+    assert isinstance(plain[0].result(timeout=60), str) and isinstance(streamed[0].result(timeout=60), str)
+    assert heard and heard == sorted(heard)
+
+
 def test_background_rows_give_their_places_to_an_interactive_row(marian_dir: Path, marian_adapters: Path,
                                                                  make_engine) -> None:
     """A full batch of document rows: an interactive row enters at the very next forward, the newest document
