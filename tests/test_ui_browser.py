@@ -65,6 +65,23 @@ def test_text_tab_translates_with_ctrl_enter(page, live_server: LiveServer) -> N
     page.screenshot(path=str(ARTIFACTS / "ui-text.png"), full_page=True)
 
 
+def test_a_finished_translation_is_announced_in_words(page, live_server: LiveServer) -> None:
+    """Gradio's status tracker tells screen readers (an aria-live region) when an event is done, with the key
+    `common.complete` that its locales lack: a reader heard "common.complete". The page gives the word."""
+    page.evaluate("""() => { window.__said = []; new MutationObserver(changes => { for (const c of changes) {
+        const region = c.target.closest ? c.target.closest('[aria-live]') : c.target.parentElement?.closest('[aria-live]');
+        if (region && region.textContent.trim()) window.__said.push(region.textContent.trim()); } })
+        .observe(document.body, {subtree: true, childList: true, characterData: true}); }""")
+    choose(page, "hmt-src", "English (en)")
+    choose(page, "hmt-tgt", "Español — Spanish (es)")
+    page.locator("#hmt-source textarea").fill("Close the window.")
+    page.locator("#hmt-translate").click()
+    expected = live_server.reference("Close the window.", "en", "es")
+    page.wait_for_function("t => document.querySelector('#hmt-result textarea').value === t", arg=expected)
+    page.wait_for_function("() => window.__said.includes('Done')")
+    assert not [said for said in page.evaluate("window.__said") if "common." in said]
+
+
 def test_swap_after_auto_detect(page, live_server: LiveServer) -> None:
     from playwright.sync_api import expect
 
@@ -173,10 +190,21 @@ def test_page_loads_without_console_errors_and_stacks_on_a_phone(page, live_serv
         phone.wait_for_timeout(2000)
         source = phone.locator("#hmt-source").bounding_box()
         result = phone.locator("#hmt-result").bounding_box()
+        # The reader's own fonts: the theme's Montserrat (fetched from Google, absent offline) drew a capital E
+        # as "Ɛ" in the text boxes.
+        font = phone.evaluate("getComputedStyle(document.querySelector('#hmt-source textarea')).fontFamily")
+        assert "Montserrat" not in font and font.startswith("ui-sans-serif"), font
         if width < 700:
             assert result["y"] >= source["y"] + source["height"] - 1, (source, result)
             assert abs(result["x"] - source["x"]) < 1 and source["width"] > width * 0.75, (source, result)
             phone.screenshot(path=str(ARTIFACTS / "ui-phone.png"), full_page=True)
+            # The Document tab's target shows its whole name ("Español — Spanish (es)" was cut to "Español — Spa").
+            phone.get_by_role("tab", name="Document").click()
+            target = phone.locator("#hmt-doc-tgt input")
+            target.wait_for()
+            assert target.evaluate("e => e.scrollWidth <= e.clientWidth"), target.evaluate(
+                "e => [e.value, e.scrollWidth, e.clientWidth]")
+            phone.screenshot(path=str(ARTIFACTS / "ui-phone-document.png"), full_page=True)
         else:
             assert abs(result["y"] - source["y"]) < 1 and result["x"] > source["x"] + source["width"] - 1
         assert problems == []

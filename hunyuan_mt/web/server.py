@@ -23,7 +23,7 @@ from .auth import AccessPolicy
 from .downloads import OwnedPaths
 from .requests import BodyLimitMiddleware
 from .metrics import WebMetrics
-from .ui import UI_CSS, UI_HEAD, build_ui
+from .ui import UI_CSS, UI_HEAD, build_ui, page_i18n, page_theme
 
 log = logging.getLogger(__name__)
 UI_PATH = "/ui"
@@ -56,7 +56,7 @@ def build_app(service: Any, cfg: Config) -> FastAPI:
     app = gr.mount_gradio_app(
         app, blocks, path=UI_PATH, auth=parse_auth(cfg.server.auth), footer_links=["api"],
         max_file_size=cfg.limits.max_file_bytes, show_error=True, head=UI_HEAD, css=UI_CSS,
-        theme=gr.themes.Soft(), server_name=cfg.server.host, server_port=cfg.server.port,
+        theme=page_theme(), i18n=page_i18n(), server_name=cfg.server.host, server_port=cfg.server.port,
     )
     app.add_middleware(PageGate, policy=policy, owned=blocks.hmt_ui.owned)
     # The page's own routes take no key, so their bodies are capped like the API's: four 200 MB JSON bodies to its

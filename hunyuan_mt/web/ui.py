@@ -33,10 +33,10 @@ from ..documents import LISTED_EXTENSIONS, distinct_segments, read_document
 from ..errors import TranslationError
 from ..glossary import GlossaryStore
 from ..jobs import ENDED, DocumentJobs, JobNotFound, JobView
-from ..languages import LANGUAGES
+from ..languages import LANGUAGES, normalize_code
 from ..ticket import Ticket
 from .auth import AccessPolicy
-from .doctranslate import translate_upload
+from .doctranslate import check_document_route, translate_upload
 from .downloads import OwnedPaths, safe_filename
 from .metrics import WebMetrics
 
@@ -76,6 +76,28 @@ document.addEventListener("keydown", (event) => {
 });
 </script>
 """
+#: The page's fonts: the reader's own system fonts. Gradio's Soft theme asks Google Fonts for Montserrat; offline
+#: (as here) Chromium drew a capital E as "Ɛ" in the text boxes, which a proofreader cannot have, and online
+#: every visit told Google who opened the page.
+UI_FONTS = ("ui-sans-serif", "system-ui", "Segoe UI", "Roboto", "Noto Sans", "DejaVu Sans", "Arial", "sans-serif")
+UI_FONTS_MONO = ("ui-monospace", "SFMono-Regular", "Consolas", "DejaVu Sans Mono", "monospace")
+
+
+def page_theme() -> Any:
+    return gr.themes.Soft(font=UI_FONTS, font_mono=UI_FONTS_MONO)
+
+
+def page_i18n() -> Any:
+    """Words Gradio's own page lacks. Its status tracker announces a finished event to screen readers with the
+    key `common.complete`, which its locales do not define (only `chatbot.complete`), so a reader heard
+    "common.complete" each time a document or a translation was done."""
+    return gr.I18n(**{locale: {"common.complete": word} for locale, word in UI_DONE.items()})
+
+
+#: "Done", in the page's languages: what a screen reader says when a translation or a document is finished.
+UI_DONE = {"en": "Done", "es": "Listo", "de": "Fertig", "fr": "Terminé", "zh-CN": "完成"}
+
+
 UI_CSS = """
 #hmt-info { min-height: 2.5em; } #hmt-pair-note { font-size: 0.9em; }
 /* On a phone the source and its translation (and a document and its result) stack: two 160 px columns side by
@@ -339,6 +361,8 @@ class TranslatorUI:
         terms = _run(self.glossaries.resolve, glossary, source, target)
         context = _run(prompts.clean_context, context, limits.max_chars)
         document = _run(read_document, upload.read_bytes(), safe_filename(upload.name), limits)
+        target = _run(normalize_code, target)
+        source = _run(check_document_route, self.service, source, target, document.segments)
         _run(self.policy.spend_chars, caller, sum(len(s) for s in document.segments), context)
 
         def work(progress: Callable[[int, int], None], ticket: Ticket) -> Any:
@@ -820,10 +844,13 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                     f"{limits.max_doc_chars:,} characters, {limits.max_segments:,} segments). The result keeps the "
                     f"format; a PDF's text layer comes back as a .docx."
                 )
+                # 240 px at least: at a phone's 390 px the two 160 px dropdowns stood side by side and cut the
+                # target's name ("Español — Spa"); now each takes the width, as on the Text tab.
                 with gr.Row(equal_height=True):
-                    doc_src = gr.Dropdown(ui.source_choices(), value=AUTO, label="From", elem_id="hmt-doc-src")
+                    doc_src = gr.Dropdown(ui.source_choices(), value=AUTO, label="From", elem_id="hmt-doc-src",
+                                          min_width=240)
                     doc_tgt = gr.Dropdown(ui.target_choices(AUTO), value=default_target, label="To",
-                                          elem_id="hmt-doc-tgt")
+                                          elem_id="hmt-doc-tgt", min_width=240)
                 with gr.Row(elem_classes=["hmt-stack"]):
                     doc_in = gr.File(label="Document", file_types=DOC_TYPES, type="filepath", elem_id="hmt-doc-in")
                     doc_out = gr.File(label="Translated document", interactive=False, elem_id="hmt-doc-out")
