@@ -142,7 +142,7 @@ def cmd_tm(args: argparse.Namespace) -> int:
     """`tm import FILE --pair en2es`: add a TSV or TMX file to the translation memory (no model is loaded)."""
     from .adapters.request import Pair
     from .config import load_config, parse_set_args
-    from .tm import TranslationMemory, read_rows
+    from .tm import RELOAD_CHECK_S, TranslationMemory, read_rows
 
     cfg = load_config(args.config, parse_set_args(args.set))
     pair = Pair.parse(args.pair)
@@ -155,6 +155,8 @@ def cmd_tm(args: argparse.Namespace) -> int:
     result = memory.add(pair, read_rows(data, path.name, pair.src, pair.tgt))
     print(f"{pair.key}: {result.added} entries added, {result.replaced} replaced, {result.skipped} skipped "
           f"(placeholders differ or a side is empty); {result.entries} in the memory now ({cfg.tm.resolved_dir / (pair.key + '.tsv')})")
+    print(f"A server running over {cfg.tm.resolved_dir} reads the new entries within {RELOAD_CHECK_S:g} s; "
+          "no restart is needed.")
     return 0
 
 

@@ -46,7 +46,15 @@ class JobNotFound(TranslationError):
 
 
 class JobNotReady(TranslationError):
+    """The job is queued or translating: its document comes later."""
+
     http_status = 409
+
+
+class JobHasNoResult(TranslationError):
+    """The job ended without a document (cancelled or failed): polling again will not change that."""
+
+    http_status = 410
 
 
 @dataclass(eq=False)
@@ -172,6 +180,10 @@ class DocumentJobs:
     def result(self, job_id: str, may: Access = None) -> RenderedDocument:
         with self._lock:
             job = self._get(job_id, may)
+            if job.state == "cancelled":
+                raise JobHasNoResult(f"Job {job_id} was cancelled; it has no document to download.")
+            if job.state == "error":
+                raise JobHasNoResult(f"Job {job_id} failed ({job.error}); it has no document to download.")
             if job.state != "done" or job.result is None:
                 raise JobNotReady(f"Job {job_id} is {job.state}; its document can be downloaded once it is done.")
             return job.result

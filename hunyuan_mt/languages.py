@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Sequence
+from typing import Any
 from dataclasses import dataclass
 
 from .errors import UnsupportedLanguage
@@ -81,11 +83,20 @@ _REGION = re.compile(r"^[A-Za-z]{2,3}[-_]([A-Za-z]{2}|\d{3})$")
 ZH_GROUP = frozenset({"zh", "zh-Hant", "yue"})
 
 
-def normalize_code(code: str) -> str:
+def served_codes(infos: Sequence[Any]) -> list[str]:
+    """The codes a server translates from or into, in `infos`' order (`service.LanguageInfo`s: code, targets):
+    a language with no route either way is left out of /languages and of the error that names the codes."""
+    used = {i.code for i in infos if i.targets} | {t for i in infos for t in i.targets}
+    return [i.code for i in infos if i.code in used]
+
+
+def normalize_code(code: str, served: Collection[str] | None = None) -> str:
     """Canonical code for `code`, accepting case variants (`zh-hant`) and common aliases.
 
     Raises UnsupportedLanguage for anything else, quoting the code as given (truncated) so that
-    a hostile value cannot flood a log line or an error message.
+    a hostile value cannot flood a log line or an error message. The message lists `served` (the codes this
+    server translates, when the caller knows them) rather than the whole table: 38 codes, of which the demo
+    serves 5, sent users to codes that then failed another way.
     """
     if not isinstance(code, str):
         raise UnsupportedLanguage("Language code must be a string.")
@@ -100,8 +111,10 @@ def normalize_code(code: str) -> str:
         # Clients often send locale tags (es-ES, de_DE, en-US); the region does not change the model's language.
         canonical = _BY_LOWER.get(re.split(r"[-_]", lowered)[0])
     if canonical is None:
+        listed = f"Codes this server translates: {', '.join(served)}" if served else \
+            f"Supported codes: {', '.join(LANGUAGES)}"
         raise UnsupportedLanguage(
-            f"Unsupported language code {shown!r}. Supported codes: {', '.join(LANGUAGES)}.",
+            f"Unsupported language code {shown!r}. {listed}.",
             short=f"{shown} is not supported",
         )
     return canonical

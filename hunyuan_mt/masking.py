@@ -65,6 +65,14 @@ _PATH = (r"(?<![\w/.~])(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*/?(?<![.,;:])"
 
 # 20+ characters of letters and digits (and base64's + / =) mixed, with no space: a checksum, a key, an id.
 _OPAQUE = r"(?<![\w+/=])(?=[A-Za-z0-9+/]*\d)(?=[A-Za-z0-9+/]*[A-Za-z])[A-Za-z0-9+/]{20,}={0,2}(?![\w+/=])"
+# Version strings as semver writes them (v3.0.0-beta.2, 2.1.0+build.5, v2): one span, or the model rewrote the
+# pre-release ("v3.0.2", "v3.0-beta.2"). A bare 3.0.0 is a number below; without a "v", a pre-release must hold a
+# letter, so 2024-05 and 1.5-2 stay numbers.
+_SEMVER_PRE = r"-[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*"
+_SEMVER_BUILD = r"\+[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*"
+_VERSION = (rf"(?<![\w.])(?:[vV]\d+(?:\.\d+)*(?:{_SEMVER_PRE})?(?:{_SEMVER_BUILD})?"
+            rf"|\d+(?:\.\d+){{1,3}}(?:(?=-[0-9A-Za-z.]*[A-Za-z]){_SEMVER_PRE}(?:{_SEMVER_BUILD})?|{_SEMVER_BUILD}))"
+            r"(?![\w])")
 _ISO_DATE = r"(?<![\w.,])\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?(?![\w])"
 
 # One alternation, tried left to right at each position, so the longer constructs (a URL that holds digits, a tag
@@ -90,6 +98,7 @@ _PATTERNS: tuple[str, ...] = (
     _KEYS,                                                     # Ctrl+S, Alt+F4, ⌘Q, Strg+Umschalt+N, F5
     _PRICE,                                                    # $19.99, 19,99 €, ¥1200 (before plain numbers)
     _PATH,                                                     # /usr/share/fonts/, ~/.config/x.json, C:\Users
+    _VERSION,                                                  # v3.0.0-beta.2, 2.1.0+build.5, v2
     _ISO_DATE,                                                 # 2024-05-17, 2024-05-17T10:30
     _OPAQUE,                                                   # checksums, base64 keys, tokens: never text
     r"(?<![\w.,])[-+]?\d+(?:[.,:/]\d+)*(?:%)?(?![\w])",        # numbers, times, dates, percentages

@@ -53,13 +53,29 @@ class Segmented:
     def segments(self) -> list[str]:
         return [p for p, s in zip(self.parts, self.is_segment) if s]
 
-    def render(self, translations: list[str]) -> str:
-        """The original layout with each segment replaced by its translation, in order."""
+    def render(self, translations: list[str], source: str | None = None, target: str | None = None) -> str:
+        """The original layout with each segment replaced by its translation, in order. Given the two languages,
+        the gap between two sentences of a line follows the target's habit where the source's differs: Chinese
+        puts no space after "。" (en→zh gave "导出为PDF。 文件"), English needs one ("Export to PDF.The file")."""
         wanted = sum(self.is_segment)
         if len(translations) != wanted:
             raise ValueError(f"render: expected {wanted} translations, got {len(translations)}")
+        respace = source is not None and target is not None and \
+            (source in UNSPACED_SENTENCES) != (target in UNSPACED_SENTENCES)
         it = iter(translations)
-        return "".join(next(it) if seg else part for part, seg in zip(self.parts, self.is_segment))
+        out: list[str] = []
+        last = len(self.parts) - 1
+        for i, (part, seg) in enumerate(zip(self.parts, self.is_segment)):
+            if seg:
+                if respace and i > 0 and self.is_segment[i - 1]:  # "。" then the next sentence, no gap between
+                    out.append(_sentence_gap("", out[-1], str(target)))
+                out.append(next(it))
+            elif respace and 0 < i < last and self.is_segment[i - 1] and self.is_segment[i + 1] and \
+                    not part.strip():
+                out.append(_sentence_gap(part, out[-1], str(target)))
+            else:
+                out.append(part)
+        return "".join(out)
 
     def _gap(self, text: str) -> None:
         if not text:
@@ -73,6 +89,20 @@ class Segmented:
     def _segment(self, text: str) -> None:
         self.parts.append(text)
         self.is_segment.append(True)
+
+
+#: Languages whose sentences follow each other with no space between them.
+UNSPACED_SENTENCES = frozenset({"zh", "zh-Hant", "yue", "ja"})
+_SENTENCE_END = re.compile(r"[.!?;:…。！？；：]['\"”’)\]）」』]*$")
+
+
+def _sentence_gap(gap: str, before: str, target: str) -> str:
+    """The blank between two sentences of one line, in the target's habit (`Segmented.render`)."""
+    if "\n" in gap:
+        return gap
+    if target in UNSPACED_SENTENCES:
+        return ""
+    return gap or (" " if _SENTENCE_END.search(before) else "")
 
 
 # A sentence end followed by more text somewhere in the line; without one the line is a single sentence and

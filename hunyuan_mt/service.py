@@ -33,7 +33,7 @@ from .glossary import Glossary, has_terms
 from .prompts import CONTROL_CHARS, SURROGATES
 from .tm import TranslationMemory
 from .warmup import WarmupReport, warm_service
-from .languages import LANGUAGES, normalize_code
+from .languages import LANGUAGES, normalize_code, served_codes
 from .memory import MemoryMonitor, MemoryPolicy
 from .router import RoutePlan, Router
 from .segment import split_text
@@ -131,7 +131,9 @@ class _Job:
         return len(self.required)
 
     def render(self, segments: list[str]) -> str:
-        return self.layout.render(segments) if self.layout is not None else segments[0]
+        if self.layout is None:
+            return segments[0]
+        return self.layout.render(segments, self.plan.src, self.plan.tgt)
 
 
 class TranslationService:
@@ -234,7 +236,10 @@ class TranslationService:
         if not isinstance(code, str) or not code.strip():
             raise UnsupportedLanguage(f"Missing {role} language code.",
                                       short=f"Invalid request: missing {role} parameter")
-        return normalize_code(code)
+        try:
+            return normalize_code(code)
+        except UnsupportedLanguage:
+            return normalize_code(code, served_codes(self.languages()))  # refused again, naming what is served
 
     def _check_batch(self, texts: Sequence[Any]) -> None:
         if isinstance(texts, str) or not isinstance(texts, Sequence):
@@ -255,8 +260,15 @@ class TranslationService:
         return codes or None
 
     def detect(self, text: str, top: int = 3) -> list[Detection]:
+        """Best guesses among the languages the adapters serve; a text in none of them ("Привет мир" on the
+        demo) gets the guesses among every language, so the caller learns what it is rather than nothing. []
+        only for a text with no letters."""
         text = self.clean_text(text)
-        return detect_language(text, among=self.detect_among(), top=top)
+        among = self.detect_among()
+        found = detect_language(text, among=among, top=top)
+        if not found and among is not None:
+            found = detect_language(text, among=None, top=top)
+        return found
 
     def resolve_source(self, text: str, src: Any) -> tuple[str, Detection | None]:
         """(source code, detection or None) for a cleaned text and a source that may be "auto"."""

@@ -15,6 +15,7 @@ import io
 import logging
 import re
 import threading
+import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,8 @@ from .masking import Protected, protect_pair
 
 log = logging.getLogger(__name__)
 _SPACE = re.compile(r"\s+")
+#: Seconds between two checks of a pair's user files for an import made by another process.
+RELOAD_CHECK_S = 2.0
 
 
 def memory_key(masked: str, fold: bool = True) -> str:
@@ -64,6 +67,10 @@ class _Entries:
         self.exact[memory_key(source, fold=False)] = target
         self.folded[memory_key(source)] = target
         self._keys = self._folded_keys = self._words = None  # the fuzzy index is rebuilt when next asked
+
+    @property
+    def indexed(self) -> bool:
+        return self._keys is not None
 
     def index(self) -> None:
         """Build the fuzzy lookup's word index if it is not there (about 0.2 s at 50k entries: the warm-up does
@@ -136,6 +143,9 @@ class TranslationMemory:
         self.enabled = enabled
         self._lock = threading.Lock()
         self._pairs: dict[str, _Entries] = {}
+        #: Per pair read: its user files' (name, mtime, size) when read, and when they were last compared.
+        self._signature: dict[str, tuple[tuple[str, int, int], ...]] = {}
+        self._checked: dict[str, float] = {}
         self.hits = 0
 
     # ------------------------------------------------------------------ reading
@@ -149,11 +159,36 @@ class TranslationMemory:
                 out += [(folder / f"{pair}.tsv.gz", masked), (folder / f"{pair}.tsv", masked)]
         return [(p, masked) for p, masked in out if p.is_file()]
 
+    def _user_signature(self, pair: str) -> tuple[tuple[str, int, int], ...]:
+        out = []
+        for name in (f"{pair}.tsv.gz", f"{pair}.tsv"):
+            try:
+                stat = (self.user_dir / name).stat()
+            except OSError:
+                continue
+            out.append((name, stat.st_mtime_ns, stat.st_size))
+        return tuple(out)
+
+    def _changed(self, pair: str) -> bool:
+        """Whether the pair's user files changed since they were read: another process (`python -m hunyuan_mt
+        import-memory`, another replica over the same folder) imported into them. Compared at most once every
+        `RELOAD_CHECK_S` a pair, so a lookup costs no system call."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._checked.get(pair, 0.0) < RELOAD_CHECK_S:
+                return False
+            self._checked[pair] = now
+            known = self._signature.get(pair)
+        return known is not None and self._user_signature(pair) != known
+
     def _entries(self, pair: str) -> _Entries:
         with self._lock:
             loaded = self._pairs.get(pair)
-        if loaded is not None:
+        if loaded is not None and not self._changed(pair):
             return loaded
+        if loaded is not None:
+            log.info("translation memory: %s changed on disk; reading it again", pair)
+        signature = self._user_signature(pair)
         entries = _Entries()
         for path, stored_masked in self._files(pair):
             opener = gzip.open if path.suffix == ".gz" else open
@@ -168,8 +203,14 @@ class TranslationMemory:
                         entries.put(masked[0], masked[1])
         if entries:
             log.info("translation memory: %d entries for %s", len(entries), pair)
+        if loaded is not None and loaded.indexed:
+            entries.index()  # the old one served fuzzy look-ups: the new one is ready for them too
         with self._lock:
-            return self._pairs.setdefault(pair, entries)
+            current = self._pairs.get(pair)
+            if current is None or current is loaded:  # the first read, or the re-read of what is in use
+                self._pairs[pair] = entries
+                self._signature[pair] = signature
+            return self._pairs[pair]
 
     def lookup(self, src: str, tgt: str, segment: Protected) -> str | None:
         """The memory's target for `segment` (masked, its sentinels numbered like the segment's), or None."""
@@ -234,6 +275,7 @@ class TranslationMemory:
             partial = path.with_suffix(".tsv.partial")
             partial.write_text("".join(f"{s}\t{t}\n" for s, t in existing.values()), encoding="utf-8")
             partial.replace(path)  # readers never see half a file
+            self._signature[key] = self._user_signature(key)  # this process's own write is in memory already
             for _, _, (masked_source, masked_target) in kept.values():
                 entries.put(masked_source, masked_target)
         return ImportResult(key, added, len(kept) - added, skipped, len(entries))

@@ -25,12 +25,17 @@ from .encoding import decode_text
 _NOTE = ("Entries the model translated are marked fuzzy for review; entries already translated, contexts, "
          "comments and flags are kept.")
 _NPLURALS = re.compile(r"nplurals\s*=\s*(\d+)")
+#: A line that holds a string: a keyword line or a continuation, of a live, obsolete (#~) or previous (#|) entry.
+_STRING_LINE = re.compile(r'^(?:#[~|]\s*)?(?:(?:msgctxt|msgid|msgid_plural|msgstr(?:\[\d+\])?)\s+)?"')
+#: Its string, whole: quoted, escapes paired, nothing after the closing quote but blanks.
+_WHOLE_STRING = re.compile(r'"(?:[^"\\]|\\.)*"\s*$')
 
 
 class GettextDocument(Document):
     kind = "po"
 
     def __init__(self, filename: str, text: str) -> None:
+        _check_strings(filename, text)
         try:
             self._catalogue = _parse(text)
         except (OSError, ValueError) as exc:
@@ -75,6 +80,17 @@ class GettextDocument(Document):
         data = self._catalogue.__unicode__().encode("utf-8")
         return RenderedDocument(data, output_filename(self.filename, ".po", target), "text/x-gettext-translation",
                                 _NOTE)
+
+
+def _check_strings(filename: str, text: str) -> None:
+    """Refuse a string that is not closed where it starts. polib takes `msgid "Open the file` (no closing quote)
+    and reads it as "Open the fil"; the file would come back rewritten around a broken source."""
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        match = _STRING_LINE.match(stripped)
+        if match and not _WHOLE_STRING.fullmatch(stripped, match.end() - 1):
+            raise InvalidInput(f"{filename}: line {number}: unterminated or malformed string "
+                               f"({stripped[:60]!r}); each string must be closed by a \" on its own line.")
 
 
 def _parse(text: str) -> polib.POFile:

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..config import LimitsConfig
-from ..errors import InputTooLarge, InvalidInput
+from ..errors import InputTooLarge, InvalidInput, UnsupportedLanguage
+from ..languages import normalize_code
 from .base import Document, RenderedDocument, needs_translation, output_filename, split_outer_whitespace
 from .encoding import decode_text
 
@@ -30,6 +31,7 @@ _NOTE = "Only the string values were translated; keys, numbers and structure are
 #: through thousands ran out of stack (a 500 before, issue 49).
 MAX_NESTING = 200
 _INDENT = re.compile(r"^\{\s*\n([ \t]+)\S", re.M)
+_LOCALE_KEY = re.compile(r"^[a-z]{2,3}(?:[-_][A-Za-z]{2,4})?$")
 
 
 #: Plain YAML scalars that YAML 1.1 readers (Ruby's Psych, so Rails; PyYAML) take as booleans: not text.
@@ -67,6 +69,29 @@ def _leaves(node: Any, skip_key: Callable[[Any], bool],
     return walk(node, 0)
 
 
+def _rename_locale_root(tree: Any, target: str) -> None:
+    """A Rails-style catalogue (`en:` over everything; vue-i18n's JSON does the same) names its language in its one
+    top-level key: the translated file answers to the target's code, or the app would still load it as English.
+    Only a lone key shaped like a locale ("en", "pt-BR", "zh_CN") whose value is a mapping is taken for one."""
+    if not isinstance(tree, dict) or len(tree) != 1:
+        return
+    (key, value), = tree.items()
+    if not (isinstance(key, str) and _LOCALE_KEY.match(key) and isinstance(value, dict)):
+        return
+    try:
+        normalize_code(key)
+    except UnsupportedLanguage:
+        return
+    if key == target:
+        return
+    if hasattr(tree, "insert"):  # ruamel's CommentedMap: the comments and position stay with the key
+        tree.insert(0, target, value)
+        del tree[key]
+    else:
+        tree.clear()
+        tree[target] = value
+
+
 class _StringsDocument(Document):
     """A tree whose string leaves are the segments; subclasses read and write the tree."""
 
@@ -89,6 +114,8 @@ class _StringsDocument(Document):
         originals = {id(container[key]): lead + translation.strip() + trail for (container, key), translation,
                      (lead, _, trail) in zip(self._places, translations, self._outer)}
         self._replace(self._tree, originals, {}, set())
+        if target:
+            _rename_locale_root(self._tree, target)
         return RenderedDocument(self._dump(self._tree).encode("utf-8"),
                                 output_filename(self.filename, self.extension, target), self.media_type, _NOTE)
 

@@ -29,16 +29,18 @@ from .. import __version__
 from ..adapters.request import Pair
 from ..config import Config
 from ..documents import LISTED_EXTENSIONS
-from ..errors import Cancelled, FeatureDisabled, InputTooLarge, InvalidInput, RateLimited, TranslationError, UnreachablePair, http_status
+from ..errors import (Cancelled, FeatureDisabled, InputTooLarge, InvalidInput, RateLimited, TranslationError,
+                      UnreachablePair, UnsupportedLanguage, http_status)
+from ..detect import Detection
 from ..documents import distinct_segments, read_document
 from ..glossary import Glossary, GlossaryStore
 from ..jobs import DocumentJobs, JobView, check_job_id
 from .. import prompts
-from ..languages import LANGUAGES, normalize_code
+from ..languages import LANGUAGES, normalize_code, served_codes
 from ..ticket import Ticket
 from .auth import AccessPolicy, Caller
-from .doctranslate import translate_upload
-from .downloads import DownloadStore, safe_filename
+from .doctranslate import check_document_route, translate_upload
+from .downloads import DownloadStore, attachment, safe_filename
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import RequestCounter, WebMetrics
 from .requests import (FORM, JSON, MULTIPART, BodyLimitMiddleware, client_address, content_type, int_field,
@@ -253,6 +255,7 @@ class RestApi:
                 texts = ["\n".join(t.splitlines()) if "\r" in t else t for t in texts]
             source = _source_field(fields)
             target = text_field(fields, "target")
+            await self._check_codes(source, target)
             fmt = text_field(fields, "format", required=False, default="text")
             if fmt not in ("text", "html"):
                 raise InvalidInput(f"Invalid request: format must be 'text' or 'html', got {fmt[:20]!r}")
@@ -310,6 +313,11 @@ class RestApi:
             self.policy.check_chars([q])
             self.policy.spend_chars(caller, len(q))
             detections = await self._call(self.service.detect, q)
+            if not detections:
+                # A text with no letters ("123", "😀"): LibreTranslate's clients read the answer's [0], so the
+                # best guess is given with the confidence it deserves, none (as LibreTranslate itself does).
+                served = [i.code for i in await self._served_languages()]
+                detections = [Detection("en" if "en" in served or not served else served[0], 0.0)]
         finally:
             await request.close()
         return JSONResponse([detection_json(d) for d in detections])
@@ -317,8 +325,19 @@ class RestApi:
     async def _served_languages(self) -> list[Any]:
         infos = await self._call(self.service.languages)
         # Only what this model can read or write: LibreTranslate clients offer every listed language.
-        used = {i.code for i in infos if i.targets} | {t for i in infos for t in i.targets}
+        used = set(served_codes(infos))
         return [i for i in infos if i.code in used]
+
+    async def _check_codes(self, *codes: str) -> None:
+        """Each code known (or "auto"), before any work: an unknown one is refused naming the codes this server
+        serves (the same words on the single-process service and on the Ray ingress)."""
+        for code in codes:
+            if code == "auto" or not code.strip():
+                continue  # missing: the service's own check says which parameter
+            try:
+                normalize_code(code)
+            except UnsupportedLanguage:
+                normalize_code(code, [i.code for i in await self._served_languages()])
 
     async def languages(self) -> JSONResponse:
         return JSONResponse([{"code": i.code, "name": i.english, "native": i.native, "targets": list(i.targets)}
@@ -359,6 +378,7 @@ class RestApi:
                 raise InvalidInput("Invalid request: missing file parameter")
             source = _source_field(fields)
             target = text_field(fields, "target")
+            await self._check_codes(source, target)
             glossary = self.glossaries.resolve(fields.get("glossary"), source, target)
             # Beyond LibreTranslate: what the document is about, shaping every segment (the Hunyuan prompt's
             # context); checked here, so a bad one is refused before a job exists, and charged once.
@@ -397,7 +417,10 @@ class RestApi:
         caller, data, filename, source, target, glossary, context = await self._read_upload(request)
         # Read now: a file the server cannot take is refused here, not found out later as a failed job.
         document = await self._call(read_document, data, filename, self.cfg.limits)
-        return caller, document, source, normalize_code(target), glossary, context
+        target = normalize_code(target)
+        # ... and so is a pair no route serves (auto-detected now, on the document's first characters).
+        source = await self._call(check_document_route, self.service, source, target, document.segments)
+        return caller, document, source, target, glossary, context
 
     def _may(self, request: Request) -> Callable[[Any], bool]:
         """Whether this request may see a job: its uploader's key, or its address for a job uploaded without one
@@ -443,8 +466,8 @@ class RestApi:
     async def document_result(self, request: Request, job_id: str) -> Response:
         check_job_id(job_id)
         rendered = self.jobs.result(job_id, self._may(request))
-        disposition = f"attachment; filename*=UTF-8''{quote(safe_filename(rendered.filename))}"
-        return Response(rendered.data, media_type=rendered.media_type, headers={"Content-Disposition": disposition})
+        return Response(rendered.data, media_type=rendered.media_type,
+                        headers={"Content-Disposition": attachment(safe_filename(rendered.filename))})
 
     async def cancel_document(self, request: Request, job_id: str) -> JSONResponse:
         check_job_id(job_id)
@@ -459,9 +482,8 @@ class RestApi:
         if stored is None or filename != stored.filename or not self.policy.may_fetch(
                 stored.owner, self._api_key(request), client_address(request)):
             return JSONResponse({"error": "File not found or expired."}, status_code=404)
-        disposition = f"attachment; filename*=UTF-8''{quote(stored.filename)}"
         return Response(stored.data, media_type=stored.media_type,
-                        headers={"Content-Disposition": disposition})
+                        headers={"Content-Disposition": attachment(stored.filename)})
 
     # ------------------------------------------------------------------ service routes
 

@@ -6,11 +6,40 @@ from typing import Any, Callable
 
 from ..config import LimitsConfig
 from ..documents import Document, RenderedDocument, translate_document
-from ..errors import Cancelled, InvalidInput
-from ..languages import normalize_code
+from ..errors import Cancelled, InvalidInput, UnreachablePair
+from ..languages import LANGUAGES, normalize_code
 
 #: Characters of the document shown to the language detector; enough for a confident guess.
 _DETECT_SAMPLE = 2000
+
+
+def document_source(service: Any, source: str, segments: list[str]) -> str:
+    """The source code a document is translated from: `source`, or for "auto" the language detected on its
+    first `_DETECT_SAMPLE` characters."""
+    if source != "auto":
+        return normalize_code(source)
+    detections = service.detect(" ".join(segments)[:_DETECT_SAMPLE])
+    if not detections:
+        raise InvalidInput("Could not detect the document's language; choose the source language.")
+    return detections[0].code
+
+
+def check_document_route(service: Any, source: str, target: str, segments: list[str]) -> str:
+    """The document's source (detected for "auto"), once a route to `target` is known to exist: a job that no
+    route could serve is refused when it is submitted (UnreachablePair, 400), as /translate_file refuses it,
+    instead of being accepted and failing later."""
+    resolved = document_source(service, source, segments)
+    if resolved == target:
+        return resolved
+    # From languages(), which the single-process service and the Ray ingress both answer the same way.
+    reachable = next((info.targets for info in service.languages() if info.code == resolved), [])
+    if target not in reachable:
+        src, tgt = LANGUAGES[resolved], LANGUAGES[target]
+        raise UnreachablePair(
+            f"No route from {resolved} to {target}; reachable from {resolved}: {', '.join(reachable) or 'nothing'}.",
+            reachable=reachable,
+            short=f"{tgt.english} ({target}) is not available as a target language from {src.english} ({resolved})")
+    return resolved
 
 
 def translate_upload(service: Any, data: bytes | Document, filename: str, source: str, target: str, limits: LimitsConfig,
@@ -35,12 +64,7 @@ def translate_upload(service: Any, data: bytes | Document, filename: str, source
         if charge is not None and not state["charged"]:
             charge(sum(len(s) for s in segments))
             state["charged"] = True
-        if state["source"] == "auto":
-            detections = service.detect(" ".join(segments)[:_DETECT_SAMPLE])
-            if not detections:
-                raise InvalidInput("Could not detect the document's language; choose the source language.")
-            state["source"] = detections[0].code
-        state["source"] = normalize_code(state["source"])
+        state["source"] = document_source(service, state["source"], segments)
         if ticket is not None and ticket.cancelled:
             raise Cancelled(f"Cancelled: {ticket.reason}.")
         return service.translate_segments(segments, state["source"], target, progress=report, glossary=glossary,

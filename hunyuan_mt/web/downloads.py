@@ -11,8 +11,10 @@ import re
 import secrets
 import threading
 import time
+import unicodedata
 from dataclasses import dataclass
 from typing import Callable
+from urllib.parse import quote
 
 from cachetools import TTLCache
 
@@ -27,6 +29,20 @@ def safe_filename(name: str, fallback: str = "document") -> str:
     base = name.replace("\\", "/").rsplit("/", 1)[-1]
     base = _UNSAFE.sub("_", base).strip(" .")
     return base[:120] or fallback
+
+
+def attachment(filename: str) -> str:
+    """A Content-Disposition for a download: `filename*` (RFC 6266) carries the real name, and a plain `filename`
+    its ASCII form for clients that read only that one (`curl -OJ` saved the file as "result" without it)."""
+    stem, dot, suffix = filename.rpartition(".") if "." in filename else (filename, "", "")
+
+    def ascii_only(part: str) -> str:
+        folded = unicodedata.normalize("NFKD", part).encode("ascii", "ignore").decode("ascii")
+        return re.sub(r'["\\\x00-\x1f\x7f]', "_", folded).strip(" .")
+
+    # A name in another script keeps its extension: "文档.docx" is offered as "document.docx".
+    plain = (ascii_only(stem) or "document") + (dot + ascii_only(suffix) if ascii_only(suffix) else "")
+    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(filename)}"
 
 
 @dataclass(frozen=True)
