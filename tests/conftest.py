@@ -111,3 +111,17 @@ def two_threads():
     torch.set_num_threads(2)
     yield
     torch.set_num_threads(before)
+
+
+# The suite runs on two pytest-xdist workers (pytest.ini). Tests that start a Ray cluster stay on one worker, one
+# after the other: two local clusters and their Serve proxies on a 2-core machine would starve each other.
+_ONE_WORKER = {"test_serve_ray.py": "ray", "test_serve_ray_cli.py": "ray"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _ONE_WORKER.get(item.path.name)
+        if group is None and "serve_ray" in item.name:
+            group = "ray"
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -110,7 +110,7 @@ def _text_cases(limits: LimitsConfig) -> dict[str, tuple[dict[str, Any], int, st
         "empty-item-in-batch": ({"q": [GOOD, "  "]}, 400, "Text is empty (only whitespace"),
         "non-string-in-batch": ({"q": [GOOD, 5]}, 400, "Invalid request: q must be a string or a list of strings"),
         "q-is-an-object": ({"q": {"text": GOOD}}, 400, "Invalid request: q must be a string or a list of strings"),
-        "unknown-code": ({"target": "xx"}, 400, "Unsupported language code 'xx'. Supported codes: "),
+        "unknown-code": ({"target": "xx"}, 400, "Unsupported language code 'xx'. Codes this server translates: "),
         "unknown-mixed-case-code": ({"target": "Zh-Latn"}, 400, "Unsupported language code 'Zh-Latn'."),
         "malformed-code": ({"target": "e$"}, 400, "Malformed language code 'e$': expected something like 'en'"),
         "overlong-code": ({"target": "x" * 500}, 400, "Malformed language code 'xxxxxxxxxxxxxxxx…'"),

@@ -19,7 +19,7 @@ import pytest
 from hunyuan_mt.config import JobsConfig
 from hunyuan_mt.documents import RenderedDocument
 from hunyuan_mt.errors import Busy, Cancelled
-from hunyuan_mt.jobs import DocumentJobs, JobNotFound, JobNotReady
+from hunyuan_mt.jobs import DocumentJobs, JobHasNoResult, JobNotFound, JobNotReady
 from hunyuan_mt.ticket import Ticket
 from seams import eventually, hold, leases
 from web_server import LiveServer
@@ -124,7 +124,7 @@ def test_cancelling_a_queued_job_means_it_never_runs_and_a_running_one_stops() -
     assert settle(jobs, a.id, lambda v: v.state == "cancelled").done == 1
     assert not waiting.ran
     assert jobs.cancel(a.id).state == "cancelled"  # an ended job stays as it is
-    with pytest.raises(JobNotReady):
+    with pytest.raises(JobHasNoResult, match="was cancelled"):
         jobs.result(a.id)
 
 
@@ -257,7 +257,8 @@ def test_cancelling_a_job_over_rest_takes_its_rows_out_of_the_engine(live_server
             while job["state"] == "translating" or job["state"] == "queued":
                 job = c.get(f"/v1/documents/{job['id']}", params={"wait": 10}).json()
             assert job["state"] == "cancelled" and job["done"] < job["total"]
-            assert c.get(f"/v1/documents/{job['id']}/result").status_code == 409
+            gone = c.get(f"/v1/documents/{job['id']}/result")
+            assert gone.status_code == 410 and "was cancelled; it has no document" in gone.json()["error"]
     finally:
         go.set()
         engine.before_generate = None

@@ -140,7 +140,9 @@ def test_status_tab_shows_the_adapter_just_used(page, live_server: LiveServer) -
     table = page.locator("#hmt-adapters")
     row = table.locator("[role=row]").filter(has_text="en2fr")
     row.wait_for()  # the status timer refreshes the table every 2 s
-    assert "slot" in row.inner_text()
+    # In a slot, or already back in the RAM tier when another test's request (this worker's live server is
+    # shared) took the one slot the two pinned pairs leave free: either way the table shows the adapter just used.
+    assert re.search(r"slot|RAM tier", row.inner_text()), row.inner_text()
     assert "pinned" in table.locator("[role=row]").filter(has_text="en2es").inner_text()
     page.locator("#hmt-overview").get_by_text("Backbone:").wait_for()
     page.locator("#hmt-counters").get_by_text("Hits").wait_for()
