@@ -76,6 +76,9 @@ class TranslationResult:
     alternatives: list[str] = field(default_factory=list)
     #: How many of the text's segments came from the translation memory, of how many it has.
     memory_segments: int = 0
+    #: How many of those were near-exact: the entry differed in case or closing punctuation (numbers and
+    #: placeholders are the query's own either way).
+    memory_near_segments: int = 0
     segments: int = 1
     #: How many glossary terms were found in the text and enforced (0 without a glossary).
     glossary_terms: int = 0
@@ -115,6 +118,8 @@ class _Job:
     nbest: dict[int, list[str]] = field(default_factory=dict)
     #: Segment index → its translation from the translation memory (restored), which is the answer.
     memory: dict[int, str] = field(default_factory=dict)
+    #: Segments of `memory` answered by a near-exact entry (differing in case or closing punctuation).
+    near: set[int] = field(default_factory=set)
     #: Segment index → the translation memory's nearest entry, when it had no exact one (tm.fuzzy_threshold).
     matches: dict[int, Any] = field(default_factory=dict)
     #: The target term of each glossary term found in the text: the output must hold them.
@@ -133,6 +138,8 @@ class _Job:
     def render(self, segments: list[str]) -> str:
         if self.layout is None:
             return segments[0]
+        if self.plan is None:
+            return self.layout.render(segments)
         return self.layout.render(segments, self.plan.src, self.plan.tgt)
 
 
@@ -345,6 +352,7 @@ class TranslationService:
                 text=job.render(job.current), source=source, target=target, detected=detection,
                 route=job.plan.route, route_kind=job.plan.kind, adapters=job.plan.adapters, timings_ms=timings,
                 alternatives=_alternatives(job, alternatives), memory_segments=len(job.memory),
+                memory_near_segments=len(job.near),
                 glossary_terms=job.terms, memory_matches=_matches(job),
                 segments=len(job.current)))
         if not _warmup:  # the warm-up's requests are nobody's: they stay out of the counts and latencies
@@ -352,7 +360,8 @@ class TranslationService:
         return results
 
     def translate_stream(self, text: str, src: str, tgt: str, *, glossary: Glossary | None = None,
-                         ticket: Ticket | None = None, context: str | None = None) -> Iterator[str | TranslationResult]:
+                         ticket: Ticket | None = None, context: str | None = None,
+                         _warmup: bool = False) -> Iterator[str | TranslationResult]:
         """Translate one text, yielding it as it grows (str: the text so far, see streaming.py), then the
         TranslationResult. Closing the generator early (a client that went away) cancels the rows at the
         engine's next step."""
@@ -363,7 +372,8 @@ class TranslationService:
         def work() -> None:
             try:
                 box["result"] = self.translate_batch([text], src, tgt, glossary=glossary, ticket=ticket,
-                                                     context=context, _single=True, _listen=stream.listen)[0]
+                                                     context=context, _single=True, _listen=stream.listen,
+                                                     _warmup=_warmup)[0]
             except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer's thread
                 box["error"] = exc
             finally:
@@ -465,11 +475,14 @@ class TranslationService:
                 if (p.has_words if p is not None else _LETTER.search(seg))
                 and fits(seg)]
         memory: dict[int, str] = {}
+        near_exact: set[int] = set()
         matches: dict[int, Any] = {}
         for i in list(todo):
-            hit = self.tm.lookup(plan.src, plan.tgt, protected[i]) if protected[i] is not None else None
-            if hit is not None:  # the memory's translation, with this segment's own spans put back
-                memory[i] = _masking.restore(hit, protected[i])
+            found = self.tm.match(plan.src, plan.tgt, protected[i]) if protected[i] is not None else None
+            if found is not None:  # the memory's translation, with this segment's own spans put back
+                if found.near is not None:  # near-exact: applied, and flagged as such
+                    near_exact.add(i)
+                memory[i] = _masking.restore(found.target, protected[i])
                 if not model_too:
                     current[i] = memory[i]
                     todo.remove(i)
@@ -481,7 +494,7 @@ class TranslationService:
         if in_prompt and required:
             prompt_terms = {i: found for i in todo if protected[i] is not None
                             and (found := glossary.pairs(protected[i]))}  # type: ignore[union-attr]
-        return _Job(plan, layout, protected, current, todo, memory=memory, required=required,
+        return _Job(plan, layout, protected, current, todo, memory=memory, near=near_exact, required=required,
                     visible=visible and bool(required), matches=matches, context=context, prompt_terms=prompt_terms)
 
     def _check_alternatives(self, alternatives: Any) -> None:

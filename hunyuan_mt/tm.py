@@ -22,7 +22,8 @@ from pathlib import Path
 
 from .adapters.request import Pair
 from .errors import InvalidInput
-from .masking import Protected, protect_pair
+from .masking import Protected, protect, protect_pair
+from .segment import UNSPACED_SENTENCES
 
 log = logging.getLogger(__name__)
 _SPACE = re.compile(r"\s+")
@@ -34,6 +35,48 @@ def memory_key(masked: str, fold: bool = True) -> str:
     """What two segments must share to be the same entry: runs of whitespace do not count, nor (`fold`) case."""
     key = _SPACE.sub(" ", masked).strip()
     return key.casefold() if fold else key
+
+
+#: A segment's closing punctuation: what a near-exact answer takes from the query ("Open the file" → no stop).
+_CLOSING = re.compile(r"[.!?;:…。！？；：]+$")
+#: The same closing marks written the way the target's script writes them.
+_FULL_WIDTH = {".": "。", "!": "！", "?": "？", ";": "；", ":": "："}
+_HALF_WIDTH = {v: k for k, v in _FULL_WIDTH.items()}
+#: Closing marks a near-exact look-up tries in place of the query's own (none first).
+_CLOSINGS = ("", ".", "!", "?", ":", "…", "...", "。", "！", "？", "：")
+#: Opening marks that belong to a closing one (Spanish): they go when the closing mark goes.
+_OPENING = re.compile(r"^[¿¡]")
+
+
+def with_closing_of(target: str, query: str, unspaced: bool) -> str:
+    """`target` ending in `query`'s closing punctuation instead of its own (none when the query has none), each mark
+    in the target's width (`unspaced`: a Chinese or Japanese target, full-width)."""
+    body = _CLOSING.sub("", target.rstrip())
+    closing = _CLOSING.search(query.rstrip())
+    if closing is None:
+        return _OPENING.sub("", body)  # "¿Dónde está?" asked as "Where is it": no question marks at all
+    table = _FULL_WIDTH if unspaced else _HALF_WIDTH
+    return body + "".join(table.get(ch, ch) for ch in closing.group(0))
+
+
+@dataclass(frozen=True)
+class MemoryHit:
+    """The memory's answer for a segment: its masked target, and when the entry was not the segment itself, what
+    differed (`near`: "case", "closing punctuation", "numbers or placeholders"), which the answer is flagged with.
+    The query's own numbers and placeholders go back into the target either way."""
+
+    target: str
+    near: str | None = None
+
+
+@dataclass(frozen=True)
+class NearMatch:
+    """A memory entry that differs from the query only in case, whitespace or its closing punctuation (placeholders
+    and numbers are sentinels, so they match whatever they are): its masked target with the query's closing
+    punctuation. A 98 % fuzzy match that lacked only a final full stop was a mere suggestion before."""
+
+    source: str
+    target: str
 
 
 @dataclass(frozen=True)
@@ -58,14 +101,23 @@ class _Entries:
 
     exact: dict[str, str] = field(default_factory=dict)
     folded: dict[str, str] = field(default_factory=dict)
+    #: Exact key → the entry's numbers and placeholders as written, for the user's entries.
+    spans: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: For fuzzy lookups, built on first use: the keys as written, case-folded, and word → indices of the keys.
     _keys: list[str] | None = None
     _folded_keys: list[str] | None = None
     _words: dict[str, list[int]] | None = None
 
-    def put(self, source: str, target: str) -> None:
-        self.exact[memory_key(source, fold=False)] = target
+    def put(self, source: str, target: str, spans: tuple[str, ...] | None = None) -> None:
+        """`spans`: the entry's own numbers and placeholders, where known (the user's entries; the shipped ones are
+        stored masked), so that a query with other ones is flagged near-exact."""
+        key = memory_key(source, fold=False)
+        self.exact[key] = target
         self.folded[memory_key(source)] = target
+        if spans is not None:
+            self.spans[key] = spans
+        else:
+            self.spans.pop(key, None)
         self._keys = self._folded_keys = self._words = None  # the fuzzy index is rebuilt when next asked
 
     @property
@@ -118,6 +170,38 @@ class _Entries:
                 target = target[0].upper() + target[1:]  # "Unknown error" found as "unknown error": a capital
         return target
 
+    def hit(self, segment: Protected, unspaced: bool) -> MemoryHit | None:
+        """The answer for `segment` (masked, with its spans): exact, else near-exact (see MemoryHit)."""
+        key = memory_key(segment.text, fold=False)
+        target = self.exact.get(key)
+        if target is not None:
+            known = self.spans.get(key)
+            differs = known is not None and tuple(segment.spans) != known
+            return MemoryHit(target, "numbers or placeholders" if differs else None)
+        target = self.get(segment.text)
+        if target is not None:
+            return MemoryHit(target, "case")
+        close = self.near(segment.text, unspaced)
+        return None if close is None else MemoryHit(close.target, "closing punctuation")
+
+    def near(self, source: str, unspaced: bool) -> NearMatch | None:
+        """The entry that differs from `source` only in case, whitespace or closing punctuation, adapted (see
+        NearMatch). A few dictionary look-ups (the query with each closing mark), no index of its own."""
+        asked = memory_key(source)
+        base = _CLOSING.sub("", asked).rstrip()
+        if not any(ch.isalpha() for ch in base):
+            return None
+        for closing in _CLOSINGS:
+            candidate = base + closing
+            if candidate == asked:
+                continue  # the exact look-up's own key
+            target = self.folded.get(candidate)
+            if target is not None:
+                if source.lstrip()[:1].isupper() and target[:1].islower():
+                    target = target[0].upper() + target[1:]  # as `get` does for a case-folded match
+                return NearMatch(candidate, with_closing_of(target, source, unspaced))
+        return None
+
     def __len__(self) -> int:
         return len(self.exact)
 
@@ -147,6 +231,7 @@ class TranslationMemory:
         self._signature: dict[str, tuple[tuple[str, int, int], ...]] = {}
         self._checked: dict[str, float] = {}
         self.hits = 0
+        self.near_hits = 0
 
     # ------------------------------------------------------------------ reading
 
@@ -200,7 +285,7 @@ class TranslationMemory:
                     # Stored masked: as trained, sentinels already numbered in the source's order.
                     masked = (source, target) if stored_masked else protect_pair(source, target)
                     if masked is not None and masked[0].strip() and masked[1].strip():
-                        entries.put(masked[0], masked[1])
+                        entries.put(masked[0], masked[1], None if stored_masked else tuple(protect(source).spans))
         if entries:
             log.info("translation memory: %d entries for %s", len(entries), pair)
         if loaded is not None and loaded.indexed:
@@ -221,6 +306,19 @@ class TranslationMemory:
             with self._lock:
                 self.hits += 1
         return target
+
+    def match(self, src: str, tgt: str, segment: Protected) -> MemoryHit | None:
+        """The memory's answer for `segment` (masked, its sentinels numbered like the segment's): an exact entry,
+        else one that differs only in case, closing punctuation, numbers or placeholders, flagged (MemoryHit.near;
+        the caller puts the query's own spans back). None when neither."""
+        if not self.enabled:
+            return None
+        found = self._entries(f"{src}2{tgt}").hit(segment, tgt in UNSPACED_SENTENCES)
+        if found is not None:
+            with self._lock:
+                self.hits += 1
+                self.near_hits += found.near is not None
+        return found
 
     def suggest(self, src: str, tgt: str, segment: Protected, threshold: float) -> FuzzyMatch | None:
         """The nearest entry to `segment` (masked) at `threshold` or above, or None (also when disabled)."""
@@ -276,8 +374,8 @@ class TranslationMemory:
             partial.write_text("".join(f"{s}\t{t}\n" for s, t in existing.values()), encoding="utf-8")
             partial.replace(path)  # readers never see half a file
             self._signature[key] = self._user_signature(key)  # this process's own write is in memory already
-            for _, _, (masked_source, masked_target) in kept.values():
-                entries.put(masked_source, masked_target)
+            for source, _, (masked_source, masked_target) in kept.values():
+                entries.put(masked_source, masked_target, tuple(protect(source).spans))
         return ImportResult(key, added, len(kept) - added, skipped, len(entries))
 
 

@@ -183,3 +183,49 @@ def test_rest_answers_memory_matches_as_suggestions(memory_server: LiveServer) -
     exact = requests.post(memory_server.url + "/translate", json={"q": "The disk is full.", "source": "en",
                                                                   "target": "es"}, timeout=60).json()
     assert exact == {"translatedText": "El disco está lleno.", "memorySegments": 1}  # no suggestion beside a hit
+
+
+#: Issue 47's near-exact set: (memory source, memory target, query, what the answer must be). Each query differs
+#: from its entry only in case, closing punctuation, whitespace, numbers or placeholders.
+NEAR_EXACT = [
+    ("Open the file.", "Abra el archivo.", "Open the file", "Abra el archivo"),
+    ("Open the file.", "Abra el archivo.", "open the file.", "Abra el archivo."),
+    ("Open the file.", "Abra el archivo.", "OPEN THE FILE!", "Abra el archivo!"),
+    ("Save changes", "Guardar cambios", "Save changes.", "Guardar cambios."),
+    ("Save changes", "Guardar cambios", "Save changes:", "Guardar cambios:"),
+    ("Where is the file?", "¿Dónde está el archivo?", "Where is the file", "Dónde está el archivo"),
+    ("Where is the file?", "¿Dónde está el archivo?", "where is the  file?", "¿Dónde está el archivo?"),
+    ("Delete 3 files", "Eliminar 3 archivos", "Delete 12 files.", "Eliminar 12 archivos."),
+    ("Delete 3 files.", "Eliminar 3 archivos.", "Delete 250 files", "Eliminar 250 archivos"),
+    ("Delete %s?", "¿Eliminar %s?", "Delete {name}", "Eliminar {name}"),
+    ("Copied %d items.", "Se copiaron %d elementos.", "copied %d items", "Se copiaron %d elementos"),
+    ("The disk is full.", "El disco está lleno.", "The disk is full...", "El disco está lleno..."),
+]
+
+
+def test_every_near_exact_entry_is_applied_and_flagged(memory_server: LiveServer) -> None:
+    service = memory_server.service
+    service.tm.add("en2es", sorted({(s, t) for s, t, _, _ in NEAR_EXACT}))
+    applied = 0
+    for source, _, query, expected in NEAR_EXACT:
+        result = service.translate(query, "en", "es")
+        assert (result.text, result.memory_segments, result.memory_near_segments) == (expected, 1, 1), (query, result)
+        applied += 1
+    assert applied == len(NEAR_EXACT)  # 100 %, each flagged
+    # An exact hit is not flagged; a query that differs in a word is no near-exact hit (a suggestion at most).
+    exact = service.translate("Open the file.", "en", "es")
+    assert (exact.memory_segments, exact.memory_near_segments) == (1, 0)
+    other = service.translate("Open the folder.", "en", "es")
+    assert other.memory_near_segments == 0 and other.memory_segments == 0
+
+
+def test_rest_and_the_page_flag_a_near_exact_answer(memory_server: LiveServer) -> None:
+    from hunyuan_mt.web.ui import _info_line
+
+    service = memory_server.service
+    service.tm.add("en2es", [("The disk is full.", "El disco está lleno.")])
+    body = requests.post(memory_server.url + "/translate", json={"q": "the disk is full", "source": "en",
+                                                                 "target": "es"}, timeout=60).json()
+    assert body == {"translatedText": "El disco está lleno", "memorySegments": 1, "memoryNearSegments": 1}
+    line = _info_line(service.translate("The disk is full!", "en", "es"), None, 0.01)
+    assert "From memory:** 1 of 1 segment (1 near-exact: case or closing punctuation differed)" in line

@@ -278,6 +278,7 @@ class RestApi:
                 detected = [d for _, d in pairs]
                 others: list[list[str]] = [[] for _ in texts]  # markup has no alternatives (nor in LibreTranslate)
                 memory = [0 for _ in texts]
+                close = [0 for _ in texts]
                 near = [[] for _ in texts]
             else:
                 results = await self._watched(request, ticket, "rest", functools.partial(
@@ -288,13 +289,17 @@ class RestApi:
                 detected = [r.detected for r in results]
                 others = [list(r.alternatives) for r in results]
                 memory = [r.memory_segments for r in results]
+                close = [r.memory_near_segments for r in results]
                 near = [list(r.memory_matches) for r in results]
         finally:
             await request.close()
         body: dict[str, Any] = {"translatedText": translated if as_list else translated[0]}
         if any(memory):
-            # Beyond LibreTranslate's shape (its clients ignore it): how many segments the memory answered.
+            # Beyond LibreTranslate's shape (its clients ignore it): how many segments the memory answered, and
+            # how many of those near-exactly (an entry that differed in case or closing punctuation).
             body["memorySegments"] = memory if as_list else memory[0]
+            if any(close):
+                body["memoryNearSegments"] = close if as_list else close[0]
         if any(near):
             # Near entries of the memory for segments it did not know exactly: suggestions with their score.
             body["memoryMatches"] = near if as_list else near[0]

@@ -598,7 +598,9 @@ def _info_line(result: Any, terms: Any, elapsed: float) -> str:
     total_ms = result.timings_ms.get("total", elapsed * 1000.0)
     parts.append(f"**Latency:** {total_ms:.0f} ms")
     if result.memory_segments:
-        parts.append(f"**From memory:** {result.memory_segments} of {_count(result.segments, 'segment')}")
+        near = f" ({result.memory_near_segments} near-exact: case or closing punctuation differed)" \
+            if result.memory_near_segments else ""
+        parts.append(f"**From memory:** {result.memory_segments} of {_count(result.segments, 'segment')}{near}")
     if result.memory_matches:
         best = result.memory_matches[0]
         parts.append(f"**Memory suggestion ({best['score']:.0%}):** {_markdown_text(best['source'])} → "
