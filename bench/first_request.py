@@ -7,8 +7,9 @@ Each run starts `app.py` on 127.0.0.1 in a process of its own (its own TMPDIR), 
 each kind of request once, in this order, and then 5 more times each: an auto-detected short Spanish text to en,
 an auto-detected sentence, each pinned pair, a pivot route, and one more registered pair that is not pinned
 (its adapter has to be attached: the only kind the warm-up leaves cold on purpose). A kind's ratio is its first
-latency over the median of the 5 that follow. Reported: every run's ratios and their medians, and the server's
-own warm-up line. Results: bench/results/first_request.{json,md}.
+latency over the median of the 5 that follow. Then 6 streamed chat completions: the first one's first piece of
+translation as a share of its whole stream, against the later ones'. Reported: every run's ratios and their
+medians, and the server's own warm-up line. Results: bench/results/first_request.{json,md}.
 """
 
 from __future__ import annotations
@@ -49,6 +50,27 @@ def _post(client: httpx.Client, body: dict[str, Any]) -> float:
     return elapsed
 
 
+#: The chat stream sent after the kinds above: a text long enough to take several steps (its first piece comes at
+#: the first step's end), by the page's and the OpenAI clients' streaming path.
+STREAM_BODY = {"model": "en2es", "stream": True, "messages": [{"role": "user", "content":
+               "The printer on the second floor is out of paper, so print the report on the third floor."}]}
+
+
+def _stream(client: httpx.Client) -> tuple[float, float]:
+    """(ms to the first piece of the translation, ms to the end) of one streamed chat completion."""
+    t0 = time.perf_counter()
+    first = None
+    with client.stream("POST", "/v1/chat/completions", json=STREAM_BODY) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if first is None and line.startswith("data: {"):
+                delta = json.loads(line[len("data: "):])["choices"][0]["delta"]
+                if delta.get("content"):
+                    first = (time.perf_counter() - t0) * 1000
+    whole = (time.perf_counter() - t0) * 1000
+    return (first if first is not None else whole), whole
+
+
 def one_run(index: int, config: str | None, sets: list[str], work: Path) -> dict[str, Any]:
     port = free_port()
     tmp = work / f"run{index}"
@@ -59,11 +81,19 @@ def one_run(index: int, config: str | None, sets: list[str], work: Path) -> dict
         with httpx.Client(base_url=server.base, timeout=120) as client:
             firsts = {kind: _post(client, body) for kind, body in KINDS}
             steady = {kind: statistics.median(_post(client, body) for _ in range(REPEATS)) for kind, body in KINDS}
+            # The first stream comes after the requests above, as a newcomer's chat client would meet it: a
+            # streamed request is its own path (the listener, the text growing, server-sent events).
+            streams = [_stream(client) for _ in range(REPEATS + 1)]
     finally:
         server.stop()
     log = (work / f"server{index}.log").read_text(errors="replace")
     warm = next((line.split("warm-up: ", 1)[1] for line in log.splitlines() if "warm-up: " in line), "")
+    later = [first / whole for first, whole in streams[1:]]
     return {"ready_s": round(ready_s, 1), "warmup": warm,
+            "stream": {"first_chunk_ms": round(streams[0][0], 1), "whole_ms": round(streams[0][1], 1),
+                       "first_share": round(streams[0][0] / streams[0][1], 3),
+                       "later_share": round(statistics.median(later), 3),
+                       "whole_ratio": round(streams[0][1] / statistics.median(w for _, w in streams[1:]), 2)},
             "kinds": {kind: {"first_ms": round(firsts[kind], 1), "steady_ms": round(steady[kind], 1),
                              "ratio": round(firsts[kind] / steady[kind], 2)} for kind, _ in KINDS}}
 
@@ -80,6 +110,16 @@ def render(runs: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
                      f"{statistics.median(c['steady_ms'] for c in cells):.0f} | "
                      f"**{statistics.median(c['ratio'] for c in cells):.2f}×** | "
                      f"{' '.join(format(c['ratio'], '.2f') for c in cells)} |")
+    streams = [r["stream"] for r in runs]
+    lines += ["", "The first streamed chat completion after those requests (`/v1/chat/completions`, stream=true, "
+              "en→es, 18 words): when its first piece of translation arrives, as a share of the whole stream, "
+              f"against the median of the {REPEATS} streams after it.", "",
+              "| measure | median | every run |", "|---|---:|---|"]
+    for key, label in (("first_share", "first stream: first piece ÷ whole"),
+                       ("later_share", "later streams: first piece ÷ whole"),
+                       ("whole_ratio", "first stream's whole ÷ later streams'")):
+        lines.append(f"| {label} | **{statistics.median(s[key] for s in streams):.2f}** | "
+                     f"{' '.join(format(s[key], '.2f') for s in streams)} |")
     lines += ["", f"The server's warm-up line (run 1): {runs[0]['warmup'] or '(none)'}"]
     return lines
 

@@ -76,7 +76,7 @@ def test_same_language_passthrough(svc: TranslationService) -> None:
 
 
 def test_unknown_code_clear_error(svc: TranslationService) -> None:
-    with pytest.raises(UnsupportedLanguage, match=r"^Unsupported language code 'xyz'\. Supported codes: zh, en,"):
+    with pytest.raises(UnsupportedLanguage, match=r"^Unsupported language code 'xyz'\. Codes this server translates: zh, en,"):
         svc.translate("Hello", "en", "xyz")
     with pytest.raises(UnsupportedLanguage, match=r"^Malformed language code '\.\./\.\./etc'"):
         svc.translate("Hello", "../../etc", "es")
@@ -328,7 +328,7 @@ def test_ready_only_after_the_first_request_of_every_kind_ran(marian_dir: Path, 
         assert gc.get_freeze_count() > 1000
         report = service.warmup
         assert report is not None and report.ran[0] == "memories of 8 pairs"
-        assert report.ran[1:] == ["detection", "de2en", "en2es", "pivot de2en+en2es"], report
+        assert report.ran[1:] == ["detection", "de2en", "en2es", "stream de2en", "pivot de2en+en2es"], report
         assert report.skipped == [] and report.seconds > 0
         assert service.status()["counts"]["requests"] == 0
         assert service.status()["warmup"]["ran"] == report.ran
@@ -373,7 +373,7 @@ def test_warm_up_says_why_a_kind_was_not_warmed(marian_dir: Path, marian_adapter
     service = make_service(marian_dir, marian_adapters, **{"cache.pinned": ["en2es"], "tm.enabled": False})
     try:
         report = warm_service(service)
-        assert report.ran == ["detection", "en2es"]
+        assert report.ran == ["detection", "en2es", "stream en2es"]
         assert report.skipped == ["pivot (no pivot route runs on pinned adapters only; a pivot route's first "
                                   "request loads its unpinned adapter)"]
         assert report.line().startswith("first request of every kind served in ")
