@@ -211,3 +211,53 @@ def test_a_chat_text_part_that_is_not_a_string_is_the_clients_mistake(live_serve
     with pytest.raises(openai.BadRequestError, match="a text part's 'text' must be a string"):
         client.chat.completions.create(model="en2es", messages=[
             {"role": "user", "content": [{"type": "text", "text": 5}]}])  # type: ignore[list-item]
+
+
+# ---------------------------------------------------------------------------------------------------- packages
+
+
+def _with_member(data: bytes, name: str, content: bytes, mode: int | None = None) -> bytes:
+    """`data` (a zip package) with one more member, `mode` its Unix type and permissions when given."""
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info, zin.read(info))
+        extra = zipfile.ZipInfo(name)
+        if mode is not None:
+            extra.create_system = 3
+            extra.external_attr = mode << 16
+        zout.writestr(extra, content)
+    return out.getvalue()
+
+
+EPUB = __import__("pathlib").Path(__file__).parent / "data" / "office" / "gdk-pixbuf.epub"
+
+
+@pytest.mark.parametrize("name", ["../evil.txt", "OEBPS/../../evil.txt", "/etc/evil", "..\\evil.txt", "C:/evil"])
+def test_a_package_member_named_outside_the_package_is_refused(name: str) -> None:
+    from hunyuan_mt.documents import read_document
+    from hunyuan_mt.errors import UnsupportedDocument
+
+    bad = _with_member(EPUB.read_bytes(), name, b"x")
+    with pytest.raises(UnsupportedDocument, match="points outside the package; such a package is refused"):
+        read_document(bad, "book.epub", LIMITS)
+
+
+def test_a_symlink_member_comes_back_a_plain_file() -> None:
+    import io
+    import stat
+    import zipfile
+
+    from hunyuan_mt.documents import read_document
+
+    linked = _with_member(EPUB.read_bytes(), "OEBPS/link", b"/etc/passwd", stat.S_IFLNK | 0o777)
+    document = read_document(linked, "book.epub", LIMITS)
+    out = document.render(document.segments, "es").data
+    with zipfile.ZipFile(io.BytesIO(out)) as zf:
+        modes = {info.filename: info.external_attr >> 16 for info in zf.infolist()}
+        assert zf.read("OEBPS/link") == b"/etc/passwd"  # the bytes stay; only the link flag goes
+    assert not stat.S_ISLNK(modes["OEBPS/link"]) and stat.S_ISREG(modes["OEBPS/link"])
+    assert not any(stat.S_ISLNK(mode) for mode in modes.values())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import stat
 import zipfile
 
 from ..config import LimitsConfig
@@ -55,6 +56,12 @@ def check_zip(data: bytes, filename: str, limits: LimitsConfig, kind: str) -> No
         raise UnsupportedDocument(f"{filename}: the .{kind} is damaged (not a readable zip archive)") from None
     if len(infos) > MAX_ZIP_MEMBERS:
         raise InputTooLarge(f"{filename}: the archive holds {len(infos)} files, the limit is {MAX_ZIP_MEMBERS}")
+    outside = next((info.filename for info in infos if _escapes(info.filename)), None)
+    if outside is not None:
+        # The translated package is written back member by member: a "../" name (or an absolute one) would reach
+        # whoever unpacks the download with a naive tool (issue 49). No real package has one.
+        raise UnsupportedDocument(f"{filename}: the package holds a file named {outside[:80]!r}, which points "
+                                  "outside the package; such a package is refused")
     total = sum(info.file_size for info in infos)
     if total > limits.max_unzipped_bytes:
         raise InputTooLarge(f"{filename}: unpacks to {total} bytes, the limit is {limits.max_unzipped_bytes} bytes")
@@ -65,12 +72,27 @@ def check_zip(data: bytes, filename: str, limits: LimitsConfig, kind: str) -> No
         raise UnsupportedDocument(f"{filename}: not {_DESCRIBED[kind]} ({what})")
 
 
+def _escapes(name: str) -> bool:
+    """Whether a member name leaves the package: absolute, a drive, or a ".." step (either slash)."""
+    parts = name.replace("\\", "/").split("/")
+    return name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":") or ".." in parts
+
+
+def _plain_mode(external_attr: int) -> int:
+    """The member's attributes with its Unix type made a plain file (or kept a folder): a symlink flag copied into
+    the download would make an unpacker create a link (issue 49); permissions and DOS bits stay."""
+    mode = external_attr >> 16
+    if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        mode = stat.S_IFREG | 0o644
+    return (mode << 16) | (external_attr & 0xFFFF)
+
+
 def _member_info(info: zipfile.ZipInfo) -> zipfile.ZipInfo:
-    """A fresh header for a copied member: same name, date, compression, permissions and comment; `mimetype` stored
-    with no extra field, as OpenDocument and EPUB require of it."""
+    """A fresh header for a copied member: same name, date, compression, permissions and comment (a symlink's
+    type dropped); `mimetype` stored with no extra field, as OpenDocument and EPUB require of it."""
     out = zipfile.ZipInfo(info.filename, info.date_time)
     out.compress_type = zipfile.ZIP_STORED if info.filename == "mimetype" else info.compress_type
-    out.external_attr = info.external_attr
+    out.external_attr = _plain_mode(info.external_attr)
     out.create_system = info.create_system
     out.comment = info.comment
     return out
