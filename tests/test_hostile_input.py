@@ -261,3 +261,39 @@ def test_a_symlink_member_comes_back_a_plain_file() -> None:
         assert zf.read("OEBPS/link") == b"/etc/passwd"  # the bytes stay; only the link flag goes
     assert not stat.S_ISLNK(modes["OEBPS/link"]) and stat.S_ISREG(modes["OEBPS/link"])
     assert not any(stat.S_ISLNK(mode) for mode in modes.values())
+
+
+def test_a_body_that_trickles_in_is_cut_off_with_408(live_server: LiveServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slowloris client: headers promise 1,000 bytes, then one byte every 0.2 s. It gets 408 once it falls
+    behind the minimum rate (shortened here to 1 s of grace and 50 bytes a second), and the server answers others
+    meanwhile."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    import hunyuan_mt.web.requests as requests_mod
+
+    monkeypatch.setattr(requests_mod, "BODY_GRACE_S", 1.0)
+    monkeypatch.setattr(requests_mod, "BODY_MIN_RATE", 50)
+    url = urlsplit(live_server.url)
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(b"POST /translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{")
+        started = time.monotonic()
+        sock.setblocking(False)
+        answer = b""
+        while time.monotonic() - started < 20 and b"\r\n\r\n" not in answer:
+            try:
+                sock.send(b" ")
+            except OSError:
+                pass
+            time.sleep(0.2)
+            try:
+                answer += sock.recv(65536)
+            except BlockingIOError:
+                pass
+        elapsed = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b"Request body too slow" in answer and elapsed < 10, (elapsed, answer[-300:])
+    # A client at a normal pace is not touched.
+    assert httpx.post(live_server.url + "/detect", json={"q": "Bonjour tout le monde"}, timeout=60).status_code == 200

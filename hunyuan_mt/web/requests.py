@@ -6,6 +6,7 @@ and malformed JSON is a 400, all as typed errors that the API edge renders as `{
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 from urllib.parse import parse_qsl
@@ -21,6 +22,19 @@ FORM = "application/x-www-form-urlencoded"
 MULTIPART = "multipart/form-data"
 #: Form fields a request may carry (LibreTranslate's routes read a handful).
 MAX_FIELDS = 200
+
+
+#: A body must arrive at BODY_MIN_RATE bytes a second after the first BODY_GRACE_S seconds: a client that trickles
+#: a byte now and then (slowloris) held a worker and its buffers for as long as it liked (issue 49). A 10 MiB
+#: upload at 16 KiB/s has 670 s.
+BODY_GRACE_S = 30.0
+BODY_MIN_RATE = 16 * 1024
+
+
+class RequestTimeout(InvalidInput):
+    """The request body came too slowly (BODY_GRACE_S, BODY_MIN_RATE)."""
+
+    http_status = 408
 
 
 class UnsupportedMediaType(InvalidInput):
@@ -175,12 +189,23 @@ class BodyLimitMiddleware:
             await _send_413(send, int(declared), cap)
             return
         seen = 0
+        complete = False
+        loop = asyncio.get_running_loop()
+        started = loop.time()
 
         async def counted_receive() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, complete
+            if complete:  # the body is in: what comes now is the disconnect a watcher waits for, however late
+                return await receive()
+            left = started + BODY_GRACE_S + seen / BODY_MIN_RATE - loop.time()
+            try:
+                message = await asyncio.wait_for(receive(), timeout=max(left, 0.001))
+            except asyncio.TimeoutError:
+                raise RequestTimeout(f"Request body too slow: {seen} bytes in {loop.time() - started:.0f} s "
+                                     f"(at least {BODY_MIN_RATE // 1024} KiB/s after {BODY_GRACE_S:g} s).") from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
+                complete = not message.get("more_body", False)
                 if seen > cap:
                     # Surfaces in the route as a typed error (rendered 413 by the API's handler).
                     raise InputTooLarge(f"Request body too large: more than {cap} bytes.")
