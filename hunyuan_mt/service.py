@@ -36,6 +36,7 @@ from .warmup import WarmupReport, warm_service
 from .languages import LANGUAGES, normalize_code, served_codes
 from .memory import MemoryMonitor, MemoryPolicy
 from .router import RoutePlan, Router
+from .documents.base import ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL
 from .segment import split_text
 from .streaming import TextStream
 from .ticket import Ticket
@@ -394,8 +395,10 @@ class TranslationService:
     def translate_segments(self, segments: Sequence[str], src: str, tgt: str,
                            progress: Callable[[int, int], None] | None = None,
                            glossary: Glossary | None = None, ticket: Ticket | None = None,
-                           context: str | None = None) -> list[str]:
+                           context: str | None = None, origins: dict[str, str] | None = None) -> list[str]:
         """Documents: translate each segment (already split by the document reader), keeping its layout.
+        `origins`, when given, gets each segment's origin (documents.base.ORIGIN_*): the memory's, exact or near,
+        when every sentence of it came from the memory, else the model's.
 
         Whitespace-only segments come back unchanged. `progress(done, total)` is called as chunks finish. The
         rows are background rows (they yield to interactive requests); `ticket` can cancel them. `context` shapes
@@ -427,6 +430,9 @@ class TranslationService:
             jobs = self._run_enforcing(jobs, [texts[i] for i in chunk], glossary, ticket=ticket, listen=counted)
             for i, job in zip(chunk, jobs):
                 out[i] = job.render(job.current)
+                if origins is not None and (job.todo or job.memory):
+                    origins[texts[i]] = ORIGIN_MODEL if job.todo else \
+                        ORIGIN_MEMORY_NEAR if job.near else ORIGIN_MEMORY
             if progress:
                 progress(min(start + _DOC_CHUNK, total), total)
         self._record((time.perf_counter() - t0) * 1000, total, sum(len(texts[i]) for i in todo), 1, "document")

@@ -229,3 +229,53 @@ def test_rest_and_the_page_flag_a_near_exact_answer(memory_server: LiveServer) -
     assert body == {"translatedText": "El disco está lleno", "memorySegments": 1, "memoryNearSegments": 1}
     line = _info_line(service.translate("The disk is full!", "en", "es"), None, 0.01)
     assert "From memory:** 1 of 1 segment (1 near-exact: case or closing punctuation differed)" in line
+
+
+XLIFF_UNITS = b"""<?xml version="1.0" encoding="UTF-8"?>
+<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2"><file source-language="en" datatype="plaintext"
+original="ui"><body>
+<trans-unit id="a"><source>The disk is full.</source></trans-unit>
+<trans-unit id="b"><source>the disk is full</source></trans-unit>
+<trans-unit id="c"><source>Open the settings to change the folder.</source></trans-unit>
+</body></file></xliff>"""
+
+PO_ENTRIES = b'''msgid ""
+msgstr ""
+"Content-Type: text/plain; charset=UTF-8\\n"
+
+msgid "The disk is full."
+msgstr ""
+
+msgid "Delete 12 files."
+msgstr ""
+
+msgid "Open the settings to change the folder."
+msgstr ""
+'''
+
+
+def test_documents_say_which_segments_came_from_memory_exact_or_near_and_which_from_the_model(
+        memory_server: LiveServer) -> None:
+    import polib
+    from lxml import etree
+
+    from hunyuan_mt.web.doctranslate import translate_upload
+
+    service = memory_server.service
+    service.tm.add("en2es", [("The disk is full.", "El disco está lleno."), ("Delete 3 files.", "Eliminar 3 archivos.")])
+    rendered, _ = translate_upload(service, XLIFF_UNITS, "ui.xlf", "en", "es", memory_server.cfg.limits)
+    ns = {"x": "urn:oasis:names:tc:xliff:document:1.2"}
+    targets = {unit.get("id"): unit.find("x:target", ns)
+               for unit in etree.fromstring(rendered.data).iterfind(".//x:trans-unit", ns)}
+    states = {key: (t.get("state"), t.get("state-qualifier")) for key, t in targets.items()}
+    assert states == {"a": ("translated", "leveraged-tm"), "b": ("needs-review-translation", "leveraged-tm"),
+                      "c": ("needs-review-translation", "mt-suggestion")}
+    assert targets["a"].text == "El disco está lleno." and targets["b"].text == "El disco está lleno"
+
+    rendered, _ = translate_upload(service, PO_ENTRIES, "ui.po", "en", "es", memory_server.cfg.limits)
+    entries = {e.msgid: e for e in polib.pofile(rendered.data.decode())}
+    exact, near, model = (entries[k] for k in ("The disk is full.", "Delete 12 files.",
+                                              "Open the settings to change the folder."))
+    assert (exact.msgstr, exact.tcomment, exact.flags) == ("El disco está lleno.", "translation memory: exact match", [])
+    assert near.msgstr == "Eliminar 12 archivos." and near.tcomment.startswith("translation memory: near-exact")
+    assert near.flags == ["fuzzy"] and model.flags == ["fuzzy"] and not model.tcomment

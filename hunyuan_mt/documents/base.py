@@ -82,6 +82,11 @@ def check_not_empty(filename: str, segments: Sequence[str], what: str = "text") 
         raise InvalidInput(f"{filename}: no {what} to translate was found")
 
 
+#: Where a segment's translation came from: the translation memory (exact, or near-exact: case, closing
+#: punctuation, numbers or placeholders differed) or the model.
+ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL = "memory", "memory-near", "model"
+
+
 class Document(ABC):
     """A parsed upload: the `segments` to translate, in order, and how to put translations back."""
 
@@ -95,6 +100,9 @@ class Document(ABC):
         self.filename = filename
         #: Stripped, non-empty texts that hold letters; never code blocks, timings or markup.
         self.segments = segments
+        #: Segment text → where its translation came from (ORIGINS), where the translator said: the formats with a
+        #: place for it (XLIFF's state-qualifier, a PO comment) write it; unknown segments count as the model's.
+        self.origins: dict[str, str] = {}
 
     def render(self, translations: Sequence[str], target: str | None = None) -> RenderedDocument:
         """The translated document; `translations[i]` replaces `segments[i]`."""

@@ -123,15 +123,19 @@ def read_document(data: bytes, filename: str, limits: LimitsConfig) -> Document:
 
 def translate_document(data: bytes | Document, filename: str, limits: LimitsConfig,
                        translate_segments: TranslateSegments, progress: Progress | None = None,
-                       target: str | None = None, glossary: Glossary | None = None) -> RenderedDocument:
+                       target: str | None = None, glossary: Glossary | None = None,
+                       origins: dict[str, str] | None = None) -> RenderedDocument:
     """Read, translate and render an upload in one call (what the web layer and the CLI use). `data` may be a
     document `read_document` already read (a job checks the upload before it answers with an id).
 
     `translate_segments(segments, progress)` is the service's `translate_segments` bound to a language pair.
-    `target` names the output file (`report.es.docx`).
+    `target` names the output file (`report.es.docx`). `origins` (segment text → `base.ORIGIN_*`) is filled by
+    the translator as it goes; the formats with a place for it write it.
     """
     document = data if isinstance(data, Document) else read_document(data, filename, limits)
     translations, redone = translate_keeping_markup(document, translate_segments, progress, glossary)
+    if origins is not None:
+        document.origins = origins
     rendered = document.render(translations, target=target)
     if redone:
         note = (f"{redone} segment{'s' if redone > 1 else ''} whose markup came back out of order "

@@ -3,7 +3,9 @@
 Read and written with lxml (already the XML library under python-docx), with entity resolution and network access
 off. A unit marked translate="no", and one whose target already holds a translation, is left alone. A new target
 is marked as machine output for review: state="needs-review-translation" with state-qualifier="mt-suggestion" in
-1.2, state="translated" on the segment in 2.x (2.x has no standard marker for machine output). The file's target
+1.2, state="translated" on the segment in 2.x (2.x has no standard marker for machine output). In 1.2 a target the
+translation memory gave says so: state-qualifier="leveraged-tm", with state="translated" for an exact entry and
+"needs-review-translation" for a near-exact one. The file's target
 language is set to the one asked for.
 
 Inline codes travel as masking sentinels, like HTML tags: a paired code's start and end (`<g>…</g>` in 1.2,
@@ -23,9 +25,16 @@ from lxml import etree
 from .. import masking
 from ..config import LimitsConfig
 from ..errors import InvalidInput
-from .base import Document, RenderedDocument, check_xml_caps, needs_translation, output_filename
+from .base import (ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, Document, RenderedDocument, check_xml_caps,
+                   needs_translation, output_filename)
 
-_NOTE = "Targets written by the model are marked for review; inline codes, notes and translated units are kept."
+_NOTE = ("Targets written by the model are marked for review, and those from the translation memory say so; inline "
+         "codes, notes and translated units are kept.")
+#: XLIFF 1.2's state and state-qualifier per origin: the memory's exact answer is a translation (leveraged from
+#: the memory); its near-exact one and the model's are for review.
+_STATES_1 = {ORIGIN_MEMORY: ("translated", "leveraged-tm"),
+             ORIGIN_MEMORY_NEAR: ("needs-review-translation", "leveraged-tm"),
+             ORIGIN_MODEL: ("needs-review-translation", "mt-suggestion")}
 XLIFF_1 = "urn:oasis:names:tc:xliff:document:1.2"
 XLIFF_2 = "urn:oasis:names:tc:xliff:document:2.0"
 # Elements whose content is text to translate (the start and end are codes), and codes copied whole.
@@ -138,7 +147,7 @@ class XliffDocument(Document):
     def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
         from xml.sax.saxutils import escape
 
-        for unit, translation in zip(self._units, translations):
+        for index, (unit, translation) in enumerate(zip(self._units, translations)):
             content = masking.restore(escape(translation), unit.protected)
             try:
                 new = etree.fromstring(f'<target xmlns="{self._ns}">{content}</target>')
@@ -154,8 +163,10 @@ class XliffDocument(Document):
                 unit.source.addnext(new)
                 new.tail = unit.source.tail
             if self._ns == XLIFF_1:
-                new.set("state", "needs-review-translation")
-                new.set("state-qualifier", "mt-suggestion")
+                state, qualifier = _STATES_1.get(self.origins.get(self.segments[index], ORIGIN_MODEL),
+                                                 _STATES_1[ORIGIN_MODEL])
+                new.set("state", state)
+                new.set("state-qualifier", qualifier)
             else:
                 unit.holder.set("state", "translated")
         if target:

@@ -232,8 +232,11 @@ class RemoteService:
         yield self.translate_batch([text], src, tgt, glossary=glossary, context=context)[0]
 
     def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None,
-                           glossary: Any = None, ticket: Any = None, context: str | None = None) -> list[str]:
-        """A document, one chunk per replica call; a cancelled `ticket` stops it between two chunks."""
+                           glossary: Any = None, ticket: Any = None, context: str | None = None,
+                           origins: dict[str, str] | None = None) -> list[str]:
+        """A document, one chunk per replica call; a cancelled `ticket` stops it between two chunks. `origins`
+        stays empty: the replicas do not send where each segment came from yet (documents then mark every
+        segment as the model's)."""
         def report(done: int, total: int) -> None:
             if ticket is not None and ticket.cancelled:
                 raise Cancelled(f"Cancelled: {ticket.reason}.")

@@ -68,7 +68,9 @@ def translate_upload(service: Any, data: bytes | Document, filename: str, source
         if ticket is not None and ticket.cancelled:
             raise Cancelled(f"Cancelled: {ticket.reason}.")
         return service.translate_segments(segments, state["source"], target, progress=report, glossary=glossary,
-                                          ticket=ticket, context=context)
+                                          ticket=ticket, context=context, origins=origins)
 
-    rendered = translate_document(data, filename, limits, run, progress=progress, target=target, glossary=glossary)
+    origins: dict[str, str] = {}
+    rendered = translate_document(data, filename, limits, run, progress=progress, target=target, glossary=glossary,
+                                  origins=origins)
     return rendered, state["source"]
