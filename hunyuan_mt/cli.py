@@ -139,19 +139,28 @@ def _translate_file(args: argparse.Namespace) -> int:
 
 
 def cmd_tm(args: argparse.Namespace) -> int:
-    """`tm import FILE --pair en2es`: add a TSV or TMX file to the translation memory (no model is loaded)."""
+    """`tm import FILE --pair en2es`: add a TSV or TMX file to the translation memory; `tm export [FILE] --pair
+    en2es`: write the pair's memory as TMX (no model is loaded either way)."""
     from .adapters.request import Pair
     from .config import load_config, parse_set_args
-    from .tm import RELOAD_CHECK_S, TranslationMemory, read_rows
+    from .tm import RELOAD_CHECK_S, TranslationMemory, read_rows, tmx_bytes
 
     cfg = load_config(args.config, parse_set_args(args.set))
     pair = Pair.parse(args.pair)
+    memory = TranslationMemory(cfg.tm.resolved_dir, cfg.tm.resolved_shipped)
+    if args.action == "export":
+        out = Path(args.file or f"{pair.key}.tmx")
+        rows = memory.export_rows(pair)
+        out.write_bytes(tmx_bytes(rows, pair.src, pair.tgt))
+        print(f"{pair.key}: {len(rows)} entries written to {out} (TMX 1.4)")
+        return 0
+    if not args.file:
+        raise InvalidInput("tm import needs the file to import: tm import FILE --pair en2es")
     path = Path(args.file)
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise InvalidInput(f"Cannot read {args.file}: {exc.strerror or exc}") from None
-    memory = TranslationMemory(cfg.tm.resolved_dir, cfg.tm.resolved_shipped)
     result = memory.add(pair, read_rows(data, path.name, pair.src, pair.tgt))
     print(f"{pair.key}: {result.added} entries added, {result.replaced} replaced, {result.skipped} skipped "
           f"(placeholders differ or a side is empty); {result.entries} in the memory now ({cfg.tm.resolved_dir / (pair.key + '.tsv')})")
@@ -258,9 +267,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     add_config_arguments(p)
     p.set_defaults(handler=cmd_adapters)
 
-    p = sub.add_parser("tm", help="translation memory: tm import FILE --pair en2es (TSV or TMX)")
-    p.add_argument("action", choices=["import"])
-    p.add_argument("file", help="a .tsv (source<TAB>target per line) or .tmx file")
+    p = sub.add_parser("tm", help="translation memory: tm import FILE --pair en2es (TSV or TMX); "
+                                  "tm export [FILE] --pair en2es (TMX)")
+    p.add_argument("action", choices=["import", "export"])
+    p.add_argument("file", nargs="?", help="import: a .tsv (source<TAB>target per line) or .tmx file; export: the "
+                                          ".tmx to write (default <pair>.tmx here)")
     p.add_argument("--pair", required=True, help="the direction, e.g. en2es")
     add_config_arguments(p)
     p.set_defaults(handler=cmd_tm)

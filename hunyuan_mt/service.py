@@ -617,6 +617,14 @@ class TranslationService:
         result = self.tm.add(parsed, read_rows(data, filename, parsed.src, parsed.tgt))
         return asdict(result)
 
+    def export_memory(self, pair: Pair | str) -> bytes:
+        """The translation memory of `pair` as TMX (the user's entries over the shipped ones; see
+        TranslationMemory.export_rows)."""
+        from .tm import tmx_bytes
+
+        parsed = self._pair(pair)
+        return tmx_bytes(self.tm.export_rows(parsed), parsed.src, parsed.tgt)
+
     def rescan(self) -> None:
         self.cache.rescan()
 

@@ -342,6 +342,29 @@ class TranslationMemory:
         with self._lock:
             return {pair: len(entries) for pair, entries in self._pairs.items() if entries}
 
+    # ------------------------------------------------------------------ exporting
+
+    def export_rows(self, pair: Pair | str) -> list[tuple[str, str]]:
+        """A pair's entries as written, for an export: the user's (raw) over the shipped ones. A shipped entry is
+        stored masked, so one that held placeholders (`⟦0⟧` in place of `%s`) is left out: its spans are lost."""
+        key = (pair if isinstance(pair, Pair) else Pair.parse(pair)).key
+        rows: dict[str, tuple[str, str]] = {}
+        if self.shipped_dir is not None:
+            for path in (self.shipped_dir / f"{key}.tsv.gz", self.shipped_dir / f"{key}.tsv"):
+                if not path.is_file():
+                    continue
+                opener = gzip.open if path.suffix == ".gz" else open
+                with opener(path, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
+                    for line in handle:
+                        source, sep, target = line.rstrip("\n").partition("\t")
+                        if sep and "⟦" not in source + target and source.strip() and target.strip():
+                            rows[memory_key(source, fold=False)] = (source, target)
+        with self._lock:
+            user = _user_rows(self.user_dir / f"{key}.tsv")
+        for source, target in user.values():
+            rows[memory_key(source, fold=False)] = (source, target)
+        return list(rows.values())
+
     # ------------------------------------------------------------------ importing
 
     def add(self, pair: Pair | str, rows: list[tuple[str, str]]) -> ImportResult:
@@ -379,6 +402,17 @@ class TranslationMemory:
         return ImportResult(key, added, len(kept) - added, skipped, len(entries))
 
 
+def tmx_bytes(rows: list[tuple[str, str]], src: str, tgt: str) -> bytes:
+    """`rows` as a TMX 1.4 document, written by translate-toolkit's TMX store (the library Pootle and Weblate's
+    tooling use), which the import reads back (`read_rows`)."""
+    from translate.storage import tmx
+
+    store = tmx.tmxfile(sourcelanguage=src, targetlanguage=tgt)
+    for source, target in rows:
+        store.addtranslation(source, src, target, tgt)
+    return bytes(store)
+
+
 def _user_rows(path: Path) -> dict[str, tuple[str, str]]:
     """The user's file for a pair: masked source key → (source, target), later lines winning (files written by
     earlier versions appended, so a source may appear more than once)."""
@@ -414,9 +448,15 @@ def read_rows(data: bytes, filename: str, src: str, tgt: str) -> list[tuple[str,
     return rows
 
 
+_INTERNAL_SUBSET = re.compile(rb"<!DOCTYPE[^>\[]*\[")
+
+
 def _tmx_rows(data: bytes, src: str, tgt: str) -> list[tuple[str, str]]:
-    if b"<!DOCTYPE" in data[:2048] or b"<!ENTITY" in data:
-        raise InvalidInput("TMX files with a DOCTYPE or entities are not accepted.")  # no entity expansion games
+    # No entity expansion games: entities and a DOCTYPE's internal subset are refused. A bare `<!DOCTYPE tmx SYSTEM
+    # "tmx14.dtd">` is what TMX writers put (translate-toolkit's export here, OmegaT, Trados); the parser never
+    # fetches it.
+    if b"<!ENTITY" in data or _INTERNAL_SUBSET.search(data[:4096]):
+        raise InvalidInput("TMX files with entities or a DOCTYPE internal subset are not accepted.")
     try:
         root = ElementTree.parse(io.BytesIO(data)).getroot()
     except ElementTree.ParseError as exc:

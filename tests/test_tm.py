@@ -279,3 +279,36 @@ def test_documents_say_which_segments_came_from_memory_exact_or_near_and_which_f
     assert (exact.msgstr, exact.tcomment, exact.flags) == ("El disco está lleno.", "translation memory: exact match", [])
     assert near.msgstr == "Eliminar 12 archivos." and near.tcomment.startswith("translation memory: near-exact")
     assert near.flags == ["fuzzy"] and model.flags == ["fuzzy"] and not model.tcomment
+
+
+def test_a_pairs_memory_exports_as_tmx_that_imports_back(memory_server: LiveServer, tmp_path: Path) -> None:
+    service = memory_server.service
+    rows = [("The disk is full.", "El disco está lleno."), ("Delete %s?", "¿Eliminar %s?"),
+            ("Save & close <now>", "Guardar y cerrar <now>")]
+    service.tm.add("en2es", rows)
+    # REST, with the admin key only.
+    url = memory_server.url + "/admin/memory"
+    assert requests.get(url, params={"pair": "en2es"}, timeout=60).status_code == 403
+    response = requests.get(url, params={"pair": "en2es"}, headers={"X-Admin-Key": ADMIN_KEY}, timeout=60)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/x-tmx+xml")
+    assert 'filename="en2es.tmx"' in response.headers["content-disposition"]
+    # The same rows back through the import's own reader (as written: placeholders and markup characters kept).
+    assert sorted(read_rows(response.content, "en2es.tmx", "en", "es")) == sorted(rows)
+    fresh = TranslationMemory(tmp_path / "again")
+    fresh.add("en2es", read_rows(response.content, "en2es.tmx", "en", "es"))
+    assert fresh.lookup("en", "es", protect("Delete {0}?")) == "¿Eliminar ⟦0⟧?"
+
+
+def test_the_cli_exports_the_shipped_and_the_users_entries(tmp_path: Path, capsys: Any) -> None:
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (shipped / "en2es.tsv").write_text("Open\tAbrir\nDelete ⟦0⟧?\t¿Eliminar ⟦0⟧?\nSave\tGuardar\n", encoding="utf-8")
+    user = tmp_path / "tm"
+    TranslationMemory(user).add("en2es", [("Save", "Guardar ahora")])
+    out = tmp_path / "out.tmx"
+    assert cli.main(["tm", "export", str(out), "--pair", "en2es", "--set", f"tm.dir={user}",
+                     "--set", f"tm.shipped={shipped}"]) == 0
+    assert "en2es: 2 entries written to" in capsys.readouterr().out
+    # The masked shipped entry is left out (its placeholder is lost); the user's entry wins over the shipped one.
+    assert sorted(read_rows(out.read_bytes(), "out.tmx", "en", "es")) == [("Open", "Abrir"), ("Save", "Guardar ahora")]

@@ -301,6 +301,14 @@ class RemoteService:
         self._served(reply["replica"])
         return reply["result"]
 
+    def export_memory(self, pair: Pair | str) -> bytes:
+        # The replica of the pair's group that answers reads its machine's tm folder.
+        p = pair if isinstance(pair, Pair) else Pair.parse(pair)
+        group, _ = self.route(p.src, p.tgt)
+        reply = self._run(self.acall(group, "admin", "export_memory", p.key, model_id=p.key))
+        self._served(reply["replica"])
+        return reply["result"]
+
     def pin(self, pair: Pair | str) -> bool:
         return self._admin_pair("pin", pair)
 

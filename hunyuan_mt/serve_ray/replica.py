@@ -162,12 +162,14 @@ class TranslatorReplica:
 
     async def admin(self, action: str, pair: str | None = None, data: bytes = b"",
                     filename: str = "") -> dict[str, Any]:
-        """rescan / pin / unpin / unload / import_memory on this replica (Serve handles reach one replica per
+        """rescan / pin / unpin / unload / import_memory / export_memory on this replica (Serve handles reach one replica per
         call)."""
         try:
             if action == "import_memory":
                 result = await asyncio.to_thread(self.service.import_memory, data, filename, pair)
                 return self._reply(result=result)
+            if action == "export_memory":
+                return self._reply(result=await asyncio.to_thread(self.service.export_memory, pair))
             if action == "rescan":
                 await asyncio.to_thread(self.service.rescan)
                 return self._reply(changed=True)

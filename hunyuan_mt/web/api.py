@@ -71,6 +71,7 @@ class TranslationServiceLike(Protocol):  # the parts of service.TranslationServi
     def status(self) -> dict[str, Any]: ...
     def rescan(self) -> Any: ...
     def import_memory(self, data: bytes, filename: str, pair: str) -> dict[str, Any]: ...
+    def export_memory(self, pair: Any) -> bytes: ...
     def pin(self, pair: Pair) -> Any: ...
     def unpin(self, pair: Pair) -> Any: ...
     def unload(self, pair: Pair) -> Any: ...
@@ -564,6 +565,15 @@ class RestApi:
         changed = await self._call(getattr(self.service, action), pair)
         return JSONResponse({"ok": True, "action": action, "pair": pair.key, "changed": bool(changed)})
 
+    async def export_memory(self, request: Request) -> Response:
+        """GET /admin/memory?pair=en2es: the pair's translation memory as a TMX download (admin key)."""
+        fields = dict(request.query_params)
+        self.policy.check_admin(request.headers.get("x-admin-key") or fields.get("admin_key"))
+        pair = Pair.parse(text_field(fields, "pair"))  # pure string parsing: never a path
+        data = await self._call(self.service.export_memory, pair)
+        return Response(data, media_type="application/x-tmx+xml",
+                        headers={"Content-Disposition": attachment(f"{pair.key}.tmx")})
+
     # ------------------------------------------------------------------ OpenAI-compatible
 
     def _chat_request(self, fields: dict[str, Any]) -> tuple[str, str, str, str]:
@@ -879,6 +889,8 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
                           summary=f"{action.capitalize()} (needs the X-Admin-Key header)",
                           openapi_extra=None if action == "rescan" else memory_doc if action == "memory" else pair_doc)
 
+    app.add_api_route("/admin/memory", api.export_memory, methods=["GET"], tags=["Admin"],
+                      summary="A pair's translation memory as TMX (?pair=en2es; needs the X-Admin-Key header)")
     app.add_api_route("/v1/documents", api.submit_document, methods=["POST"], tags=["Documents"], status_code=202,
                       summary="Translate a document as a job: answers at once with its id",
                       openapi_extra=_body_doc(_DOCUMENT_SCHEMA, (MULTIPART,)))
