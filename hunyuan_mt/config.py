@@ -387,12 +387,17 @@ class JobsConfig:
     ttl_s: float = 3600.0
     #: Jobs kept at once (queued, running and finished but not expired); more are refused as busy.
     max_jobs: int = 64
+    #: Jobs one caller (an API key, or an address) may have kept at once; more get 429 with Retry-After, so one
+    #: caller's flood never locks the others out of the shared `max_jobs` (issue 49).
+    per_caller: int = 16
 
     def __post_init__(self) -> None:
         _check(isinstance(self.workers, int) and self.workers >= 1, "jobs.workers", "an integer >= 1", self.workers)
         _check(self.ttl_s > 0, "jobs.ttl_s", "a number > 0", self.ttl_s)
         _check(isinstance(self.max_jobs, int) and self.max_jobs >= 1, "jobs.max_jobs", "an integer >= 1",
                self.max_jobs)
+        _check(isinstance(self.per_caller, int) and self.per_caller >= 1, "jobs.per_caller", "an integer >= 1",
+               self.per_caller)
 
 
 @dataclass

@@ -11,6 +11,7 @@ The store is in memory: jobs do not survive a restart, which a client finds out 
 from __future__ import annotations
 
 import itertools
+import math
 import logging
 import queue
 import secrets
@@ -22,7 +23,7 @@ from typing import Any
 
 from .config import JobsConfig
 from .documents import RenderedDocument
-from .errors import Busy, Cancelled, InvalidInput, TranslationError, http_status
+from .errors import Busy, Cancelled, InvalidInput, RateLimited, TranslationError, http_status
 from .ticket import Ticket
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ class Job:
     #: Who uploaded it (the REST caller, the page's visitor), for the `may` check of every later call.
     owner: Any
     created: float
+    #: Whose quota it counts against (jobs.per_caller): the caller, even where jobs are not owned.
+    caller: Any = None
     state: str = "queued"
     done: int = 0
     total: int = 0
@@ -143,16 +146,20 @@ class DocumentJobs:
 
     # ------------------------------------------------------------------ public
 
-    def submit(self, work: Work, filename: str, source: str, target: str, total: int, owner: Any = None) -> JobView:
-        """Queue a document already read and checked (`total` segments to translate); returns at once. Busy when
-        `max_jobs` jobs are kept."""
+    def submit(self, work: Work, filename: str, source: str, target: str, total: int, owner: Any = None,
+               caller: Any = None) -> JobView:
+        """Queue a document already read and checked (`total` segments to translate); returns at once. RateLimited
+        when `caller` already has `per_caller` jobs kept; Busy when `max_jobs` jobs are kept in all."""
         now = self._clock()
         with self._lock:
             self._expire(now)
+            if caller is not None:
+                self._check_quota(caller, now)
             if len(self._jobs) >= self.cfg.max_jobs:
                 raise Busy(f"{len(self._jobs)} document jobs are queued or kept (jobs.max_jobs); try again when one "
                            "has finished or expired.")
-            job = Job(secrets.token_hex(12), filename, source, target, owner, now, total=total, seq=next(self._seq))
+            job = Job(secrets.token_hex(12), filename, source, target, owner, now, caller=caller, total=total,
+                      seq=next(self._seq))
             self._jobs[job.id] = job
         self._queue.put((job, work))
         log.info("job %s: %s queued (%s→%s, %d segments)", job.id, filename, source, target, total)
@@ -274,6 +281,23 @@ class DocumentJobs:
         if job is None or (may is not None and not may(job.owner)):
             raise JobNotFound(f"No job {str(job_id)[:40]!r}: it does not exist, has expired, or is not yours.")
         return job
+
+    def check_quota(self, caller: Any) -> None:
+        """RateLimited when `caller` has `per_caller` jobs kept: asked before the upload is charged."""
+        with self._lock:
+            now = self._clock()
+            self._expire(now)
+            self._check_quota(caller, now)
+
+    def _check_quota(self, caller: Any, now: float) -> None:
+        mine = [j for j in self._jobs.values() if j.caller == caller]
+        if len(mine) < self.cfg.per_caller:
+            return
+        # When the first of them frees its place: an ended one's expiry, else (all still running) a minute.
+        ends = [j.ended + self.cfg.ttl_s - now for j in mine if j.ended is not None]
+        wait = max(1, math.ceil(min(ends))) if ends else 60
+        raise RateLimited(f"You have {len(mine)} document jobs kept, the most one caller may (jobs.per_caller); "
+                          f"try again in {wait} s, when the first of them has expired.", wait)
 
     def _expire(self, now: float) -> None:
         gone = [k for k, j in self._jobs.items() if j.ended is not None and now - j.ended > self.cfg.ttl_s]

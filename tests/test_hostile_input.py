@@ -297,3 +297,34 @@ def test_a_body_that_trickles_in_is_cut_off_with_408(live_server: LiveServer, mo
     assert b"Request body too slow" in answer and elapsed < 10, (elapsed, answer[-300:])
     # A client at a normal pace is not touched.
     assert httpx.post(live_server.url + "/detect", json={"q": "Bonjour tout le monde"}, timeout=60).status_code == 200
+
+
+def test_one_keys_flood_gets_its_own_429_and_never_evicts_anothers_link_or_job(web_service, web_cfg) -> None:
+    """k2 floods /translate_file and /v1/documents: it gets 429 with Retry-After once it holds its share (2 here,
+    16 by default), while k1's download link, taken first, stays downloadable and k1 can still submit a job. Before,
+    64 small uploads from k2 pushed k1's link out, and k2's jobs up to the shared 64 gave everyone 503."""
+    from web_server import serve, with_server
+
+    cfg = with_server(web_cfg, api_keys=["k1", "k2"], rate_limit_per_min=1000)
+    with serve(web_service, cfg) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        api = server.app.state.api
+        api.downloads.per_caller = 2
+        api.jobs.cfg = __import__("dataclasses").replace(api.jobs.cfg, per_caller=2)
+        files = {"file": ("notes.txt", b"Open the file.\n", "text/plain")}
+        k1, k2 = {"Authorization": "Bearer k1"}, {"Authorization": "Bearer k2"}
+        link = client.post("/translate_file", data={"source": "en", "target": "es"}, files=files, headers=k1)
+        assert link.status_code == 200, link.text
+        codes = [client.post("/translate_file", data={"source": "en", "target": "es"}, files=files,
+                             headers=k2).status_code for _ in range(6)]
+        assert codes == [200, 200, 429, 429, 429, 429], codes
+        refused = client.post("/translate_file", data={"source": "en", "target": "es"}, files=files, headers=k2)
+        assert "translated files waiting to be downloaded" in refused.json()["error"]
+        assert 1 <= int(refused.headers["Retry-After"]) <= 900
+        assert client.get(link.json()["translatedFileUrl"], headers=k1).status_code == 200  # k1's link kept
+        jobs = [client.post("/v1/documents", data={"source": "en", "target": "es"}, files=files, headers=k2)
+                for _ in range(4)]
+        assert [j.status_code for j in jobs] == [202, 202, 429, 429]
+        assert "document jobs kept, the most one caller may" in jobs[-1].json()["error"]
+        assert int(jobs[-1].headers["Retry-After"]) >= 1
+        mine = client.post("/v1/documents", data={"source": "en", "target": "es"}, files=files, headers=k1)
+        assert mine.status_code == 202, mine.text

@@ -400,13 +400,14 @@ class RestApi:
 
     async def translate_file(self, request: Request) -> JSONResponse:
         caller, data, filename, source, target, glossary, context = await self._read_upload(request)
+        self.downloads.check_quota(caller)  # before any work: its link could not be kept
         charge = functools.partial(self.policy.spend_chars, caller, context=context)
         ticket = Ticket(background=True)
         rendered, _ = await self._watched(request, ticket, "file", functools.partial(
             translate_upload, self.service, data, filename, source, target, self.cfg.limits, None, charge, glossary,
             ticket, context))
         owner = caller if self.policy.downloads_owned else None
-        token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type, owner)
+        token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type, owner, caller)
         # Starlette puts path parameters in as they are: a name with spaces or non-ASCII letters made a link that
         # curl and urllib refuse. Percent-encoded, the route still receives the name decoded.
         url = str(request.url_for("download_file", token=token,
@@ -442,6 +443,7 @@ class RestApi:
 
     async def submit_document(self, request: Request) -> JSONResponse:
         caller, document, source, target, glossary, context = await self._upload(request)
+        self.jobs.check_quota(caller)  # before the characters are charged
         self.policy.spend_chars(caller, sum(len(s) for s in document.segments), context)
 
         def work(progress: Callable[[int, int], None], ticket: Ticket) -> Any:
@@ -449,7 +451,7 @@ class RestApi:
                                     progress, None, glossary, ticket, context)
 
         view = self.jobs.submit(work, document.filename, source, target, distinct_segments(document),
-                                caller if self.policy.downloads_owned else None)
+                                caller if self.policy.downloads_owned else None, caller)
         url = str(request.url_for("document_job", job_id=view.id))
         return JSONResponse(self._job_body(request, view), status_code=202, headers={"Location": url})
 

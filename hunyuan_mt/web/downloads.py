@@ -6,6 +6,7 @@ download cannot fill the disk.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import secrets
@@ -13,11 +14,12 @@ import threading
 import time
 import unicodedata
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 from urllib.parse import quote
 
 from cachetools import TTLCache
 
+from ..errors import RateLimited
 from .auth import Caller
 
 _TOKEN = re.compile(r"^[0-9a-f]{32}$")
@@ -58,12 +60,31 @@ class DownloadStore:
     """token → translated file, for `ttl_s` seconds; at most `max_files` files and `max_bytes` in all."""
 
     def __init__(self, ttl_s: float = 900.0, max_files: int = 64, max_bytes: int = 256 * 1024 * 1024,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, per_caller: int = 16) -> None:
         self._files: TTLCache[str, StoredFile] = TTLCache(max_files, ttl_s, timer=clock)
         self.max_bytes = max_bytes
+        #: Links one caller may hold at once: 64 small uploads from one key pushed another key's link out before
+        #: its 15 minutes were up (issue 49); now the flooder is refused, before any work.
+        self.per_caller = per_caller
+        self._callers: dict[str, Any] = {}  # token → the caller whose quota it counts against
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._made: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def put(self, data: bytes, filename: str, media_type: str, owner: Caller | None = None) -> str:
+    def check_quota(self, caller: Any) -> None:
+        """RateLimited (429, Retry-After) when `caller` already holds `per_caller` links."""
+        with self._lock:
+            self._files.expire()
+            mine = [t for t, c in self._callers.items() if c == caller and t in self._files]
+            if len(mine) < self.per_caller:
+                return
+            wait = max(1, math.ceil(min(self._made[t] for t in mine) + self._ttl_s - self._clock()))
+        raise RateLimited(f"You hold {len(mine)} translated files waiting to be downloaded, the most one caller "
+                          f"may; try again in {wait} s, when the first of them has expired.", wait)
+
+    def put(self, data: bytes, filename: str, media_type: str, owner: Caller | None = None,
+            caller: Any = None) -> str:
         token = secrets.token_hex(16)
         with self._lock:
             self._files.expire()
@@ -71,6 +92,9 @@ class DownloadStore:
             while self._files and sum(len(f.data) for f in self._files.values()) + len(data) > self.max_bytes:
                 self._files.popitem()
             self._files[token] = StoredFile(data, safe_filename(filename), media_type, owner)
+            for gone in [t for t in self._callers if t not in self._files]:
+                del self._callers[gone], self._made[gone]
+            self._callers[token], self._made[token] = caller, self._clock()
         return token
 
     def get(self, token: str) -> StoredFile | None:

@@ -363,6 +363,7 @@ class TranslatorUI:
         document = _run(read_document, upload.read_bytes(), safe_filename(upload.name), limits)
         target = _run(normalize_code, target)
         source = _run(check_document_route, self.service, source, target, document.segments)
+        _run(self.jobs.check_quota, caller)
         _run(self.policy.spend_chars, caller, sum(len(s) for s in document.segments), context)
 
         def work(progress: Callable[[int, int], None], ticket: Ticket) -> Any:
@@ -371,7 +372,8 @@ class TranslatorUI:
 
         # The owner is checked on every later look (`_may`): with the page login or keys on, only this address.
         owner = caller if self.policy.downloads_owned else None
-        return _run(self.jobs.submit, work, document.filename, source, target, distinct_segments(document), owner)
+        return _run(self.jobs.submit, work, document.filename, source, target, distinct_segments(document), owner,
+                    caller)
 
     def translate_document(self, path: str | None, source: str, target: str, glossary: str | None = None,
                            request: gr.Request | None = None, context: str | None = None,
