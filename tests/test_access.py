@@ -258,6 +258,28 @@ def test_page_downloads_belong_to_the_uploaders_address_when_keys_are_on(
             assert other.get(url).status_code == (404 if keys else 200)
 
 
+def test_every_spelling_of_a_page_file_and_the_uploaded_original_belong_to_the_uploader(
+        web_service: Any, web_cfg: Config, doc: Path) -> None:
+    """With keys on, another address got a page file through Gradio's older alias (`/gradio_api/file/<path>`), as
+    `file=/proc/self/root<path>` or `file=/tmp/../tmp/…`, and the uploaded original through its path (issue 49).
+    Every spelling is now the uploader's alone."""
+    with serve(web_service, with_server(web_cfg, api_keys=["k1"])) as server:
+        page = _page(server, download_files=False)
+        result, _ = page.predict(handle_file(str(doc)), "en", "es", api_name="/translate_document")
+        served = result["path"]
+        base = server.url + "/ui/gradio_api/"
+        spellings = [f"file={served}", f"file//{served.lstrip('/')}", f"file=/proc/self/root{served}",
+                     f"file={Path(served).parent}/../{Path(served).parent.name}/{Path(served).name}"]
+        uploaded = requests.post(base + "upload", files={"files": ("mine.txt", b"Open the secret file.\n")},
+                                 timeout=60).json()
+        assert isinstance(uploaded, list) and len(uploaded) == 1
+        spellings += [f"file={uploaded[0]}", f"file//{uploaded[0].lstrip('/')}"]
+        for spelling in spellings:
+            assert requests.get(base + spelling, timeout=60).status_code == 200, spelling  # the uploader's own
+            with _from(OTHER_ADDRESS) as other:
+                assert other.get(base + spelling).status_code == 404, spelling
+
+
 # ---------------------------------------------------------------------------------------------- status
 
 

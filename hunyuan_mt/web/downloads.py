@@ -109,6 +109,12 @@ class DownloadStore:
             return len(self._files)
 
 
+def _where(path: str) -> str:
+    """The file a path names, as the file route will open it: symlinks and ".." resolved, so another spelling of an
+    owned file (`/proc/self/root/tmp/…`, `/tmp/../tmp/…`) is still that file (issue 49)."""
+    return os.path.realpath(path)
+
+
 class OwnedPaths:
     """Files the web page handed out (Gradio serves them at /ui/gradio_api/file=PATH) → the addresses that may
     fetch them. Kept as long as Gradio keeps its cached copy (the page's delete_cache), at most `max_files`."""
@@ -118,7 +124,7 @@ class OwnedPaths:
         self._lock = threading.Lock()
 
     def add(self, path: str, address: str) -> None:
-        key = os.path.abspath(path)
+        key = _where(path)
         with self._lock:
             # The same document translated twice lands on the same cached path (Gradio names it by content).
             self._owners[key] = self._owners.get(key, frozenset()) | {address}
@@ -126,5 +132,5 @@ class OwnedPaths:
     def allowed(self, path: str, address: str) -> bool:
         """False only for a file handed to other addresses; other paths are Gradio's own business."""
         with self._lock:
-            owners = self._owners.get(os.path.abspath(path))
+            owners = self._owners.get(_where(path))
         return owners is None or address in owners

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import secrets
@@ -14,7 +15,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..config import Config
 from ..errors import TranslationError
@@ -75,7 +76,8 @@ class PageGate:
     call, counted per address (429 with Retry-After over the rate limit), and a translated document handed out by
     the page is served only to the address that asked for it (404 to any other, as if it did not exist)."""
 
-    FILES = UI_PATH + "/gradio_api/file="
+    #: Gradio's file route and its older alias (`/file/<path>`), which served the same files ungated (issue 49).
+    FILES = (UI_PATH + "/gradio_api/file=", UI_PATH + "/gradio_api/file/")
     UPLOAD = UI_PATH + "/gradio_api/upload"
 
     def __init__(self, app: ASGIApp, policy: AccessPolicy, owned: OwnedPaths) -> None:
@@ -88,7 +90,8 @@ class PageGate:
             path: str = scope["path"]  # already percent-decoded, as Gradio's route reads it
             client = scope["client"][0] if scope.get("client") else "unknown"
             refusal = None
-            if path.startswith(self.FILES) and not self.owned.allowed(path[len(self.FILES):], client):
+            asked = next((path[len(route):] for route in self.FILES if path.startswith(route)), None)
+            if asked is not None and not self.owned.allowed(asked, client):
                 refusal = JSONResponse({"error": "File not found or expired."}, status_code=404)
             elif path == self.UPLOAD and scope["method"] == "POST":
                 try:
@@ -97,10 +100,33 @@ class PageGate:
                     # The page shows an upload's refusal as "HTTP <status>: <body>": a sentence, not JSON.
                     refusal = PlainTextResponse(exc.message, status_code=exc.http_status,
                                                 headers=retry_headers(exc))
+                else:
+                    if self.policy.downloads_owned:
+                        send = self._owning_uploads(send, client)
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    def _owning_uploads(self, send: Send, client: str) -> Send:
+        """`send` that reads the upload route's answer (the JSON list of the paths Gradio stored the files at) and
+        gives those paths to the uploader's address: the original document was served to anyone who had its path."""
+        body = bytearray()
+
+        async def reading(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                body.extend(message.get("body", b""))
+                if not message.get("more_body", False):
+                    try:
+                        paths = json.loads(bytes(body))
+                    except ValueError:
+                        paths = []
+                    for stored in paths if isinstance(paths, list) else []:
+                        if isinstance(stored, str):
+                            self.owned.add(stored, client)
+            await send(message)
+
+        return reading
 
 
 class QuietPagePolling(logging.Filter):
