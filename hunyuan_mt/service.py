@@ -36,7 +36,7 @@ from .warmup import WarmupReport, warm_service
 from .languages import LANGUAGES, normalize_code, served_codes
 from .memory import MemoryMonitor, MemoryPolicy
 from .router import RoutePlan, Router
-from .documents.base import ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL
+from .documents.base import ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, check_mark_runs
 from .segment import split_text
 from .streaming import TextStream
 from .ticket import Ticket
@@ -232,6 +232,7 @@ class TranslationService:
         # Lone surrogates cannot be encoded (and would break the tokenizer); mark them as replacement characters.
         text = SURROGATES.sub("\ufffd", text)
         text = CONTROL_CHARS.sub("", text)
+        check_mark_runs(text, "Text")
         if not text.strip():
             raise InvalidInput("Text is empty." if not text else "Text is empty (only whitespace or control "
                                                                "characters).")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -52,13 +53,45 @@ def output_filename(filename: str, ext: str, target: str | None) -> str:
     return f"{stem}.{target or 'translated'}{ext}"
 
 
+#: Combining marks in a row that a text may carry: 30 is Unicode's stream-safe limit (UAX #15), which no language
+#: needs to exceed. "a" followed by 4,999 accents was cut into five segments, the model made one "á" of the first
+#: 1,000 characters, and the answer came back 4,001 characters long (issue 49).
+MAX_MARK_RUN = 30
+
+
+def _mark_class() -> str:
+    points = [cp for cp in range(0x20000) if unicodedata.combining(chr(cp))]
+    ranges, start, prev = [], points[0], points[0]
+    for cp in points[1:] + [-1]:
+        if cp == prev + 1:
+            prev = cp
+            continue
+        ranges.append(re.escape(chr(start)) + ("" if start == prev else "-" + re.escape(chr(prev))))
+        start = prev = cp
+    return "[" + "".join(ranges) + "]"
+
+
+_MARK_RUN = re.compile(f"{_mark_class()}{{{MAX_MARK_RUN + 1},}}")
+
+
+def check_mark_runs(text: str, where: str) -> None:
+    """Refuse a text with more than MAX_MARK_RUN combining marks in a row (InvalidInput, 400)."""
+    found = _MARK_RUN.search(text)
+    if found is not None:
+        raise InvalidInput(f"{where}: {len(found.group(0))} combining marks in a row at character {found.start()}; "
+                           f"the limit is {MAX_MARK_RUN} (Unicode's stream-safe text)")
+
+
 def check_segment_limits(filename: str, segments: Sequence[str], limits: LimitsConfig) -> None:
-    """Refuse documents over the segment or character limits, quoting both numbers."""
+    """Refuse documents over the segment or character limits, quoting both numbers, and a segment with a run of
+    combining marks past MAX_MARK_RUN."""
     if len(segments) > limits.max_segments:
         raise InputTooLarge(f"{filename}: {len(segments)} segments to translate, the limit is {limits.max_segments}")
     chars = sum(len(s) for s in segments)
     if chars > limits.max_doc_chars:
         raise InputTooLarge(f"{filename}: {chars} characters to translate, the limit is {limits.max_doc_chars}")
+    for segment in segments:
+        check_mark_runs(segment, filename)
 
 
 #: Attributes one XML element may carry. lxml copies and looks up attributes one at a time, each against the ones
