@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from typing import Any, Sequence
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -136,7 +137,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         app.state.api.jobs.close()  # running document jobs are cancelled: their rows leave the engine
         stop(service)
+    exit_when_stuck(STOP_WAIT_S)
     return 0
+
+
+#: Seconds a stopping server waits for request threads still at work (a long parse) before it exits without them.
+STOP_WAIT_S = 3.0
+
+
+def exit_when_stuck(wait_s: float, exit: Any = os._exit, threads: Any = threading.enumerate) -> None:
+    """Python waits for every non-daemon thread before it exits, and the threads that run requests (anyio's) are
+    such threads: a SIGTERM during a slow parse waited in `threading._shutdown` until the server was killed (issue
+    49). Give them `wait_s` seconds in all, then leave without them (`exit(0)`, after the logs are flushed)."""
+    deadline = time.monotonic() + wait_s
+    for thread in threads():
+        if thread is threading.current_thread() or thread.daemon:
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in threads() if t is not threading.current_thread() and not t.daemon and t.is_alive()]
+    if stuck:
+        log.warning("stopped; %d request thread(s) still at work after %.0f s are left behind (%s)", len(stuck),
+                    wait_s, ", ".join(sorted(set(stuck))))
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        exit(0)
 
 
 def stop(service: Any) -> None:

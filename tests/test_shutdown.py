@@ -117,3 +117,30 @@ def test_a_killed_server_takes_the_detector_helper_with_it(app: AppProcess) -> N
     app.proc.wait(30)
     alive = _gone(helpers, 15)
     assert not alive, f"orphaned helper processes: {[p.pid for p in alive]}"
+
+
+def test_a_stopping_server_leaves_a_stuck_request_thread_behind_after_its_wait() -> None:
+    """A request thread still in a slow parse kept a SIGTERM'd server in `threading._shutdown` until it was killed
+    (issue 49). After its wait the server exits without it; a thread that ends in time is simply waited for."""
+    import threading
+
+    import app as entry
+
+    release = threading.Event()
+    stuck = threading.Thread(target=release.wait, name="AnyIO worker thread", daemon=False)
+    quick = threading.Thread(target=lambda: release.wait(0.2), name="quick", daemon=False)
+    stuck.start()
+    quick.start()
+    exits: list[int] = []
+    try:
+        t0 = time.monotonic()
+        mine = lambda: [threading.current_thread(), stuck, quick]  # noqa: E731 - not the test runner's threads
+        entry.exit_when_stuck(0.5, exit=exits.append, threads=mine)
+        assert exits == [0] and 0.4 <= time.monotonic() - t0 < 5
+        assert not quick.is_alive()
+    finally:
+        release.set()
+        stuck.join(5)
+    exits.clear()
+    entry.exit_when_stuck(0.5, exit=exits.append, threads=mine)
+    assert exits == []  # nothing left: the normal exit
