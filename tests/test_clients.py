@@ -206,11 +206,12 @@ def test_gradio_document_progress_counts_segments(ui: Client, live_server: LiveS
     real = live_server.service.translate_segments
 
     def stepwise(segments: list[str], src: str, tgt: str, progress: Any = None, glossary: Any = None,
-                 ticket: Any = None, context: Any = None) -> list[str]:
+                 ticket: Any = None, context: Any = None, origins: Any = None) -> list[str]:
         progress(1, len(segments))
         halfway.set()
         assert release.wait(60), "test never released the held job"
-        return real(segments, src, tgt, progress=progress, glossary=glossary, ticket=ticket, context=context)
+        return real(segments, src, tgt, progress=progress, glossary=glossary, ticket=ticket, context=context,
+                    origins=origins)
 
     monkeypatch.setattr(live_server.service, "translate_segments", stepwise)
     source = tmp_path / "three.txt"

@@ -1061,7 +1061,8 @@ def test_pieces_redone_for_their_markup_are_neither_billed_nor_detected_again():
             self.detected.append(text)
             return [type("D", (), {"code": "fr" if len(self.detected) > 1 else "en"})()]
 
-        def translate_segments(self, segments, src, tgt, progress=None, glossary=None, ticket=None, context=None):
+        def translate_segments(self, segments, src, tgt, progress=None, glossary=None, ticket=None, context=None,
+                               origins=None):
             self.calls.append((src, list(segments)))
             # The first call swaps the markup sentinels (⟦1⟧ before ⟦0⟧): the reader then redoes those pieces.
             return [s.replace("⟦0⟧", "\x00").replace("⟦1⟧", "⟦0⟧").replace("\x00", "⟦1⟧") if len(self.calls) == 1
