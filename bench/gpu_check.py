@@ -593,6 +593,8 @@ class Check:
         return {"engine": effect, "evicted": [p.key for p in evicted], "enter_ms": round(enter_ms, 1),
                 "gpu_gib_before": gib(before), "gpu_gib_after": gib(after), "gpu_gib_after_leaving": gib(back),
                 "kv_cache_gib_before": gib(kv_before), "kv_cache_gib_after": gib(kv_after),
+                # In bytes too: a tiny model's cache rounds to 0.001 GiB either side, which hid the change.
+                "kv_cache_bytes_before": kv_before, "kv_cache_bytes_after": kv_after,
                 "budget_gib": gib(budget), "within_budget": None if budget is None or after is None else after <= budget,
                 "light_rows": len(rows), "light_latency": summary_ms(lat), "exit_ms": round(exit_ms, 1)}
 

@@ -96,5 +96,5 @@ def test_gpu_check_tiny_runs_every_section_on_cpu(tmp_path: Path) -> None:
     assert sections["engine"]["vs_peft_serial"] > 0 and sections["step_ratio"]["mixed_over_bare"] > 0
     # per-row adapters in one batch give each row what it gets alone (greedy; fp32 is the invariant)
     assert sections["exactness_fp32"]["fp32_rows_equal_alone"] == "8/8"
-    assert sections["light_mode"]["kv_cache_gib_after"] < sections["light_mode"]["kv_cache_gib_before"]
+    assert sections["light_mode"]["kv_cache_bytes_after"] < sections["light_mode"]["kv_cache_bytes_before"]
     assert (tmp_path / "gpu_check.md").read_text().startswith("## GPU check")
