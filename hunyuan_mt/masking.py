@@ -27,11 +27,8 @@ def sentinel_tokens(count: int = SENTINEL_VOCAB) -> list[str]:
     return [sentinel(i) for i in range(count)]
 
 
-def _symbol_class() -> str:
-    """A character class of every "other symbol" (Unicode So: emoji, dingbats, ★ ✅ © °), the arrows block and
-    the bullets, built once from unicodedata (Python's re has no \\p{So})."""
-    wanted = set(range(0x2190, 0x2200)) | {ord(c) for c in "•‣◦⁃∙"}
-    wanted |= {cp for cp in range(0x20000) if unicodedata.category(chr(cp)) == "So"}
+def char_class(wanted: set[int]) -> str:
+    """A regex character class of exactly these code points, as ranges (Python's re has no \\p{...})."""
     ranges: list[str] = []
     points = sorted(wanted)
     start = prev = points[0]
@@ -42,6 +39,14 @@ def _symbol_class() -> str:
         ranges.append(re.escape(chr(start)) + ("" if start == prev else "-" + re.escape(chr(prev))))
         start = prev = cp
     return "[" + "".join(ranges) + "]"
+
+
+def _symbol_class() -> str:
+    """A character class of every "other symbol" (Unicode So: emoji, dingbats, ★ ✅ © °), the arrows block and
+    the bullets, built once from unicodedata."""
+    wanted = set(range(0x2190, 0x2200)) | {ord(c) for c in "•‣◦⁃∙"}
+    wanted |= {cp for cp in range(0x20000) if unicodedata.category(chr(cp)) == "So"}
+    return char_class(wanted)
 
 
 _SYMBOL = _symbol_class()

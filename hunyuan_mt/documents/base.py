@@ -10,6 +10,7 @@ from pathlib import PurePath
 from typing import Any, Sequence
 
 from ..errors import InputTooLarge, InvalidInput
+from ..masking import char_class
 from ..config import LimitsConfig
 
 
@@ -59,19 +60,8 @@ def output_filename(filename: str, ext: str, target: str | None) -> str:
 MAX_MARK_RUN = 30
 
 
-def _mark_class() -> str:
-    points = [cp for cp in range(0x20000) if unicodedata.combining(chr(cp))]
-    ranges, start, prev = [], points[0], points[0]
-    for cp in points[1:] + [-1]:
-        if cp == prev + 1:
-            prev = cp
-            continue
-        ranges.append(re.escape(chr(start)) + ("" if start == prev else "-" + re.escape(chr(prev))))
-        start = prev = cp
-    return "[" + "".join(ranges) + "]"
-
-
-_MARK_RUN = re.compile(f"{_mark_class()}{{{MAX_MARK_RUN + 1},}}")
+_MARKS = char_class({cp for cp in range(0x20000) if unicodedata.combining(chr(cp))})
+_MARK_RUN = re.compile(f"{_MARKS}{{{MAX_MARK_RUN + 1},}}")
 
 
 def check_mark_runs(text: str, where: str) -> None:
