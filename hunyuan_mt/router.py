@@ -54,6 +54,12 @@ class RoutePlan:
         return f"{' → '.join(self.route)} ({self.kind})"
 
 
+def not_available(src: str, tgt: str) -> str:
+    """LibreTranslate's sentence for a pair it cannot translate, which its clients and tests compare whole."""
+    return (f"{LANGUAGES[tgt].english} ({tgt}) is not available as a target language from "
+            f"{LANGUAGES[src].english} ({src})")
+
+
 class Router:
     def __init__(self, pairs: PairSource, cfg: RoutingConfig) -> None:
         self._pairs = pairs
@@ -100,8 +106,7 @@ class Router:
             + (f", and the pivot route through {pivot} lacks {' and '.join(named[1:])}" if len(named) > 1 else "")
             + f"; the bare backbone is not allowed (routing.allow_base). Reachable from {src}: {where}.",
             reachable=reachable,
-            short=f"{LANGUAGES[tgt].english} ({tgt}) is not available as a target language from "
-                  f"{LANGUAGES[src].english} ({src})",
+            short=not_available(src, tgt),
         )
 
     def _unusable(self) -> dict[str, str]:

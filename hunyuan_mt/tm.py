@@ -17,6 +17,7 @@ import re
 import threading
 import time
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,16 +68,6 @@ class MemoryHit:
 
     target: str
     near: str | None = None
-
-
-@dataclass(frozen=True)
-class NearMatch:
-    """A memory entry that differs from the query only in case, whitespace or its closing punctuation (placeholders
-    and numbers are sentinels, so they match whatever they are): its masked target with the query's closing
-    punctuation. A 98 % fuzzy match that lacked only a final full stop was a mere suggestion before."""
-
-    source: str
-    target: str
 
 
 @dataclass(frozen=True)
@@ -165,9 +156,15 @@ class _Entries:
     def get(self, source: str) -> str | None:
         target = self.exact.get(memory_key(source, fold=False))
         if target is None:
-            target = self.folded.get(memory_key(source))
-            if target is not None and source.lstrip()[:1].isupper() and target[:1].islower():
-                target = target[0].upper() + target[1:]  # "Unknown error" found as "unknown error": a capital
+            target = self._folded(memory_key(source), source)
+        return target
+
+    def _folded(self, key: str, source: str) -> str | None:
+        """The case-folded entry `key`'s target, with a capital where `source` starts with one ("Unknown error"
+        found as "unknown error")."""
+        target = self.folded.get(key)
+        if target is not None and source.lstrip()[:1].isupper() and target[:1].islower():
+            target = target[0].upper() + target[1:]
         return target
 
     def hit(self, segment: Protected, unspaced: bool) -> MemoryHit | None:
@@ -182,11 +179,13 @@ class _Entries:
         if target is not None:
             return MemoryHit(target, "case")
         close = self.near(segment.text, unspaced)
-        return None if close is None else MemoryHit(close.target, "closing punctuation")
+        return None if close is None else MemoryHit(close, "closing punctuation")
 
-    def near(self, source: str, unspaced: bool) -> NearMatch | None:
-        """The entry that differs from `source` only in case, whitespace or closing punctuation, adapted (see
-        NearMatch). A few dictionary look-ups (the query with each closing mark), no index of its own."""
+    def near(self, source: str, unspaced: bool) -> str | None:
+        """The target of the entry that differs from `source` only in case, whitespace or closing punctuation,
+        given `source`'s closing mark (in the target's width: `unspaced`, a Chinese or Japanese target). A 98 %
+        fuzzy match that lacked only a final full stop was a mere suggestion before. A few dictionary look-ups
+        (the query with each closing mark), no index of its own."""
         asked = memory_key(source)
         base = _CLOSING.sub("", asked).rstrip()
         if not any(ch.isalpha() for ch in base):
@@ -195,11 +194,9 @@ class _Entries:
             candidate = base + closing
             if candidate == asked:
                 continue  # the exact look-up's own key
-            target = self.folded.get(candidate)
+            target = self._folded(candidate, source)
             if target is not None:
-                if source.lstrip()[:1].isupper() and target[:1].islower():
-                    target = target[0].upper() + target[1:]  # as `get` does for a case-folded match
-                return NearMatch(candidate, with_closing_of(target, source, unspaced))
+                return with_closing_of(target, source, unspaced)
         return None
 
     def __len__(self) -> int:
@@ -230,6 +227,7 @@ class TranslationMemory:
         #: Per pair read: its user files' (name, mtime, size) when read, and when they were last compared.
         self._signature: dict[str, tuple[tuple[str, int, int], ...]] = {}
         self._checked: dict[str, float] = {}
+        #: Segments answered, and of those near-exactly (/status's "tm").
         self.hits = 0
         self.near_hits = 0
 
@@ -276,16 +274,11 @@ class TranslationMemory:
         signature = self._user_signature(pair)
         entries = _Entries()
         for path, stored_masked in self._files(pair):
-            opener = gzip.open if path.suffix == ".gz" else open
-            with opener(path, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
-                for line in handle:
-                    source, sep, target = line.rstrip("\n").partition("\t")
-                    if not sep:
-                        continue
-                    # Stored masked: as trained, sentinels already numbered in the source's order.
-                    masked = (source, target) if stored_masked else protect_pair(source, target)
-                    if masked is not None and masked[0].strip() and masked[1].strip():
-                        entries.put(masked[0], masked[1], None if stored_masked else tuple(protect(source).spans))
+            for source, target in _tsv_rows(path):
+                # Stored masked: as trained, sentinels already numbered in the source's order.
+                masked = (source, target) if stored_masked else protect_pair(source, target)
+                if masked is not None and masked[0].strip() and masked[1].strip():
+                    entries.put(masked[0], masked[1], None if stored_masked else tuple(protect(source).spans))
         if entries:
             log.info("translation memory: %d entries for %s", len(entries), pair)
         if loaded is not None and loaded.indexed:
@@ -349,16 +342,10 @@ class TranslationMemory:
         stored masked, so one that held placeholders (`⟦0⟧` in place of `%s`) is left out: its spans are lost."""
         key = (pair if isinstance(pair, Pair) else Pair.parse(pair)).key
         rows: dict[str, tuple[str, str]] = {}
-        if self.shipped_dir is not None:
-            for path in (self.shipped_dir / f"{key}.tsv.gz", self.shipped_dir / f"{key}.tsv"):
-                if not path.is_file():
-                    continue
-                opener = gzip.open if path.suffix == ".gz" else open
-                with opener(path, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
-                    for line in handle:
-                        source, sep, target = line.rstrip("\n").partition("\t")
-                        if sep and "⟦" not in source + target and source.strip() and target.strip():
-                            rows[memory_key(source, fold=False)] = (source, target)
+        for path in (path for path, stored_masked in self._files(key) if stored_masked):
+            for source, target in _tsv_rows(path):
+                if "⟦" not in source + target and source.strip() and target.strip():
+                    rows[memory_key(source, fold=False)] = (source, target)
         with self._lock:
             user = _user_rows(self.user_dir / f"{key}.tsv")
         for source, target in user.values():
@@ -400,6 +387,16 @@ class TranslationMemory:
             for source, _, (masked_source, masked_target) in kept.values():
                 entries.put(masked_source, masked_target, tuple(protect(source).spans))
         return ImportResult(key, added, len(kept) - added, skipped, len(entries))
+
+
+def _tsv_rows(path: Path) -> Iterator[tuple[str, str]]:
+    """(source, target) of each `source<TAB>target` line of a memory file, plain or gzipped."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
+        for line in handle:
+            source, sep, target = line.rstrip("\n").partition("\t")
+            if sep:
+                yield source, target
 
 
 def tmx_bytes(rows: list[tuple[str, str]], src: str, tgt: str) -> bytes:

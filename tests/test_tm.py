@@ -212,6 +212,7 @@ def test_every_near_exact_entry_is_applied_and_flagged(memory_server: LiveServer
         assert (result.text, result.memory_segments, result.memory_near_segments) == (expected, 1, 1), (query, result)
         applied += 1
     assert applied == len(NEAR_EXACT)  # 100 %, each flagged
+    assert service.status()["tm"]["near_hits"] == len(NEAR_EXACT)
     # An exact hit is not flagged; a query that differs in a word is no near-exact hit (a suggestion at most).
     exact = service.translate("Open the file.", "en", "es")
     assert (exact.memory_segments, exact.memory_near_segments) == (1, 0)

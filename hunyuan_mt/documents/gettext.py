@@ -3,9 +3,9 @@
 Read and written with polib, the library translate-toolkit and Weblate's tooling rest on, so what comes back is a
 catalogue `msgfmt` takes: the header, every entry's order, `msgctxt`, comments, references, flags and obsolete
 entries stay as they were. An entry already translated is left alone (a translator's work is never overwritten); an
-entry the model fills gets the `fuzzy` flag, which is how gettext says "check me", and a translator comment saying
-where it came from (the translation memory's exact answer is a person's translation: no fuzzy flag) (msgfmt leaves fuzzy entries out
-of the compiled catalogue until someone removes the flag). A plural entry gets its singular's translation in
+entry the model fills gets the `fuzzy` flag, which is how gettext says "check me" (msgfmt leaves fuzzy entries out
+of the compiled catalogue until someone removes the flag); an entry the translation memory filled gets a translator
+comment saying so, and the fuzzy flag only when the match was near-exact (an exact one is a person's translation). A plural entry gets its singular's translation in
 msgstr[0] and its plural's in every other form the header's Plural-Forms asks for (2 without one). Placeholders
 (`%s`, `{name}`, `%(count)d`) travel as masking spans like everywhere else. A .pot comes back as a .po whose
 header names the target language.

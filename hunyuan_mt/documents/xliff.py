@@ -147,7 +147,7 @@ class XliffDocument(Document):
     def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
         from xml.sax.saxutils import escape
 
-        for index, (unit, translation) in enumerate(zip(self._units, translations)):
+        for unit, translation in zip(self._units, translations):
             content = masking.restore(escape(translation), unit.protected)
             try:
                 new = etree.fromstring(f'<target xmlns="{self._ns}">{content}</target>')
@@ -163,8 +163,7 @@ class XliffDocument(Document):
                 unit.source.addnext(new)
                 new.tail = unit.source.tail
             if self._ns == XLIFF_1:
-                state, qualifier = _STATES_1.get(self.origins.get(self.segments[index], ORIGIN_MODEL),
-                                                 _STATES_1[ORIGIN_MODEL])
+                state, qualifier = _STATES_1[self.origins.get(unit.protected.text, ORIGIN_MODEL)]
                 new.set("state", state)
                 new.set("state-qualifier", qualifier)
             else:

@@ -7,7 +7,8 @@ from typing import Any, Callable
 from ..config import LimitsConfig
 from ..documents import Document, RenderedDocument, translate_document
 from ..errors import Cancelled, InvalidInput, UnreachablePair
-from ..languages import LANGUAGES, normalize_code
+from ..languages import normalize_code
+from ..router import not_available
 
 #: Characters of the document shown to the language detector; enough for a confident guess.
 _DETECT_SAMPLE = 2000
@@ -34,11 +35,9 @@ def check_document_route(service: Any, source: str, target: str, segments: list[
     # From languages(), which the single-process service and the Ray ingress both answer the same way.
     reachable = next((info.targets for info in service.languages() if info.code == resolved), [])
     if target not in reachable:
-        src, tgt = LANGUAGES[resolved], LANGUAGES[target]
         raise UnreachablePair(
             f"No route from {resolved} to {target}; reachable from {resolved}: {', '.join(reachable) or 'nothing'}.",
-            reachable=reachable,
-            short=f"{tgt.english} ({target}) is not available as a target language from {src.english} ({resolved})")
+            reachable=reachable, short=not_available(resolved, target))
     return resolved
 
 

@@ -54,6 +54,9 @@ class StoredFile:
     media_type: str
     #: Who uploaded it, when downloads are owned (keys or the page login on); None: whoever has the link.
     owner: Caller | None = None
+    #: Whose quota it counts against (DownloadStore.per_caller), owned or not, and when it was stored.
+    caller: Any = None
+    stored_at: float = 0.0
 
 
 class DownloadStore:
@@ -66,20 +69,18 @@ class DownloadStore:
         #: Links one caller may hold at once: 64 small uploads from one key pushed another key's link out before
         #: its 15 minutes were up (issue 49); now the flooder is refused, before any work.
         self.per_caller = per_caller
-        self._callers: dict[str, Any] = {}  # token → the caller whose quota it counts against
         self._ttl_s = ttl_s
         self._clock = clock
-        self._made: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def check_quota(self, caller: Any) -> None:
         """RateLimited (429, Retry-After) when `caller` already holds `per_caller` links."""
         with self._lock:
             self._files.expire()
-            mine = [t for t, c in self._callers.items() if c == caller and t in self._files]
+            mine = [f.stored_at for f in self._files.values() if f.caller == caller]
             if len(mine) < self.per_caller:
                 return
-            wait = max(1, math.ceil(min(self._made[t] for t in mine) + self._ttl_s - self._clock()))
+            wait = max(1, math.ceil(min(mine) + self._ttl_s - self._clock()))
         raise RateLimited(f"You hold {len(mine)} translated files waiting to be downloaded, the most one caller "
                           f"may; try again in {wait} s, when the first of them has expired.", wait)
 
@@ -91,10 +92,7 @@ class DownloadStore:
             # Oldest first out when the byte budget would be exceeded.
             while self._files and sum(len(f.data) for f in self._files.values()) + len(data) > self.max_bytes:
                 self._files.popitem()
-            self._files[token] = StoredFile(data, safe_filename(filename), media_type, owner)
-            for gone in [t for t in self._callers if t not in self._files]:
-                del self._callers[gone], self._made[gone]
-            self._callers[token], self._made[token] = caller, self._clock()
+            self._files[token] = StoredFile(data, safe_filename(filename), media_type, owner, caller, self._clock())
         return token
 
     def get(self, token: str) -> StoredFile | None:

@@ -11,7 +11,8 @@ import json
 from typing import Any
 from urllib.parse import parse_qsl
 
-from starlette.datastructures import UploadFile
+from python_multipart.multipart import parse_options_header
+from starlette.datastructures import MultiDict, UploadFile
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -84,11 +85,8 @@ def _urlencoded(body: bytes, header: str) -> dict[str, Any]:
     Starlette's form parser reads raw bytes as Latin-1 and made "Â¿DÃ³nde" of them (the model then answered "A
     thunder is threshold?"). Raw bytes are read in the header's charset, UTF-8 by default (what every terminal and
     the WHATWG URL standard use), with Latin-1 only for bytes that are not UTF-8; %-escapes are UTF-8 as before."""
-    charset = "utf-8"
-    for param in header.split(";")[1:]:
-        name, _, value = param.partition("=")
-        if name.strip().lower() == "charset" and value.strip().strip('"'):
-            charset = value.strip().strip('"').lower()
+    _, params = parse_options_header(header)
+    charset = (params.get(b"charset") or b"utf-8").decode("latin-1")
     try:
         text = body.decode(charset)
     except (LookupError, UnicodeDecodeError):
@@ -97,13 +95,7 @@ def _urlencoded(body: bytes, header: str) -> dict[str, Any]:
         pairs = parse_qsl(text, keep_blank_values=True, max_num_fields=MAX_FIELDS)
     except ValueError:
         raise InvalidInput(f"Invalid request: more than {MAX_FIELDS} form fields.") from None
-    fields: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in fields:
-            fields[key] = (fields[key] if isinstance(fields[key], list) else [fields[key]]) + [value]
-        else:
-            fields[key] = value
-    return fields
+    return _multi(MultiDict(pairs))
 
 
 def _multi(values: Any) -> dict[str, Any]:

@@ -100,9 +100,8 @@ class PageGate:
                     # The page shows an upload's refusal as "HTTP <status>: <body>": a sentence, not JSON.
                     refusal = PlainTextResponse(exc.message, status_code=exc.http_status,
                                                 headers=retry_headers(exc))
-                else:
-                    if self.policy.downloads_owned:
-                        send = self._owning_uploads(send, client)
+                if refusal is None and self.policy.downloads_owned:
+                    send = self._owning_uploads(send, client)
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
