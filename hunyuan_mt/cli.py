@@ -143,11 +143,13 @@ def cmd_tm(args: argparse.Namespace) -> int:
     en2es`: write the pair's memory as TMX (no model is loaded either way)."""
     from .adapters.request import Pair
     from .config import load_config, parse_set_args
-    from .tm import RELOAD_CHECK_S, TranslationMemory, read_rows, tmx_bytes
+    from .store import Provenance, Store
+    from .tm import open_memory, read_rows, tmx_bytes
 
     cfg = load_config(args.config, parse_set_args(args.set))
     pair = Pair.parse(args.pair)
-    memory = TranslationMemory(cfg.tm.resolved_dir, cfg.tm.resolved_shipped)
+    store = Store.open(cfg.store.url, cfg.store.dir)
+    memory = open_memory(cfg, store)
     if args.action == "export":
         out = Path(args.file or f"{pair.key}.tmx")
         rows = memory.export_rows(pair)
@@ -161,11 +163,10 @@ def cmd_tm(args: argparse.Namespace) -> int:
         data = path.read_bytes()
     except OSError as exc:
         raise InvalidInput(f"Cannot read {args.file}: {exc.strerror or exc}") from None
-    result = memory.add(pair, read_rows(data, path.name, pair.src, pair.tgt))
+    result = memory.add(pair, read_rows(data, path.name, pair.src, pair.tgt), Provenance("import", "cli"))
     print(f"{pair.key}: {result.added} entries added, {result.replaced} replaced, {result.skipped} skipped "
-          f"(placeholders differ or a side is empty); {result.entries} in the memory now ({cfg.tm.resolved_dir / (pair.key + '.tsv')})")
-    print(f"A server running over {cfg.tm.resolved_dir} reads the new entries within {RELOAD_CHECK_S:g} s; "
-          "no restart is needed.")
+          f"(placeholders differ or a side is empty); {result.entries} in the memory now ({store.describe()})")
+    print("A server on the same store answers with them from its next request; no restart is needed.")
     return 0
 
 

@@ -357,7 +357,8 @@ class GlossaryConfig:
 class TmConfig:
     #: Segments found in the translation memory are answered from it, before the model.
     enabled: bool = True
-    #: Where imports are written (`<src>2<tgt>.tsv`); it wins over the shipped memory.
+    #: Where earlier versions kept the user's memory (`<src>2<tgt>.tsv`): its files are imported into the store
+    #: once (again when one changes); the store's entries win over the shipped memory.
     dir: str = "tm"
     #: The shipped memory (the demo's, built from its training pairs); "" for none.
     shipped: str = "models/demo/memory"
@@ -377,6 +378,19 @@ class TmConfig:
     @property
     def resolved_shipped(self) -> Path | None:
         return project_path(self.shipped) if self.shipped else None
+
+
+@dataclass
+class StoreConfig:
+    #: The database for what the server learns (memory, corrections, jobs): "" for SQLite at
+    #: `<dir>/hunyuan.db`, or a SQLAlchemy URL, `postgresql+psycopg://user:password@host/db`, which replicas share.
+    url: str = ""
+    #: The data folder: the SQLite database and document jobs' files. "": $HMT_DATA, else `data/`.
+    dir: str = ""
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.url, str), "store.url", "a database URL or \"\"", self.url)
+        _check(isinstance(self.dir, str), "store.dir", "a folder or \"\"", self.dir)
 
 
 @dataclass
@@ -413,6 +427,7 @@ class Config:
     glossary: GlossaryConfig = field(default_factory=GlossaryConfig)
     tm: TmConfig = field(default_factory=TmConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
     #: Free-form profile name, shown in the status tab.
     name: str = "custom"
 

@@ -5,26 +5,36 @@ far, or from the last documents' rate before its first segment is done), then do
 result is kept until the job expires (`jobs.ttl_s` after it ended). A job's rows are background rows (ticket.py):
 they yield to interactive requests, and cancelling a job takes them out of the engine at its next step.
 
-The store is in memory: jobs do not survive a restart, which a client finds out as a 404 for the id.
+With a store (the server's), every job survives a restart, `kill -9` included: its upload, state and each
+finished segment are written as they happen, a queued or running job is run again at the next start and sends only
+the segments not yet done, and a finished one stays downloadable until it expires. Shutting down leaves running
+jobs for the next start. Without a store (tests of the bookkeeping) jobs live in memory only.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import logging
 import queue
 import secrets
+import shutil
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from .callers import decode_owner, encode_owner
 from .config import JobsConfig
-from .documents import RenderedDocument
+from .documents import Document, RenderedDocument
 from .errors import Busy, Cancelled, InvalidInput, RateLimited, TranslationError, http_status
 from .ticket import Ticket
+
+if TYPE_CHECKING:
+    from .store import Store
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +48,55 @@ Work = Callable[[Callable[[int, int], None], Ticket], tuple[RenderedDocument, st
 
 #: Whether the caller asking may see a job uploaded by `owner` (None: anyone with the id).
 Access = Callable[[Any], bool] | None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a document job's work needs to run again after a restart, besides its upload."""
+
+    filename: str
+    #: The source as resolved at submission (an "auto" source was detected then).
+    source: str
+    target: str
+    glossary_terms: tuple[tuple[str, str], ...] | None = None
+    glossary_name: str | None = None
+    context: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"glossary_terms": self.glossary_terms, "glossary_name": self.glossary_name,
+                           "context": self.context})
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "JobSpec":
+        options = json.loads(row["options"])
+        terms = options.get("glossary_terms")
+        return cls(row["filename"], row["source"], row["target"],
+                   tuple((s, t) for s, t in terms) if terms is not None else None,
+                   options.get("glossary_name"), options.get("context"))
+
+
+class Checkpoint:
+    """A job's finished segments, by index among its distinct segments: what its work skips when it runs again
+    (`finished`), and where it writes each chunk as it finishes (`record`)."""
+
+    def __init__(self, jobs: "DocumentJobs", job: "Job") -> None:
+        self._jobs, self._job = jobs, job
+        self._done: dict[int, tuple[str, str | None]] = (
+            jobs.store.jobs.segments(job.id) if jobs.store is not None else {})
+
+    def finished(self) -> dict[int, tuple[str, str | None]]:
+        return dict(self._done)
+
+    def record(self, done: list[tuple[int, str, str | None]]) -> None:
+        fresh = [(i, text, origin) for i, text, origin in done if i not in self._done]
+        for i, text, origin in fresh:
+            self._done[i] = (text, origin)
+        if self._jobs.store is not None:
+            self._jobs.store.jobs.finish_segments(self._job.id, fresh, len(self._done))
+
+
+#: A document job's work from its spec, its upload (bytes, or the document already read) and its checkpoint.
+Runner = Callable[[JobSpec, "bytes | Document", Checkpoint], Work]
 
 
 class JobNotFound(TranslationError):
@@ -83,6 +142,9 @@ class Job:
     ticket: Ticket = field(default_factory=lambda: Ticket(background=True))
     #: Ordinal of submission, for the queue position.
     seq: int = 0
+    #: Kept in the store (an upload's job): each change is written through, the result is a file.
+    saved: bool = False
+    result_path: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -127,29 +189,72 @@ class JobView:
 
 
 class DocumentJobs:
-    """Jobs by id: submit, look up, download, cancel; `workers` run at once, ended jobs expire after `ttl_s`."""
+    """Jobs by id: submit, look up, download, cancel; `workers` run at once, ended jobs expire after `ttl_s`.
 
-    def __init__(self, cfg: JobsConfig, clock: Callable[[], float] = time.monotonic) -> None:
+    `store` keeps jobs across restarts; `runner` makes an upload's work (`submit_upload`, and the jobs found in
+    the store at start). Times are wall-clock seconds, so that they mean the same after a restart."""
+
+    def __init__(self, cfg: JobsConfig, clock: Callable[[], float] = time.time, store: "Store | None" = None,
+                 runner: Runner | None = None) -> None:
         self.cfg = cfg
+        self.store = store
+        self.runner = runner
         self._clock = clock
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Condition()
         self._seq = itertools.count()
+        self._closing = False
         # Daemon threads: a job left running does not hold the process at exit (the engine it waits on closes).
         self._queue: queue.Queue[tuple[Job, Work] | None] = queue.Queue()
+        #: Segments per second of the last documents (an exponential average): the estimate before a job's own.
+        self._rate: float | None = None
+        resumed = self._restore() if store is not None else []
         self._workers = [threading.Thread(target=self._work, name=f"hmt-job-{n}", daemon=True)
                          for n in range(cfg.workers)]
         for worker in self._workers:
             worker.start()
-        #: Segments per second of the last documents (an exponential average): the estimate before a job's own.
-        self._rate: float | None = None
+        for item in resumed:
+            self._queue.put(item)
 
     # ------------------------------------------------------------------ public
 
     def submit(self, work: Work, filename: str, source: str, target: str, total: int, owner: Any = None,
                caller: Any = None) -> JobView:
-        """Queue a document already read and checked (`total` segments to translate); returns at once. RateLimited
-        when `caller` already has `per_caller` jobs kept; Busy when `max_jobs` jobs are kept in all."""
+        """Queue a document already read and checked (`total` segments to translate); returns at once. The job
+        lives in memory only (see `submit_upload`). RateLimited when `caller` already has `per_caller` jobs kept;
+        Busy when `max_jobs` jobs are kept in all."""
+        job = self._admit(filename, source, target, total, owner, caller)
+        with self._lock:
+            self._jobs[job.id] = job
+        self._queue.put((job, work))
+        log.info("job %s: %s queued (%s→%s, %d segments)", job.id, filename, source, target, total)
+        return self.view(job.id)
+
+    def submit_upload(self, spec: JobSpec, data: bytes, document: Document, total: int, owner: Any = None,
+                      caller: Any = None) -> JobView:
+        """Queue an upload (`data`, already read as `document` and checked); with a store, the upload and the job
+        are written down before this returns, so the job survives a restart from here on."""
+        if self.runner is None:
+            raise RuntimeError("DocumentJobs needs a runner for uploads")
+        job = self._admit(spec.filename, spec.source, spec.target, total, owner, caller)
+        if self.store is not None:
+            folder = self.store.files / job.id
+            folder.mkdir(parents=True, exist_ok=True)
+            partial = folder / "upload.partial"
+            partial.write_bytes(data)
+            partial.replace(folder / "upload")
+            job.saved = True
+            job.seq = self.store.jobs.create(
+                job.id, filename=spec.filename, source=spec.source, target=spec.target, owner=encode_owner(owner),
+                caller=encode_owner(caller), state="queued", done=0, total=total, created=job.created,
+                upload_path=str(folder / "upload"), options=spec.to_json())
+        with self._lock:
+            self._jobs[job.id] = job
+        self._queue.put((job, self.runner(spec, document, Checkpoint(self, job))))
+        log.info("job %s: %s queued (%s→%s, %d segments)", job.id, spec.filename, spec.source, spec.target, total)
+        return self.view(job.id)
+
+    def _admit(self, filename: str, source: str, target: str, total: int, owner: Any, caller: Any) -> Job:
         now = self._clock()
         with self._lock:
             self._expire(now)
@@ -158,12 +263,8 @@ class DocumentJobs:
             if len(self._jobs) >= self.cfg.max_jobs:
                 raise Busy(f"{len(self._jobs)} document jobs are queued or kept (jobs.max_jobs); try again when one "
                            "has finished or expired.")
-            job = Job(secrets.token_hex(12), filename, source, target, owner, now, caller=caller, total=total,
-                      seq=next(self._seq))
-            self._jobs[job.id] = job
-        self._queue.put((job, work))
-        log.info("job %s: %s queued (%s→%s, %d segments)", job.id, filename, source, target, total)
-        return self.view(job.id)
+            return Job(secrets.token_hex(12), filename, source, target, owner, now, caller=caller, total=total,
+                       seq=next(self._seq))
 
     def view(self, job_id: str, may: Access = None) -> JobView:
         with self._lock:
@@ -214,12 +315,67 @@ class DocumentJobs:
                     if may is None or may(j.owner)]
 
     def close(self) -> None:
+        """Stop the workers. A job kept in the store is left as it is, for the next start to run again (its
+        rows leave the engine as it closes); a job in memory only is cancelled."""
         with self._lock:
+            self._closing = True
             for job in self._jobs.values():
-                if job.state not in ENDED:
+                if job.state not in ENDED and not job.saved:
                     job.ticket.cancel("server shutting down")
         for _ in self._workers:
             self._queue.put(None)
+
+    # ------------------------------------------------------------------ restarts
+
+    def _restore(self) -> list[tuple[Job, Work]]:
+        """Jobs the store kept: ended ones to answer for until they expire, unfinished ones to run again (their
+        finished segments are not sent again). Returns the work to queue, in submission order."""
+        assert self.store is not None
+        now = self._clock()
+        queued: list[tuple[Job, Work]] = []
+        gone: list[str] = []
+        for row in self.store.jobs.load():
+            job = Job(row["id"], row["filename"], row["source"], row["target"], decode_owner(row["owner"]),
+                      row["created"], caller=decode_owner(row["caller"]), state=row["state"], done=row["done"],
+                      total=row["total"], started=row["started"], ended=row["ended"],
+                      detected_source=row["detected_source"], error=row["error"],
+                      error_status=row["error_status"], seq=row["seq"], saved=True)
+            if job.ended is not None and now - job.ended > self.cfg.ttl_s:
+                gone.append(job.id)
+                continue
+            if job.state == "done" and row["result_path"]:
+                path = Path(row["result_path"])
+                try:
+                    job.result = RenderedDocument(path.read_bytes(), row["result_filename"], row["media_type"],
+                                                  row["note"] or "")
+                except OSError:
+                    job.state, job.error, job.error_status = "error", "its translated file was lost", 500
+                job.result_path = path
+            elif job.state not in ENDED:
+                upload = Path(row["upload_path"])
+                if self.runner is None or not upload.is_file():
+                    job.state, job.ended = "error", now
+                    job.error, job.error_status = "its upload was lost in a restart", 500
+                    self.store.jobs.save(job.id, state="error", ended=now, error=job.error, error_status=500)
+                else:
+                    job.state, job.started = "queued", None
+                    self.store.jobs.save(job.id, state="queued", started=None)
+                    queued.append((job, self.runner(JobSpec.from_row(row), upload.read_bytes(),
+                                                    Checkpoint(self, job))))
+                    log.info("job %s: %s queued again after a restart (%d of %d segments done)", job.id,
+                             job.filename, job.done, job.total)
+            self._jobs[job.id] = job
+        self._seq = itertools.count(max((j.seq for j in self._jobs.values()), default=0) + 1)
+        self._forget(gone)
+        return queued
+
+    def _forget(self, job_ids: list[str]) -> None:
+        """Expired jobs out of the store, and their files off the disk."""
+        if self.store is None or not job_ids:
+            return
+        self.store.jobs.delete(job_ids)
+        for job_id in job_ids:
+            shutil.rmtree(self.store.files / job_id, ignore_errors=True)
 
     # ------------------------------------------------------------------ the work
 
@@ -229,10 +385,11 @@ class DocumentJobs:
 
     def _run(self, job: Job, work: Work) -> None:
         with self._lock:
-            if job.state != "queued":  # cancelled while it waited
+            if job.state != "queued" or self._closing:  # cancelled while it waited, or shutting down
                 return
             job.state, job.started = "translating", self._clock()
             self._lock.notify_all()
+        self._save(job, state="translating", started=job.started)
 
         def progress(done: int, total: int) -> None:
             with self._lock:
@@ -243,22 +400,21 @@ class DocumentJobs:
 
         try:
             rendered, used = work(progress, job.ticket)
-        except Cancelled:
-            with self._lock:
-                self._end(job, "cancelled", self._clock())
-            return
-        except TranslationError as exc:
-            with self._lock:
-                job.error, job.error_status = exc.message, http_status(exc)
-                self._end(job, "error", self._clock())
-            log.info("job %s: %s", job.id, exc.message)
-            return
         except Exception as exc:  # noqa: BLE001 - a job's failure is reported in the job, the worker goes on
-            log.exception("job %s failed", job.id)
             with self._lock:
-                job.error, job.error_status = f"Internal error: {type(exc).__name__}.", 500
-                self._end(job, "error", self._clock())
+                if self._closing and job.saved and not (isinstance(exc, Cancelled) and job.ticket.cancelled
+                                                        and job.ticket.reason == "job cancelled"):
+                    log.info("job %s: left for the next start (%d of %d segments done)", job.id, job.done,
+                             job.total)
+                    return  # the engine closed under it: the next start runs it again
+            self._fail(job, exc)
             return
+        if job.saved and self.store is not None:
+            path = self.store.files / job.id / "result"
+            partial = path.with_suffix(".partial")
+            partial.write_bytes(rendered.data)
+            partial.replace(path)
+            job.result_path = path
         with self._lock:
             job.result, job.detected_source = rendered, used
             job.done = job.total
@@ -269,10 +425,34 @@ class DocumentJobs:
             self._end(job, "cancelled" if job.ticket.cancelled else "done", now)
         log.info("job %s: done, %d segments", job.id, job.total)
 
+    def _fail(self, job: Job, exc: Exception) -> None:
+        with self._lock:
+            if isinstance(exc, Cancelled):
+                self._end(job, "cancelled", self._clock())
+                return
+            if isinstance(exc, TranslationError):
+                job.error, job.error_status = exc.message, http_status(exc)
+                log.info("job %s: %s", job.id, exc.message)
+            else:
+                log.error("job %s failed", job.id, exc_info=exc)
+                job.error, job.error_status = f"Internal error: {type(exc).__name__}.", 500
+            self._end(job, "error", self._clock())
+
+    def _save(self, job: Job, **fields: Any) -> None:
+        if job.saved and self.store is not None:
+            self.store.jobs.save(job.id, **fields)
+
     # ------------------------------------------------------------------ bookkeeping (caller holds _lock)
 
     def _end(self, job: Job, state: str, now: float) -> None:
         job.state, job.ended = state, now
+        result = job.result
+        self._save(job, state=state, ended=now, done=job.done, error=job.error, error_status=job.error_status,
+                   detected_source=job.detected_source,
+                   result_path=str(job.result_path) if job.result_path is not None else None,
+                   result_filename=result.filename if result is not None else None,
+                   media_type=result.media_type if result is not None else None,
+                   note=result.note if result is not None else None)
         self._lock.notify_all()
 
     def _get(self, job_id: str, may: Access) -> Job:
@@ -303,6 +483,7 @@ class DocumentJobs:
         gone = [k for k, j in self._jobs.items() if j.ended is not None and now - j.ended > self.cfg.ttl_s]
         for k in gone:
             del self._jobs[k]
+        self._forget(gone)
 
     def _view(self, job: Job, now: float) -> JobView:
         position = None
@@ -330,6 +511,7 @@ class DocumentJobs:
         ahead = 0 if job.state == "translating" else sum(
             j.total - j.done for j in self._jobs.values() if j.state == "translating")
         return round((ahead + job.total - job.done) / self._rate, 1)
+
 
 
 def check_job_id(job_id: str) -> str:

@@ -31,12 +31,14 @@ from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
 from . import prompts
 from .glossary import Glossary, has_terms
 from .prompts import CONTROL_CHARS, SURROGATES
-from .tm import TranslationMemory
+from .store import Correction, Provenance, Store
+from .tm import open_memory
 from .warmup import WarmupReport, warm_service
 from .languages import LANGUAGES, normalize_code, served_codes
 from .memory import MemoryMonitor, MemoryPolicy
 from .router import RoutePlan, Router
 from .documents.base import ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, check_mark_runs
+from .masking import protect_pair
 from .segment import split_text
 from .streaming import TextStream
 from .ticket import Ticket
@@ -155,7 +157,8 @@ class TranslationService:
         self.registry = AdapterRegistry(cfg.cache.resolved_dir, self.backbone.spec)
         self.registry.scan()
         self.cache = AdapterCache(self.backbone, self.registry, cfg.cache)
-        self.tm = TranslationMemory(cfg.tm.resolved_dir, cfg.tm.resolved_shipped, cfg.tm.enabled)
+        self.store = Store.open(cfg.store.url, cfg.store.dir)
+        self.tm = open_memory(cfg, self.store)
         self.cache.start()
         if cfg.model.compile == "on" or (cfg.model.compile == "auto" and cfg.model.warmup):
             # After the pinned adapters are in: the slot layers they wrap are part of the compiled graph.
@@ -396,10 +399,13 @@ class TranslationService:
     def translate_segments(self, segments: Sequence[str], src: str, tgt: str,
                            progress: Callable[[int, int], None] | None = None,
                            glossary: Glossary | None = None, ticket: Ticket | None = None,
-                           context: str | None = None, origins: dict[str, str] | None = None) -> list[str]:
+                           context: str | None = None, origins: dict[str, str] | None = None,
+                           finished: Callable[[list[int], list[str]], None] | None = None,
+                           chunk: int = _DOC_CHUNK) -> list[str]:
         """Documents: translate each segment (already split by the document reader), keeping its layout.
         `origins`, when given, gets each segment's origin (documents.base.ORIGIN_*): the memory's, exact or near,
-        when every sentence of it came from the memory, else the model's.
+        when every sentence of it came from the memory, else the model's. `finished(positions, translations)` is
+        told each round of `chunk` segments as it ends (a job writes them down, to skip them after a restart).
 
         Whitespace-only segments come back unchanged. `progress(done, total)` is called as chunks finish. The
         rows are background rows (they yield to interactive requests); `ticket` can cancel them. `context` shapes
@@ -422,20 +428,22 @@ class TranslationService:
             progress(0, total)
         t0 = time.perf_counter()
         counted = _RowCounter(progress, total) if progress else None
-        for start in range(0, total, _DOC_CHUNK):
-            chunk = todo[start:start + _DOC_CHUNK]
+        for start in range(0, total, chunk):
+            part = todo[start:start + chunk]
             # Documents report no memory suggestions: nobody would read them.
-            jobs = [self._job(texts[i], plan, glossary, suggest=False, context=context) for i in chunk]
+            jobs = [self._job(texts[i], plan, glossary, suggest=False, context=context) for i in part]
             if counted is not None:
-                counted.limit = start + len(chunk)
-            jobs = self._run_enforcing(jobs, [texts[i] for i in chunk], glossary, ticket=ticket, listen=counted)
-            for i, job in zip(chunk, jobs):
+                counted.limit = start + len(part)
+            jobs = self._run_enforcing(jobs, [texts[i] for i in part], glossary, ticket=ticket, listen=counted)
+            for i, job in zip(part, jobs):
                 out[i] = job.render(job.current)
                 if origins is not None and (job.todo or job.memory):
                     origins[texts[i]] = ORIGIN_MODEL if job.todo else \
                         ORIGIN_MEMORY_NEAR if job.near else ORIGIN_MEMORY
+            if finished is not None:
+                finished(part, [out[i] for i in part])
             if progress:
-                progress(min(start + _DOC_CHUNK, total), total)
+                progress(min(start + chunk, total), total)
         self._record((time.perf_counter() - t0) * 1000, total, sum(len(texts[i]) for i in todo), 1, "document")
         return out
 
@@ -617,6 +625,27 @@ class TranslationService:
         self.router.plan(parsed.src, parsed.tgt)  # UnreachablePair: a memory no request could ever use
         result = self.tm.add(parsed, read_rows(data, filename, parsed.src, parsed.tgt))
         return asdict(result)
+
+    def correct(self, text: Any, source: Any, target: Any, translation: Any, context: Any = None,
+                machine: Any = None, who: str | None = None) -> dict[str, Any]:
+        """Record that `translation` is the right translation of `text` from `source` to `target`: kept as a
+        correction (for adapter training), with who sent it and what route and adapters serve the pair now, and
+        put in the memory, where it answers the same text at once (exact and fuzzy) on every process that shares
+        the store. InvalidInput when the two sides do not carry the same placeholders: the memory could not put
+        the query's own back."""
+        text, translation = self.clean_text(text), self.clean_text(translation)
+        src, tgt = self._code(source, "source"), self._code(target, "target")
+        if src == tgt:
+            raise InvalidInput("A correction needs two different languages.")
+        plan = self.router.plan(src, tgt)  # UnreachablePair: a correction no request could ever use
+        if protect_pair(text, translation) is None:
+            raise InvalidInput("The correction does not keep the text's placeholders, numbers and links as they "
+                               "are; put each one back in the translation.")
+        machine = self.clean_text(machine) if isinstance(machine, str) and machine.strip() else None
+        found = self.tm.correct(Correction(f"{src}2{tgt}", " ".join(text.split()), " ".join(translation.split()),
+                                           machine, self.clean_context(context)),
+                                Provenance("correction", who, plan.label, ",".join(plan.adapters) or None))
+        return {"id": found, "source": src, "target": tgt, "route": plan.route}
 
     def export_memory(self, pair: Pair | str) -> bytes:
         """The translation memory of `pair` as TMX (the user's entries over the shipped ones; see

@@ -2,10 +2,10 @@
 
 Exact match after normalising case, whitespace and placeholders: both sides are masked the way the service masks
 text (`masking.protect_pair`), so "Delete %s?" in memory answers "Delete {0}?" with the query's own `{0}` put back.
-Entries live in `<src>2<tgt>.tsv` (or `.tsv.gz`) files, one `source<TAB>target` per line, in two folders: the
-shipped one (the demo's memory, built from its training pairs; read-only) and the user's (`tm.dir`), into which
-imports are merged and which wins on a conflict. A pair's files are read the first time the pair is asked for.
-Pivot routes look up the pair asked for (es→de), never a hop.
+The user's entries (imports, corrections) live in the store's database, with who added them and when; the
+shipped ones (the demo's memory, built from its training pairs; read-only) in `<src>2<tgt>.tsv.gz` files beside
+the model. The user's win on a conflict. A pair is read the first time it is asked for, and from then on only its
+new rows. Pivot routes look up the pair asked for (es→de), never a hop.
 """
 
 from __future__ import annotations
@@ -20,16 +20,23 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .adapters.request import Pair
 from .errors import InvalidInput
 from .masking import Protected, protect, protect_pair
 from .segment import UNSPACED_SENTENCES
+from .store.memory import Correction, MemoryRows, Provenance
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .store import Store
 
 log = logging.getLogger(__name__)
+#: A pair's rows are asked for again at most this often (seconds): the segments of one request share a check (a
+#: check is one indexed query: 0.23 ms on SQLite), and another process's write is seen within this time.
+FRESH_S = 0.01
 _SPACE = re.compile(r"\s+")
-#: Seconds between two checks of a pair's user files for an import made by another process.
-RELOAD_CHECK_S = 2.0
 
 
 def memory_key(masked: str, fold: bool = True) -> str:
@@ -216,79 +223,86 @@ class ImportResult:
 
 
 class TranslationMemory:
-    """Thread-safe. `lookup` is what the service asks for each segment; `add` is what imports do."""
+    """Thread-safe. `lookup`/`match` is what the service asks for each segment; `add` is what imports do,
+    `correct` what a correction does.
 
-    def __init__(self, user_dir: Path, shipped_dir: Path | None = None, enabled: bool = True) -> None:
-        self.user_dir = user_dir
+    The user's entries live in the store (`MemoryRows`: SQLite or PostgreSQL), the shipped ones in files beside
+    the model. Each look-up asks the store whether the pair has rows newer than those read (one indexed query), so
+    an import by the CLI, or a correction sent to another replica, answers at once here too."""
+
+    def __init__(self, rows: MemoryRows, shipped_dir: Path | None = None, enabled: bool = True,
+                 legacy_dir: Path | None = None) -> None:
+        self.rows = rows
         self.shipped_dir = shipped_dir
         self.enabled = enabled
         self._lock = threading.Lock()
         self._pairs: dict[str, _Entries] = {}
-        #: Per pair read: its user files' (name, mtime, size) when read, and when they were last compared.
-        self._signature: dict[str, tuple[tuple[str, int, int], ...]] = {}
+        #: Per pair read: the user's rows as written (masked key → (source, target)) and the store's stamp then.
+        self._user: dict[str, dict[str, tuple[str, str]]] = {}
+        self._stamp: dict[str, tuple[int, int]] = {}
         self._checked: dict[str, float] = {}
         #: Segments answered, and of those near-exactly (/status's "tm").
         self.hits = 0
         self.near_hits = 0
+        if legacy_dir is not None:
+            self.import_legacy(legacy_dir)
 
     # ------------------------------------------------------------------ reading
 
-    def _files(self, pair: str) -> list[tuple[Path, bool]]:
-        """A pair's files and whether they are stored masked (the shipped ones), shipped first, so that the user's
-        entries win."""
-        out = []
-        for folder, masked in ((self.shipped_dir, True), (self.user_dir, False)):
-            if folder is not None:
-                out += [(folder / f"{pair}.tsv.gz", masked), (folder / f"{pair}.tsv", masked)]
-        return [(p, masked) for p, masked in out if p.is_file()]
-
-    def _user_signature(self, pair: str) -> tuple[tuple[str, int, int], ...]:
-        out = []
-        for name in (f"{pair}.tsv.gz", f"{pair}.tsv"):
-            try:
-                stat = (self.user_dir / name).stat()
-            except OSError:
-                continue
-            out.append((name, stat.st_mtime_ns, stat.st_size))
-        return tuple(out)
-
-    def _changed(self, pair: str) -> bool:
-        """Whether the pair's user files changed since they were read: another process (`python -m hunyuan_mt
-        import-memory`, another replica over the same folder) imported into them. Compared at most once every
-        `RELOAD_CHECK_S` a pair, so a lookup costs no system call."""
-        now = time.monotonic()
-        with self._lock:
-            if now - self._checked.get(pair, 0.0) < RELOAD_CHECK_S:
-                return False
-            self._checked[pair] = now
-            known = self._signature.get(pair)
-        return known is not None and self._user_signature(pair) != known
+    def _shipped_files(self, pair: str) -> list[Path]:
+        if self.shipped_dir is None:
+            return []
+        return [p for p in (self.shipped_dir / f"{pair}.tsv.gz", self.shipped_dir / f"{pair}.tsv") if p.is_file()]
 
     def _entries(self, pair: str) -> _Entries:
+        now = time.monotonic()
         with self._lock:
             loaded = self._pairs.get(pair)
-        if loaded is not None and not self._changed(pair):
-            return loaded
-        if loaded is not None:
-            log.info("translation memory: %s changed on disk; reading it again", pair)
-        signature = self._user_signature(pair)
+            if loaded is not None and now - self._checked.get(pair, -1.0) < FRESH_S:
+                return loaded
+            self._checked[pair] = now
+        stamp = self.rows.stamp(pair)
+        with self._lock:
+            if loaded is not None and self._stamp.get(pair) == stamp:
+                return loaded
+            known = self._stamp.get(pair)
+        if loaded is not None and known is not None:
+            # Rows added since (by anyone): put in on top, unless a row committed behind a newer id was missed.
+            fresh = self.rows.since(pair, known[0])
+            if known[1] + len(fresh) == stamp[1]:
+                with self._lock:
+                    if self._pairs.get(pair) is loaded and self._stamp.get(pair) == known:
+                        self._put_user(pair, loaded, [(s, t) for _, s, t in fresh])
+                        self._stamp[pair] = (max([known[0], *(i for i, _, _ in fresh)]), stamp[1])
+                    return self._pairs[pair]
         entries = _Entries()
-        for path, stored_masked in self._files(pair):
+        for path in self._shipped_files(pair):
             for source, target in _tsv_rows(path):
                 # Stored masked: as trained, sentinels already numbered in the source's order.
-                masked = (source, target) if stored_masked else protect_pair(source, target)
-                if masked is not None and masked[0].strip() and masked[1].strip():
-                    entries.put(masked[0], masked[1], None if stored_masked else tuple(protect(source).spans))
+                if source.strip() and target.strip():
+                    entries.put(source, target)
+        fresh = self.rows.since(pair)
+        user: dict[str, tuple[str, str]] = {}
+        self._put_user(pair, entries, [(s, t) for _, s, t in fresh], user)
         if entries:
             log.info("translation memory: %d entries for %s", len(entries), pair)
         if loaded is not None and loaded.indexed:
             entries.index()  # the old one served fuzzy look-ups: the new one is ready for them too
         with self._lock:
-            current = self._pairs.get(pair)
-            if current is None or current is loaded:  # the first read, or the re-read of what is in use
-                self._pairs[pair] = entries
-                self._signature[pair] = signature
+            if self._pairs.get(pair) is loaded:  # the first read, or the re-read of what is in use
+                self._pairs[pair], self._user[pair] = entries, user
+                self._stamp[pair] = (max([0, *(i for i, _, _ in fresh)]), len(fresh))
             return self._pairs[pair]
+
+    def _put_user(self, pair: str, entries: _Entries, rows: list[tuple[str, str]],
+                  user: dict[str, tuple[str, str]] | None = None) -> None:
+        """The user's rows into `entries`, masked as the service masks text (a later row wins)."""
+        user = self._user.setdefault(pair, {}) if user is None else user
+        for source, target in rows:
+            masked = protect_pair(source, target)
+            if masked is not None and masked[0].strip() and masked[1].strip():
+                entries.put(masked[0], masked[1], tuple(protect(source).spans))
+                user[memory_key(masked[0], fold=False)] = (source, target)
 
     def lookup(self, src: str, tgt: str, segment: Protected) -> str | None:
         """The memory's target for `segment` (masked, its sentinels numbered like the segment's), or None."""
@@ -342,25 +356,26 @@ class TranslationMemory:
         stored masked, so one that held placeholders (`⟦0⟧` in place of `%s`) is left out: its spans are lost."""
         key = (pair if isinstance(pair, Pair) else Pair.parse(pair)).key
         rows: dict[str, tuple[str, str]] = {}
-        for path in (path for path, stored_masked in self._files(key) if stored_masked):
+        for path in self._shipped_files(key):
             for source, target in _tsv_rows(path):
                 if "⟦" not in source + target and source.strip() and target.strip():
                     rows[memory_key(source, fold=False)] = (source, target)
+        self._entries(key)
         with self._lock:
-            user = _user_rows(self.user_dir / f"{key}.tsv")
-        for source, target in user.values():
+            user = list(self._user.get(key, {}).values())
+        for source, target in user:
             rows[memory_key(source, fold=False)] = (source, target)
         return list(rows.values())
 
-    # ------------------------------------------------------------------ importing
+    # ------------------------------------------------------------------ adding
 
-    def add(self, pair: Pair | str, rows: list[tuple[str, str]]) -> ImportResult:
-        """Merge `rows` into the user's file for `pair` and into the memory in use: a source the file already has
-        (as the memory matches it: same case, whitespace and placeholders) gets the imported target, so importing a
-        file twice changes nothing. A pair given as text is parsed like every pair name (`Pair.parse`), so what
-        names the file is always a pair key, never a path. InvalidInput when no row can be used."""
+    def add(self, pair: Pair | str, rows: list[tuple[str, str]],
+            provenance: Provenance = Provenance()) -> ImportResult:
+        """Add `rows` to the user's memory for `pair`: a source it already has (as the memory matches it: same
+        case, whitespace and placeholders) gets the imported target, so importing a file twice changes nothing. A
+        pair given as text is parsed like every pair name (`Pair.parse`). InvalidInput when no row can be used."""
         key = (pair if isinstance(pair, Pair) else Pair.parse(pair)).key
-        kept: dict[str, tuple[str, str, tuple[str, str]]] = {}  # masked key → (source, target, masked pair)
+        kept: dict[str, tuple[str, str]] = {}  # masked key → (source, target)
         skipped = 0
         for source, target in rows:
             source, target = " ".join(source.split()), " ".join(target.split())  # no tabs or line breaks
@@ -368,25 +383,64 @@ class TranslationMemory:
             if masked is None:
                 skipped += 1
                 continue
-            kept[memory_key(masked[0], fold=False)] = (source, target, masked)
+            kept[memory_key(masked[0], fold=False)] = (source, target)
         if not kept:
             raise InvalidInput(f"No entry to import for {key}: the file has no rows" if not rows else
                                f"No entry to import for {key}: none of its {len(rows)} rows has the same "
                                "placeholders on both sides and text on each.")
-        entries = self._entries(key)
-        path = self.user_dir / f"{key}.tsv"
+        self._entries(key)
         with self._lock:
-            existing = _user_rows(path)
+            existing = self._user.get(key, {})
+            changed = {k: row for k, row in kept.items() if existing.get(k) != row}
             added = sum(1 for k in kept if k not in existing)
-            existing.update({k: (s, t) for k, (s, t, _) in kept.items()})
-            self.user_dir.mkdir(parents=True, exist_ok=True)
-            partial = path.with_suffix(".tsv.partial")
-            partial.write_text("".join(f"{s}\t{t}\n" for s, t in existing.values()), encoding="utf-8")
-            partial.replace(path)  # readers never see half a file
-            self._signature[key] = self._user_signature(key)  # this process's own write is in memory already
-            for source, _, (masked_source, masked_target) in kept.values():
-                entries.put(masked_source, masked_target, tuple(protect(source).spans))
+        if changed:
+            self.rows.add(key, list(changed.values()), provenance)
+        entries = self._reread(key)
         return ImportResult(key, added, len(kept) - added, skipped, len(entries))
+
+    def correct(self, correction: Correction, provenance: Provenance) -> int:
+        """Record a correction; from now on it answers its source (exact and fuzzy), here and on every process
+        that shares the store. Returns its id."""
+        found = self.rows.correct(correction, provenance)
+        self._reread(correction.pair)
+        return found
+
+    def _reread(self, pair: str) -> _Entries:
+        """The pair with this process's own write in: read now, whenever it was last checked."""
+        with self._lock:
+            self._checked.pop(pair, None)
+        return self._entries(pair)
+
+    def import_legacy(self, folder: Path) -> list[ImportResult]:
+        """A `tm/` folder of `<src>2<tgt>.tsv` files (where earlier versions kept the user's memory), imported
+        into the store once per file version: a file changed since is imported again (a source it repeats gets
+        its target)."""
+        results = []
+        for path in sorted(folder.glob("*2*.tsv")) + sorted(folder.glob("*2*.tsv.gz")):
+            pair = path.name.split(".")[0]
+            try:
+                Pair.parse(pair)
+                stat = path.stat()
+            except (InvalidInput, OSError):
+                continue
+            signature = f"{stat.st_size}:{stat.st_mtime_ns}"
+            if self.rows.imported(str(path.resolve()), signature):
+                continue
+            rows = list(_tsv_rows(path))
+            try:
+                results.append(self.add(pair, rows, Provenance("legacy", "file")))
+            except InvalidInput:
+                pass
+            self.rows.mark_imported(str(path.resolve()), signature)
+            log.info("translation memory: %s imported into the store (%d rows)", path, len(rows))
+        return results
+
+
+def open_memory(cfg: Config, store: Store) -> TranslationMemory:
+    """The configured memory over `store` (a legacy `tm.dir` imported once)."""
+    legacy = cfg.tm.resolved_dir
+    return TranslationMemory(store.memory, cfg.tm.resolved_shipped, cfg.tm.enabled,
+                             legacy if legacy.is_dir() else None)
 
 
 def _tsv_rows(path: Path) -> Iterator[tuple[str, str]]:
@@ -408,20 +462,6 @@ def tmx_bytes(rows: list[tuple[str, str]], src: str, tgt: str) -> bytes:
     for source, target in rows:
         store.addtranslation(source, src, target, tgt)
     return bytes(store)
-
-
-def _user_rows(path: Path) -> dict[str, tuple[str, str]]:
-    """The user's file for a pair: masked source key → (source, target), later lines winning (files written by
-    earlier versions appended, so a source may appear more than once)."""
-    rows: dict[str, tuple[str, str]] = {}
-    if not path.is_file():
-        return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        source, sep, target = line.partition("\t")
-        masked = protect_pair(source, target) if sep else None
-        if masked is not None:
-            rows[memory_key(masked[0], fold=False)] = (source, target)
-    return rows
 
 
 def read_rows(data: bytes, filename: str, src: str, tgt: str) -> list[tuple[str, str]]:

@@ -13,6 +13,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # A service that warms up compiles its decode step (~20 s a model on 2 cores): tests/test_compiled_step.py does that
 # on purpose; everywhere else, and in the processes tests start, the step stays eager.
 os.environ.setdefault("HMT_MODEL__COMPILE", "false")
+# What a server writes (its database, document jobs' files) goes to a folder of this test process's own, never
+# the project's data/: a job one test left unfinished must not be run again by the next test's server.
+import tempfile  # noqa: E402
+
+os.environ["HMT_DATA"] = tempfile.mkdtemp(prefix="hmt-data-")
 
 import pytest
 import torch
@@ -21,6 +26,15 @@ import tiny_models  # tests/ is on sys.path (rootdir conftest, no __init__.py)
 
 # Tests run beside other work on small machines; one thread keeps them predictable.
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def own_data_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's servers keep their database and job files in a folder of the test's own (servers that a
+    module or session shares were made with the process's)."""
+    folder = tmp_path_factory.mktemp("data")
+    monkeypatch.setenv("HMT_DATA", str(folder))
+    return folder
 
 
 @pytest.fixture(scope="session")

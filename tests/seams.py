@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 
@@ -41,3 +42,14 @@ def eventually(check: Callable[[], bool], what: str, timeout: float = 30.0) -> N
 def leases(service: Any) -> int:
     """Adapter leases held now (each running row holds one)."""
     return sum(r.leases for r in service.cache.stats().resident)
+
+
+def memory_in(folder: Path, shipped: Path | None = None) -> Any:
+    """A translation memory over an SQLite store of its own in `folder` (what a server, or the CLI, opens there):
+    two memories made on one folder are two processes sharing a database."""
+    from hunyuan_mt.store import MemoryRows, open_engine
+    from hunyuan_mt.store.db import sqlite_url
+    from hunyuan_mt.tm import TranslationMemory
+
+    return TranslationMemory(MemoryRows(open_engine(sqlite_url(folder / "hunyuan.db"))), shipped)
+

@@ -13,7 +13,8 @@ from gradio_client import Client, handle_file
 from hunyuan_mt import cli
 from hunyuan_mt.errors import InvalidInput
 from hunyuan_mt.masking import protect
-from hunyuan_mt.tm import TranslationMemory, read_rows
+from hunyuan_mt.tm import read_rows
+from seams import memory_in
 from web_server import ADMIN_KEY, LiveServer
 
 TSV = "Delete %s?\t¿Eliminar %s?\nThe disk is full.\tEl disco está lleno.\nBroken\t\n# a comment\n"
@@ -24,8 +25,8 @@ TMX = b"""<?xml version="1.0" encoding="UTF-8"?>
 </body></tmx>"""
 
 
-def _memory(tmp_path: Path) -> TranslationMemory:
-    memory = TranslationMemory(tmp_path / "tm")
+def _memory(tmp_path: Path) -> Any:
+    memory = memory_in(tmp_path / "tm")
     memory.add("en2es", read_rows(TSV.encode(), "a.tsv", "en", "es"))
     return memory
 
@@ -41,11 +42,11 @@ def test_lookup_normalises_case_whitespace_and_placeholders(tmp_path: Path) -> N
 
 
 def test_imports_skip_what_cannot_match_and_persist(tmp_path: Path) -> None:
-    memory = TranslationMemory(tmp_path / "tm")
+    memory = memory_in(tmp_path / "tm")
     result = memory.add("en2es", read_rows(TSV.encode(), "a.tsv", "en", "es") + [("Open %s", "Abrir")])
     assert (result.added, result.replaced, result.skipped, result.entries) == (2, 0, 2, 2)  # an empty side;
     # placeholders that differ
-    again = TranslationMemory(tmp_path / "tm")  # a new process reads the user's file
+    again = memory_in(tmp_path / "tm")  # a new process reads the user's entries from the store
     assert again.lookup("en", "es", protect("The disk is full.")) == "El disco está lleno."
     assert read_rows(TMX, "m.tmx", "en", "es") == [("Print the page.", "Imprima la página.")]
     with pytest.raises(InvalidInput, match="a.tsv: not UTF-8 text"):
@@ -63,20 +64,19 @@ def test_imports_skip_what_cannot_match_and_persist(tmp_path: Path) -> None:
 
 
 def test_a_reimport_replaces_entries_instead_of_duplicating_them(tmp_path: Path) -> None:
-    memory = TranslationMemory(tmp_path / "tm")
+    memory = memory_in(tmp_path / "tm")
     first = memory.add("en2es", [("The disk is full.", "El disco está lleno."), ("Save", "Guardar")])
     again = memory.add("en2es", [("The disk is full.", "El disco está completo."), ("Save", "Guardar")])
     assert (first.added, first.replaced) == (2, 0) and (again.added, again.replaced, again.entries) == (0, 2, 2)
-    lines = (tmp_path / "tm" / "en2es.tsv").read_text(encoding="utf-8").splitlines()
-    assert lines == ["The disk is full.\tEl disco está completo.", "Save\tGuardar"]
-    assert TranslationMemory(tmp_path / "tm").lookup("en", "es", protect("The disk is full.")) == \
+    assert memory.export_rows("en2es") == [("The disk is full.", "El disco está completo."), ("Save", "Guardar")]
+    assert memory_in(tmp_path / "tm").lookup("en", "es", protect("The disk is full.")) == \
         "El disco está completo."
 
 
-def test_the_shipped_demo_memory_answers_frequent_ui_strings() -> None:
+def test_the_shipped_demo_memory_answers_frequent_ui_strings(tmp_path: Path) -> None:
     from hunyuan_mt.config import PROJECT_ROOT
 
-    memory = TranslationMemory(Path("/nonexistent"), PROJECT_ROOT / "models" / "demo" / "memory")
+    memory = memory_in(tmp_path, PROJECT_ROOT / "models" / "demo" / "memory")
     assert memory.lookup("en", "de", protect("File not found")) == "Datei nicht gefunden"
     assert memory.lookup("en", "es", protect("unknown error")) is not None
 
@@ -84,7 +84,7 @@ def test_the_shipped_demo_memory_answers_frequent_ui_strings() -> None:
 @pytest.fixture()
 def memory_server(live_server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveServer]:
     """The live server with a memory of its own (no shipped entries), swapped in for this test."""
-    monkeypatch.setattr(live_server.service, "tm", TranslationMemory(tmp_path / "tm"))
+    monkeypatch.setattr(live_server.service, "tm", memory_in(tmp_path / "tm"))
     yield live_server
 
 
@@ -140,11 +140,12 @@ def test_the_page_says_which_segments_came_from_memory(memory_server: LiveServer
 def test_cli_imports_without_loading_a_model(tmp_path: Path, capsys: Any) -> None:
     source = tmp_path / "m.tsv"
     source.write_text(TSV, encoding="utf-8")
-    code = cli.main(["tm", "import", str(source), "--pair", "en2es", "--set", f"tm.dir={tmp_path / 'tm'}"])
+    code = cli.main(["tm", "import", str(source), "--pair", "en2es", "--set", f"store.dir={tmp_path / 'data'}",
+                     "--set", "tm.shipped="])
     out = capsys.readouterr().out
     assert code == 0 and out.startswith("en2es: 2 entries added, 0 replaced, 1 skipped")
-    assert (tmp_path / "tm" / "en2es.tsv").read_text(encoding="utf-8").splitlines() == [
-        "Delete %s?\t¿Eliminar %s?", "The disk is full.\tEl disco está lleno."]
+    assert memory_in(tmp_path / "data").export_rows("en2es") == [
+        ("Delete %s?", "¿Eliminar %s?"), ("The disk is full.", "El disco está lleno.")]
 
 
 def test_the_demo_memory_keeps_each_sources_most_common_ui_translation(tmp_path: Path) -> None:
@@ -161,7 +162,7 @@ def test_the_demo_memory_keeps_each_sources_most_common_ui_translation(tmp_path:
 
 
 def test_a_near_entry_is_suggested_with_its_score_and_the_querys_own_spans(tmp_path: Path) -> None:
-    memory = TranslationMemory(tmp_path / "tm")
+    memory = memory_in(tmp_path / "tm")
     memory.add("en2es", [("Delete {0} files from the disk?", "¿Eliminar {0} archivos del disco?"),
                          ("Open the settings", "Abrir la configuración")])
     near = memory.suggest("en", "es", protect("Delete {0} files from this disk?"), 0.75)
@@ -296,7 +297,7 @@ def test_a_pairs_memory_exports_as_tmx_that_imports_back(memory_server: LiveServ
     assert 'filename="en2es.tmx"' in response.headers["content-disposition"]
     # The same rows back through the import's own reader (as written: placeholders and markup characters kept).
     assert sorted(read_rows(response.content, "en2es.tmx", "en", "es")) == sorted(rows)
-    fresh = TranslationMemory(tmp_path / "again")
+    fresh = memory_in(tmp_path / "again")
     fresh.add("en2es", read_rows(response.content, "en2es.tmx", "en", "es"))
     assert fresh.lookup("en", "es", protect("Delete {0}?")) == "¿Eliminar ⟦0⟧?"
 
@@ -305,10 +306,10 @@ def test_the_cli_exports_the_shipped_and_the_users_entries(tmp_path: Path, capsy
     shipped = tmp_path / "shipped"
     shipped.mkdir()
     (shipped / "en2es.tsv").write_text("Open\tAbrir\nDelete ⟦0⟧?\t¿Eliminar ⟦0⟧?\nSave\tGuardar\n", encoding="utf-8")
-    user = tmp_path / "tm"
-    TranslationMemory(user).add("en2es", [("Save", "Guardar ahora")])
+    user = tmp_path / "data"
+    memory_in(user).add("en2es", [("Save", "Guardar ahora")])
     out = tmp_path / "out.tmx"
-    assert cli.main(["tm", "export", str(out), "--pair", "en2es", "--set", f"tm.dir={user}",
+    assert cli.main(["tm", "export", str(out), "--pair", "en2es", "--set", f"store.dir={user}",
                      "--set", f"tm.shipped={shipped}"]) == 0
     assert "en2es: 2 entries written to" in capsys.readouterr().out
     # The masked shipped entry is left out (its placeholder is lost); the user's entry wins over the shipped one.

@@ -20,7 +20,7 @@ from hunyuan_mt.jobs import DocumentJobs, JobHasNoResult, JobNotReady
 from hunyuan_mt.masking import protect
 from hunyuan_mt.segment import split_text
 from hunyuan_mt.ticket import Ticket
-from hunyuan_mt.tm import TranslationMemory
+from seams import memory_in
 from web_server import LiveServer
 
 UNREACHABLE = "ja"  # a known code that neither the demo's nor the tiny model's adapters reach
@@ -179,17 +179,14 @@ def test_other_roots_are_left_alone(name: str, text: str) -> None:
 
 def test_a_memory_imported_by_another_process_is_used_without_a_restart(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    import hunyuan_mt.tm as tm
-
-    monkeypatch.setattr(tm, "RELOAD_CHECK_S", 0.0)
-    server = TranslationMemory(tmp_path)
+    server = memory_in(tmp_path)
     server.preload(["en2es"], fuzzy=True)
     assert server.lookup("en", "es", protect("Print preview")) is None
-    # What `python -m hunyuan_mt tm import` does: its own memory over the same folder.
-    TranslationMemory(tmp_path).add("en2es", [("Print preview", "Vista previa de impresión")])
+    # What `python -m hunyuan_mt tm import` does: its own memory over the same store.
+    memory_in(tmp_path).add("en2es", [("Print preview", "Vista previa de impresión")])
     assert server.lookup("en", "es", protect("Print preview")) == "Vista previa de impresión"
     assert server.suggest("en", "es", protect("Print previews"), 0.8) is not None  # the fuzzy index came along
-    # Its own imports do not make it read the file again.
+    # Its own imports, and another's, are read as new rows: the memory in use is not read again whole.
     before = server._pairs["en2es"]
     server.add("en2es", [("Close", "Cerrar")])
     server.lookup("en", "es", protect("Close"))
@@ -202,9 +199,9 @@ def test_the_cli_import_says_a_running_server_picks_it_up(tmp_path: Path) -> Non
     rows = tmp_path / "rows.tsv"
     rows.write_text("Print preview\tVista previa de impresión\n", encoding="utf-8")
     out = subprocess.run([sys.executable, "-m", "hunyuan_mt", "tm", "import", str(rows), "--pair", "en2es",
-                          "--set", f"tm.dir={tmp_path / 'tm'}"], capture_output=True, text=True, timeout=120)
+                          "--set", f"store.dir={tmp_path / 'data'}"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "reads the new entries within 2 s; no restart is needed" in out.stdout
+    assert "A server on the same store answers with them from its next request; no restart is needed" in out.stdout
 
 
 # ---------------------------------------------------------------------------------------------------- detect

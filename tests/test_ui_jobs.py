@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import gradio as gr
 import pytest
 
+from hunyuan_mt.web.doctranslate import document_runner
 from hunyuan_mt.jobs import DocumentJobs
 from hunyuan_mt.web.metrics import WebMetrics
 from hunyuan_mt.web.ui import build_ui
@@ -40,7 +41,7 @@ def no_progress(*args: Any, **kwargs: Any) -> None:
 def page(live_server: LiveServer) -> Iterator[Any]:
     """The page's handlers with the page login on (so downloads and jobs are owned), over its own job queue."""
     cfg = with_server(live_server.cfg, auth="user:secret")
-    jobs = DocumentJobs(cfg.jobs)
+    jobs = DocumentJobs(cfg.jobs, runner=document_runner(live_server.service, cfg.limits))
     demo = build_ui(live_server.service, cfg, WebMetrics(live_server.service), jobs=jobs)
     ui = demo.hmt_ui
     try:

@@ -161,7 +161,9 @@ class RemoteService:
 
     async def atranslate_segments(self, segments: Sequence[str], src: str, tgt: str,
                                   progress: Callable[[int, int], None] | None = None,
-                                  glossary: Any = None, context: str | None = None) -> tuple[list[str], list[str]]:
+                                  glossary: Any = None, context: str | None = None,
+                                  finished: Callable[[list[int], list[str]], None] | None = None,
+                                  chunk: int = DOC_CHUNK) -> tuple[list[str], list[str]]:
         segments = list(segments)
         target = normalize_code(tgt)
         if isinstance(src, str) and src.strip().lower() == AUTO:
@@ -181,11 +183,13 @@ class RemoteService:
         total = len(segments)
         if progress:
             progress(0, total)
-        for start in range(0, total, DOC_CHUNK):
-            reply = await self.acall(group, "translate_segments", segments[start:start + DOC_CHUNK], source, target,
+        for start in range(0, total, chunk):
+            reply = await self.acall(group, "translate_segments", segments[start:start + chunk], source, target,
                                      glossary, context, model_id=model_id)
             out.extend(reply["texts"])
             replicas.append(reply["replica"])
+            if finished is not None:
+                finished(list(range(start, start + len(reply["texts"]))), reply["texts"])
             if progress:
                 progress(len(out), total)
         return out, replicas
@@ -233,8 +237,11 @@ class RemoteService:
 
     def translate_segments(self, segments: list[str], src: str, tgt: str, progress: Any = None,
                            glossary: Any = None, ticket: Any = None, context: str | None = None,
-                           origins: dict[str, str] | None = None) -> list[str]:
-        """A document, one chunk per replica call; a cancelled `ticket` stops it between two chunks. `origins`
+                           origins: dict[str, str] | None = None,
+                           finished: Callable[[list[int], list[str]], None] | None = None,
+                           chunk: int = DOC_CHUNK) -> list[str]:
+        """A document, one chunk per replica call; a cancelled `ticket` stops it between two chunks; `finished`
+        is told each chunk as it comes back (see TranslationService.translate_segments). `origins`
         stays empty: the replicas do not send where each segment came from yet (documents then mark every
         segment as the model's)."""
         def report(done: int, total: int) -> None:
@@ -243,7 +250,8 @@ class RemoteService:
             if progress is not None:
                 progress(done, total)
 
-        texts, replicas = self._run(self.atranslate_segments(segments, src, tgt, report, glossary, context))
+        texts, replicas = self._run(self.atranslate_segments(segments, src, tgt, report, glossary, context,
+                                                             finished, chunk))
         self._served(*replicas)
         return texts
 

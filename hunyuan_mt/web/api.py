@@ -34,12 +34,12 @@ from ..errors import (Cancelled, FeatureDisabled, InputTooLarge, InvalidInput, R
 from ..detect import Detection
 from ..documents import distinct_segments, read_document
 from ..glossary import Glossary, GlossaryStore
-from ..jobs import DocumentJobs, JobView, check_job_id
+from ..jobs import DocumentJobs, JobSpec, JobView, check_job_id
 from .. import prompts
 from ..languages import LANGUAGES, normalize_code, served_codes
 from ..ticket import Ticket
 from .auth import AccessPolicy, Caller
-from .doctranslate import check_document_route, translate_upload
+from .doctranslate import check_document_route, document_runner, job_spec, service_store, translate_upload
 from .downloads import DownloadStore, attachment, safe_filename
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import RequestCounter, WebMetrics
@@ -154,7 +154,8 @@ class RestApi:
         self.policy = policy or AccessPolicy(cfg.server, cfg.limits)
         self.downloads = DownloadStore()
         #: Document jobs, shared with the web page (web.server.build_app hands them to build_ui).
-        self.jobs = DocumentJobs(cfg.jobs)
+        self.jobs = DocumentJobs(cfg.jobs, store=service_store(service, cfg),
+                                 runner=document_runner(service, cfg.limits))
         self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms)
         self._limiter: anyio.CapacityLimiter | None = None  # made on first use: it needs the running loop
 
@@ -419,15 +420,15 @@ class RestApi:
 
     # ------------------------------------------------------------------ document jobs
 
-    async def _upload(self, request: Request) -> tuple[Caller, Any, str, str, Any, str | None]:
-        """A job's upload, read and checked: (caller, the document read, source, target, glossary, context)."""
+    async def _upload(self, request: Request) -> tuple[Caller, bytes, Any, JobSpec]:
+        """A job's upload, read and checked: (caller, its bytes, the document read, what the job runs)."""
         caller, data, filename, source, target, glossary, context = await self._read_upload(request)
         # Read now: a file the server cannot take is refused here, not found out later as a failed job.
         document = await self._call(read_document, data, filename, self.cfg.limits)
         target = normalize_code(target)
         # ... and so is a pair no route serves (auto-detected now, on the document's first characters).
         source = await self._call(check_document_route, self.service, source, target, document.segments)
-        return caller, document, source, target, glossary, context
+        return caller, data, document, job_spec(document.filename, source, target, glossary, context)
 
     def _may(self, request: Request) -> Callable[[Any], bool]:
         """Whether this request may see a job: its uploader's key, or its address for a job uploaded without one
@@ -442,15 +443,10 @@ class RestApi:
         return body
 
     async def submit_document(self, request: Request) -> JSONResponse:
-        caller, document, source, target, glossary, context = await self._upload(request)
+        caller, data, document, spec = await self._upload(request)
         self.jobs.check_quota(caller)  # before the characters are charged
-        self.policy.spend_chars(caller, sum(len(s) for s in document.segments), context)
-
-        def work(progress: Callable[[int, int], None], ticket: Ticket) -> Any:
-            return translate_upload(self.service, document, document.filename, source, target, self.cfg.limits,
-                                    progress, None, glossary, ticket, context)
-
-        view = self.jobs.submit(work, document.filename, source, target, distinct_segments(document),
+        self.policy.spend_chars(caller, sum(len(s) for s in document.segments), spec.context)
+        view = await self._call(self.jobs.submit_upload, spec, data, document, distinct_segments(document),
                                 caller if self.policy.downloads_owned else None, caller)
         url = str(request.url_for("document_job", job_id=view.id))
         return JSONResponse(self._job_body(request, view), status_code=202, headers={"Location": url})

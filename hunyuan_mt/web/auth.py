@@ -15,11 +15,11 @@ import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable
 
 from cachetools import TTLCache
 
+from ..callers import Caller
 from ..config import LimitsConfig, ServerConfig
 from ..errors import InvalidInput, RateLimited, Unauthorized
 
@@ -27,14 +27,6 @@ from ..errors import InvalidInput, RateLimited, Unauthorized
 WINDOW_S = 60.0
 #: Distinct callers tracked at once; an idle caller's history expires after one window anyway.
 MAX_TRACKED_CALLERS = 50_000
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who is charged for a call: `identity` ("key:…" or "addr:…") and the address it came from."""
-
-    identity: str
-    address: str
 
 
 def _matches(given: str | None, expected: str) -> bool:

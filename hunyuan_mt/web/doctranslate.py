@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..config import LimitsConfig
+from ..config import Config, LimitsConfig
 from ..documents import Document, RenderedDocument, translate_document
 from ..errors import Cancelled, InvalidInput, UnreachablePair
 from ..languages import normalize_code
+from ..glossary import Glossary
+from ..jobs import Checkpoint, JobSpec, Runner, Work
+from ..store import Store
 from ..router import not_available
 
 #: Characters of the document shown to the language detector; enough for a confident guess.
@@ -45,14 +48,15 @@ def translate_upload(service: Any, data: bytes | Document, filename: str, source
                      progress: Callable[[int, int], None] | None = None,
                      charge: Callable[[int], None] | None = None,
                      glossary: Any = None, ticket: Any = None,
-                     context: str | None = None) -> tuple[RenderedDocument, str]:
+                     context: str | None = None, checkpoint: Checkpoint | None = None) -> tuple[RenderedDocument, str]:
     """(rendered document, source code actually used). `source` may be "auto". `data` may be the upload already
     read (`documents.read_document`).
 
     `charge(characters)` is called once the document is read, before anything is translated: the caller's
     character budget (`AccessPolicy.spend_chars`) refuses a document that does not fit. `ticket` (background,
     see ticket.py) lets the caller cancel the document's rows. `context` (what the document is about) shapes
-    every segment's translation and is not translated.
+    every segment's translation and is not translated. `checkpoint` (a document job's) skips the segments it has
+    finished and is told of each round of them as it ends: a job run again after a restart sends only the rest.
     """
     target = normalize_code(target)
     # The first call has the whole document; a second one (pieces redone to keep their markup) is neither billed
@@ -66,10 +70,72 @@ def translate_upload(service: Any, data: bytes | Document, filename: str, source
         state["source"] = document_source(service, state["source"], segments)
         if ticket is not None and ticket.cancelled:
             raise Cancelled(f"Cancelled: {ticket.reason}.")
-        return service.translate_segments(segments, state["source"], target, progress=report, glossary=glossary,
-                                          ticket=ticket, context=context, origins=origins)
+        if checkpoint is None or state.get("checkpointed"):  # the pieces redone for markup are not checkpointed
+            return service.translate_segments(segments, state["source"], target, progress=report,
+                                              glossary=glossary, ticket=ticket, context=context, origins=origins)
+        state["checkpointed"] = True
+        return _resume(service, segments, state["source"], target, report, glossary, ticket, context, origins,
+                       checkpoint)
 
     origins: dict[str, str] = {}
     rendered = translate_document(data, filename, limits, run, progress=progress, target=target, glossary=glossary,
                                   origins=origins)
     return rendered, state["source"]
+
+
+def job_spec(filename: str, source: str, target: str, glossary: Any, context: str | None) -> JobSpec:
+    """What a document job runs, in a form the store keeps: the glossary as its terms."""
+    return JobSpec(filename, source, target, tuple(glossary.terms) if glossary is not None else None,
+                   getattr(glossary, "name", None), context)
+
+
+def document_runner(service: Any, limits: LimitsConfig) -> Runner:
+    """Document jobs' work over `service` (the REST API's and the page's, which share one job queue)."""
+    def runner(spec: JobSpec, upload: bytes | Document, checkpoint: Checkpoint) -> Work:
+        glossary = Glossary(spec.glossary_terms, spec.glossary_name or "inline") \
+            if spec.glossary_terms is not None else None
+
+        def work(progress: Callable[[int, int], None], ticket: Any) -> tuple[RenderedDocument, str]:
+            return translate_upload(service, upload, spec.filename, spec.source, spec.target, limits, progress,
+                                    None, glossary, ticket, spec.context, checkpoint)
+        return work
+    return runner
+
+
+def service_store(service: Any, cfg: Config) -> Store:
+    """The store document jobs are kept in: the service's own, else (the Ray ingress) the configured one."""
+    store = getattr(service, "store", None)
+    return store if store is not None else Store.open(cfg.store.url, cfg.store.dir)
+
+
+#: Segments a job writes down at a time: what a `kill -9` can make it translate again, at most.
+CHECKPOINT_SEGMENTS = 16
+
+
+def _resume(service: Any, segments: list[str], source: str, target: str,
+            report: Callable[[int, int], None] | None, glossary: Any, ticket: Any, context: str | None,
+            origins: dict[str, str], checkpoint: Checkpoint) -> list[str]:
+    """A job's distinct segments translated, those the checkpoint has finished taken from it; each round of
+    `CHECKPOINT_SEGMENTS` written down as it ends."""
+    done = checkpoint.finished()
+    out = [done[i][0] if i in done else text for i, text in enumerate(segments)]
+    for i, (_, origin) in done.items():
+        if origin is not None and i < len(segments):
+            origins[segments[i]] = origin
+    todo = [i for i in range(len(segments)) if i not in done]
+    already = len(segments) - len(todo)
+
+    def finished(positions: list[int], translations: list[str]) -> None:
+        rows = [(todo[p], text, origins.get(segments[todo[p]])) for p, text in zip(positions, translations)]
+        checkpoint.record(rows)
+
+    def progress(count: int, total: int) -> None:
+        if report is not None:
+            report(already + count, already + total)
+
+    translated = service.translate_segments([segments[i] for i in todo], source, target, progress=progress,
+                                            glossary=glossary, ticket=ticket, context=context, origins=origins,
+                                            finished=finished, chunk=CHECKPOINT_SEGMENTS)
+    for i, text in zip(todo, translated):
+        out[i] = text
+    return out

@@ -36,7 +36,7 @@ from ..jobs import ENDED, DocumentJobs, JobNotFound, JobView
 from ..languages import LANGUAGES, normalize_code
 from ..ticket import Ticket
 from .auth import AccessPolicy
-from .doctranslate import check_document_route, translate_upload
+from .doctranslate import check_document_route, document_runner, job_spec, service_store
 from .downloads import OwnedPaths, safe_filename
 from .metrics import WebMetrics
 
@@ -203,7 +203,8 @@ class TranslatorUI:
         self.doc_output: gr.File | None = None  # set by build_ui: its cache is where downloads are served from
         # The REST API's jobs when the server mounts both (one queue, one `jobs.max_jobs`); else the page's own.
         self._own_jobs = jobs is None
-        self.jobs = jobs if jobs is not None else DocumentJobs(cfg.jobs)
+        self.jobs = jobs if jobs is not None else DocumentJobs(
+            cfg.jobs, store=service_store(service, cfg), runner=document_runner(service, cfg.limits))
         self.visits = PageVisits()
 
     # ------------------------------------------------------------------ choices
@@ -360,20 +361,16 @@ class TranslatorUI:
                            print_exception=False)
         terms = _run(self.glossaries.resolve, glossary, source, target)
         context = _run(prompts.clean_context, context, limits.max_chars)
-        document = _run(read_document, upload.read_bytes(), safe_filename(upload.name), limits)
+        data = upload.read_bytes()
+        document = _run(read_document, data, safe_filename(upload.name), limits)
         target = _run(normalize_code, target)
         source = _run(check_document_route, self.service, source, target, document.segments)
         _run(self.jobs.check_quota, caller)
         _run(self.policy.spend_chars, caller, sum(len(s) for s in document.segments), context)
-
-        def work(progress: Callable[[int, int], None], ticket: Ticket) -> Any:
-            return translate_upload(self.service, document, document.filename, source, target, limits, progress,
-                                    None, terms, ticket, context)
-
         # The owner is checked on every later look (`_may`): with the page login or keys on, only this address.
         owner = caller if self.policy.downloads_owned else None
-        return _run(self.jobs.submit, work, document.filename, source, target, distinct_segments(document), owner,
-                    caller)
+        return _run(self.jobs.submit_upload, job_spec(document.filename, source, target, terms, context), data,
+                    document, distinct_segments(document), owner, caller)
 
     def translate_document(self, path: str | None, source: str, target: str, glossary: str | None = None,
                            request: gr.Request | None = None, context: str | None = None,

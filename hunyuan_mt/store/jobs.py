@@ -1,0 +1,60 @@
+"""Document jobs in the store: each change of a job's state is written as it happens, and each finished segment,
+so that a server killed at any moment (kill -9 included) finds its jobs again at the next start and sends only
+the segments not yet done."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, delete, func, insert, select, update
+
+from .schema import job_segments, jobs
+
+#: The columns a job row has, besides its id (what `save` may be given).
+FIELDS = tuple(c.name for c in jobs.columns if c.name != "id")
+
+
+class JobRecords:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def create(self, job_id: str, **fields: Any) -> int:
+        """A new job row; returns its sequence number (submission order, which survives restarts)."""
+        with self.engine.begin() as connection:
+            seq = int(connection.execute(select(func.coalesce(func.max(jobs.c.seq), 0))).scalar_one()) + 1
+            connection.execute(insert(jobs).values(id=job_id, seq=seq, **fields))
+        return seq
+
+    def save(self, job_id: str, **fields: Any) -> None:
+        unknown = set(fields) - set(FIELDS)
+        if unknown:
+            raise KeyError(f"jobs has no column {sorted(unknown)}")
+        with self.engine.begin() as connection:
+            connection.execute(update(jobs).where(jobs.c.id == job_id).values(**fields))
+
+    def load(self) -> list[dict[str, Any]]:
+        """Every job row, in submission order."""
+        with self.engine.connect() as connection:
+            return [dict(row._mapping) for row in connection.execute(select(jobs).order_by(jobs.c.seq))]
+
+    def delete(self, job_ids: list[str]) -> None:
+        if job_ids:
+            with self.engine.begin() as connection:
+                connection.execute(delete(job_segments).where(job_segments.c.job_id.in_(job_ids)))
+                connection.execute(delete(jobs).where(jobs.c.id.in_(job_ids)))
+
+    def finish_segments(self, job_id: str, done: list[tuple[int, str, str | None]], progress: int) -> None:
+        """Record finished segments (index, translation, origin) and the job's progress in one transaction."""
+        if not done:
+            return
+        with self.engine.begin() as connection:
+            connection.execute(insert(job_segments), [
+                {"job_id": job_id, "idx": idx, "translation": text, "origin": origin} for idx, text, origin in done])
+            connection.execute(update(jobs).where(jobs.c.id == job_id).values(done=progress))
+
+    def segments(self, job_id: str) -> dict[int, tuple[str, str | None]]:
+        """A job's finished segments: index → (translation, origin)."""
+        with self.engine.connect() as connection:
+            return {int(i): (t, o) for i, t, o in connection.execute(
+                select(job_segments.c.idx, job_segments.c.translation, job_segments.c.origin)
+                .where(job_segments.c.job_id == job_id))}

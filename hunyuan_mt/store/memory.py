@@ -1,0 +1,113 @@
+"""The user's translation memory and corrections in the store: appended rows, read back per pair.
+
+Readers keep what they read and ask for rows newer than the newest they have (`since`), so a process sees another
+one's import or correction on its next look-up, for the cost of one indexed query (`stamp`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, func, insert, select
+
+from .schema import corrections, imports, memory_entries
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Who added an entry and what produced the text it replaces (a correction's route and adapter version)."""
+
+    origin: str = "import"
+    who: str | None = None
+    route: str | None = None
+    adapter_version: str | None = None
+
+
+@dataclass(frozen=True)
+class Correction:
+    """One correction: the right `translation` of `source` for `pair`, as a client said it."""
+
+    pair: str
+    source: str
+    translation: str
+    machine: str | None = None
+    context: str | None = None
+
+
+class MemoryRows:
+    """Memory entries and corrections of one database. Thread-safe (the engine pools connections)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def add(self, pair: str, rows: list[tuple[str, str]], provenance: Provenance = Provenance()) -> int:
+        """Append `rows` (source, target) for `pair`; returns the newest id."""
+        now = time.time()
+        values = [{"pair": pair, "source": s, "target": t, "origin": provenance.origin, "who": provenance.who,
+                   "created": now, "route": provenance.route, "adapter_version": provenance.adapter_version}
+                  for s, t in rows]
+        with self.engine.begin() as connection:
+            connection.execute(insert(memory_entries), values)
+            return int(connection.execute(select(func.max(memory_entries.c.id))
+                                          .where(memory_entries.c.pair == pair)).scalar_one())
+
+    def stamp(self, pair: str) -> tuple[int, int]:
+        """(newest id, row count) of a pair: what changes when anyone adds to it. The count catches a row that
+        committed after a newer id was read (PostgreSQL hands out ids before commits)."""
+        with self.engine.connect() as connection:
+            newest, count = connection.execute(
+                select(func.max(memory_entries.c.id), func.count(memory_entries.c.id))
+                .where(memory_entries.c.pair == pair)).one()
+        return int(newest or 0), int(count)
+
+    def since(self, pair: str, after: int = 0) -> list[tuple[int, str, str]]:
+        """(id, source, target) of a pair's rows newer than `after`, oldest first (a later row wins)."""
+        with self.engine.connect() as connection:
+            return [tuple(row) for row in connection.execute(  # type: ignore[misc]
+                select(memory_entries.c.id, memory_entries.c.source, memory_entries.c.target)
+                .where(memory_entries.c.pair == pair, memory_entries.c.id > after)
+                .order_by(memory_entries.c.id))]
+
+    def correct(self, correction: Correction, provenance: Provenance) -> int:
+        """Record a correction and its memory entry in one transaction; returns the correction's id."""
+        now = time.time()
+        with self.engine.begin() as connection:
+            found = connection.execute(insert(corrections).values(
+                pair=correction.pair, source=correction.source, translation=correction.translation,
+                machine=correction.machine, context=correction.context, who=provenance.who, created=now,
+                route=provenance.route, adapter_version=provenance.adapter_version))
+            connection.execute(insert(memory_entries).values(
+                pair=correction.pair, source=correction.source, target=correction.translation,
+                origin="correction", who=provenance.who, created=now, route=provenance.route,
+                adapter_version=provenance.adapter_version))
+            return int(found.inserted_primary_key[0])
+
+    def corrections(self, pair: str) -> list[Correction]:
+        """A pair's corrections, oldest first; for one source the latest stands (training reads them so)."""
+        with self.engine.connect() as connection:
+            rows = connection.execute(
+                select(corrections.c.source, corrections.c.translation, corrections.c.machine,
+                       corrections.c.context)
+                .where(corrections.c.pair == pair).order_by(corrections.c.id)).all()
+        latest: dict[str, Correction] = {}
+        for source, translation, machine, context in rows:
+            latest.pop(source, None)
+            latest[source] = Correction(pair, source, translation, machine, context)
+        return list(latest.values())
+
+    def correction_count(self) -> dict[str, int]:
+        with self.engine.connect() as connection:
+            return {pair: int(n) for pair, n in connection.execute(
+                select(corrections.c.pair, func.count()).group_by(corrections.c.pair))}
+
+    def imported(self, path: str, signature: str) -> bool:
+        """Whether the file at `path` was imported as it is now (`signature`)."""
+        with self.engine.connect() as connection:
+            known = connection.execute(select(imports.c.signature).where(imports.c.path == path)).scalar()
+        return known == signature
+
+    def mark_imported(self, path: str, signature: str) -> None:
+        with self.engine.begin() as connection:
+            connection.execute(imports.delete().where(imports.c.path == path))
+            connection.execute(insert(imports).values(path=path, signature=signature, created=time.time()))
