@@ -37,23 +37,25 @@ export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-${XDG_CACHE_HOME:-$HO
 # Nothing may be fetched from a model hub at run time: fail fast and clearly instead of hanging on the network.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 GRADIO_ANALYTICS_ENABLED=False
 
-# The browser tests drive Debian's Chromium (Playwright cannot download browsers here): install it when this user
-# can (root, or sudo without a password), else say in one line what to run, before pytest starts.
-ensure_chromium() {
-  if command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; then return 0; fi
+# Debian packages the tests need, installed when this user can (root, or sudo without a password), else one line
+# says what to run, before pytest starts: Chromium (the browser tests; Playwright cannot download browsers here)
+# and PostgreSQL (the store's tests on the database replicas share; the tests start a server of their own).
+ensure_package() {
+  local package=$1 present=$2
+  if eval "$present"; then return 0; fi
   local run=""
   if [ "$(id -u)" = 0 ]; then run="env"; elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
     run="sudo -n env"; fi
   if [ -n "$run" ] && command -v apt-get >/dev/null 2>&1; then
-    echo "[start.sh] installing Chromium for the browser tests (apt-get install chromium)"
+    echo "[start.sh] installing $package for the tests (apt-get install $package)"
     if $run DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null \
-        && $run DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
-        && [ -x /usr/bin/chromium ]; then
+        && $run DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$package" >/dev/null \
+        && eval "$present"; then
       return 0
     fi
   fi
-  echo "[start.sh] the browser tests need Chromium, which is not installed and could not be installed here:" \
-       "run 'sudo apt-get install -y chromium', then ./start.sh test again"
+  echo "[start.sh] the tests need $package, which is not installed and could not be installed here:" \
+       "run 'sudo apt-get install -y $package', then ./start.sh test again"
 }
 
 # LibreTranslate's own API tests are read from its wheel (tests/libretranslate.txt says which release): downloaded,
@@ -73,7 +75,8 @@ if [ "${1:-}" = "test" ]; then
   shift
   install test requirements.txt requirements-test.txt
   fetch_libretranslate_tests
-  ensure_chromium
+  ensure_package chromium 'command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]'
+  ensure_package postgresql 'ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1'
   exec "$VPY" -m pytest "$@"
 fi
 exec "$VPY" app.py "$@"

@@ -315,6 +315,9 @@ class ServerConfig:
     #: Proxies whose X-Forwarded-For names the client (e.g. ["127.0.0.1"] behind nginx on this machine);
     #: empty: the connection's own address counts, whatever the header says.
     trusted_proxies: list[str] = field(default_factory=list)
+    #: Corrections from clients: LibreTranslate's /suggest (and /frontend/settings says so) and the page's "Save
+    #: correction". Off: /suggest answers 403 as LibreTranslate's does (POST /v1/corrections stays on).
+    suggestions: bool = True
 
     def __post_init__(self) -> None:
         _check(isinstance(self.port, int) and 0 <= self.port <= 65535, "server.port", "a port number", self.port)

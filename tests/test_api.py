@@ -391,12 +391,10 @@ def test_ui_job_does_not_block_rest(live_server: LiveServer, monkeypatch: pytest
     entered, release = threading.Event(), threading.Event()
     real = live_server.service.translate_segments
 
-    def held(segments: list[str], src: str, tgt: str, progress: Any = None, glossary: Any = None,
-             ticket: Any = None, context: Any = None, origins: Any = None) -> list[str]:
+    def held(segments: list[str], src: str, tgt: str, progress: Any = None, **kwargs: Any) -> list[str]:
         entered.set()
         assert release.wait(60), "test never released the held job"
-        return real(segments, src, tgt, progress=progress, glossary=glossary, ticket=ticket, context=context,
-                    origins=origins)
+        return real(segments, src, tgt, progress=progress, **kwargs)
 
     monkeypatch.setattr(live_server.service, "translate_segments", held)
     ui = Client(live_server.url + "/ui/", verbose=False)

@@ -19,6 +19,7 @@ from libretranslatepy import LibreTranslateAPI
 from hunyuan_mt import prompts
 from hunyuan_mt.web.doctranslate import translate_upload
 from sample_docs import docx_structure, make_docx
+from seams import memory_in
 from web_server import ADMIN_KEY, LiveServer, serve, with_server
 
 TEXT = "Open the file and save the document."
@@ -96,12 +97,23 @@ def test_libretranslate_aio_auto_detect_html_and_languages(lt_aio: Any, live_ser
     assert "es" in codes["en"].targets
 
 
-def test_libretranslate_aio_frontend_settings_suggest_and_health(lt_aio: Any, live_server: LiveServer) -> None:
+def test_libretranslate_aio_frontend_settings_suggest_and_health(lt_aio: Any, live_server: LiveServer,
+                                                                 tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # A memory of this test's own: the suggestion below must not answer the other tests' "Hello".
+    monkeypatch.setattr(live_server.service, "tm", memory_in(tmp_path))
     settings = lt_aio.frontend_settings()
     assert settings.char_limit == live_server.cfg.limits.max_chars
-    assert (settings.api_keys, settings.key_required, settings.suggestions) == (False, False, False)
+    assert (settings.api_keys, settings.key_required, settings.suggestions) == (False, False, True)
     assert ".docx" in settings.supported_files_format and ".srt" in settings.supported_files_format
     assert settings.language.source.code == "auto" and settings.language.target.code == "es"
+    # A suggestion is a correction: it answers the same text at once, and is kept as said.
+    assert lt_aio.suggest("Hello there", "Hola a todos", "en", "es") is True
+    assert lt_aio.translate("Hello there", "en", "es").translated_text == "Hola a todos"
+    [kept] = live_server.service.tm.rows.corrections("en2es")
+    assert (kept.source, kept.translation) == ("Hello there", "Hola a todos")
+    monkeypatch.setattr(live_server.app.state.api.cfg.server, "suggestions", False)
+    assert lt_aio.frontend_settings().suggestions is False
     with pytest.raises(libretranslate_aio.ForbiddenError, match="Suggestions are disabled on this server."):
         lt_aio.suggest("Hello", "Hola", "en", "es")
     assert lt_aio.health() is True
@@ -205,13 +217,11 @@ def test_gradio_document_progress_counts_segments(ui: Client, live_server: LiveS
     halfway, release = threading.Event(), threading.Event()
     real = live_server.service.translate_segments
 
-    def stepwise(segments: list[str], src: str, tgt: str, progress: Any = None, glossary: Any = None,
-                 ticket: Any = None, context: Any = None, origins: Any = None) -> list[str]:
+    def stepwise(segments: list[str], src: str, tgt: str, progress: Any = None, **kwargs: Any) -> list[str]:
         progress(1, len(segments))
         halfway.set()
         assert release.wait(60), "test never released the held job"
-        return real(segments, src, tgt, progress=progress, glossary=glossary, ticket=ticket, context=context,
-                    origins=origins)
+        return real(segments, src, tgt, progress=progress, **kwargs)
 
     monkeypatch.setattr(live_server.service, "translate_segments", stepwise)
     source = tmp_path / "three.txt"

@@ -500,6 +500,27 @@ def test_ingress_serves_the_groups_that_are_up(cluster: Any, settings: ServeSett
         serve.delete(name)
 
 
+def test_a_correction_sent_to_one_replica_answers_on_every_replica(cluster: Any) -> None:
+    """POST /v1/corrections through the ingress reaches one replica of the pair's group; every replica of that
+    group (two, one per node) answers the text with it at once, from the store they share."""
+    import httpx
+
+    text, fixed = "The nightly copy of the archive is finished.", "Die nächtliche Kopie des Archivs ist fertig."
+    url = f"http://127.0.0.1:{cluster['port']}"
+    posted = httpx.post(f"{url}/v1/corrections", json={"q": text, "source": "en", "target": "de",
+                                                       "translation": fixed}, timeout=60)
+    assert posted.status_code == 201, posted.text
+    assert posted.headers["x-served-by"].startswith("tail#")
+    tail = serve.get_deployment_handle("tail", app_name=APP_NAME)
+    answers: dict[str, str] = {}
+    for _ in range(60):  # without a multiplexed id, Serve spreads the calls over the group's replicas
+        reply = tail.translate.remote([text], "en", "de").result()
+        answers[reply["replica"]] = reply["results"][0]["text"]
+        if len(answers) == 2:
+            break
+    assert len(answers) == 2 and set(answers.values()) == {fixed}, answers
+
+
 def test_killing_a_replica_mid_load_loses_no_accepted_request(cluster: Any, reference: Any) -> None:
     from hunyuan_mt.errors import ReplicaUnavailable
 

@@ -301,16 +301,27 @@ class RemoteService:
         return bool(reply["changed"])
 
     def import_memory(self, data: bytes, filename: str, pair: Pair | str) -> dict[str, Any]:
-        # One replica of the pair's group takes it in at once; it is written to that machine's tm folder, which the
-        # other replicas read when they next load the pair (after a restart).
+        # One replica of the pair's group takes it into the store the replicas share; the others read the new rows
+        # at their next look-up of the pair.
         p = pair if isinstance(pair, Pair) else Pair.parse(pair)
         group, _ = self.route(p.src, p.tgt)
         reply = self._run(self.acall(group, "admin", "import_memory", p.key, data, filename, model_id=p.key))
         self._served(reply["replica"])
         return reply["result"]
 
+    def correct(self, text: Any, source: Any, target: Any, translation: Any, context: Any = None,
+                machine: Any = None, who: str | None = None) -> dict[str, Any]:
+        """A correction, taken in by one replica of the pair's group into the store every replica shares (SQLite
+        on one machine, PostgreSQL across machines): all of them answer it from their next look-up."""
+        src, tgt = normalize_code(source), normalize_code(target)
+        group, model_id = self.route(src, tgt)
+        reply = self._run(self.acall(group, "correct", text, src, tgt, translation, context, machine, who,
+                                     model_id=model_id))
+        self._served(reply["replica"])
+        return reply["result"]
+
     def export_memory(self, pair: Pair | str) -> bytes:
-        # The replica of the pair's group that answers reads its machine's tm folder.
+        # The replica of the pair's group that answers reads the store's entries.
         p = pair if isinstance(pair, Pair) else Pair.parse(pair)
         group, _ = self.route(p.src, p.tgt)
         reply = self._run(self.acall(group, "admin", "export_memory", p.key, model_id=p.key))

@@ -146,6 +146,17 @@ class TranslatorReplica:
             return self._reply(error=error_payload(exc))
         return self._reply(texts=texts)
 
+    async def correct(self, text: str, src: str, tgt: str, translation: str, context: str | None = None,
+                      machine: str | None = None, who: str | None = None) -> dict[str, Any]:
+        """A correction into the store this replica shares with the others: each answers it from its next
+        look-up of the pair."""
+        try:
+            result = await asyncio.to_thread(self.service.correct, text, src, tgt, translation, context, machine,
+                                             who)
+        except TranslationError as exc:
+            return self._reply(error=error_payload(exc))
+        return self._reply(result=result)
+
     async def detect(self, texts: list[str], top: int = 3) -> dict[str, Any]:
         try:
             found = [await asyncio.to_thread(self.service.detect, t, top) for t in texts]

@@ -38,7 +38,7 @@ from ..jobs import DocumentJobs, JobSpec, JobView, check_job_id
 from .. import prompts
 from ..languages import LANGUAGES, normalize_code, served_codes
 from ..ticket import Ticket
-from .auth import AccessPolicy, Caller
+from .auth import AccessPolicy, Caller, who
 from .doctranslate import check_document_route, document_runner, job_spec, service_store, translate_upload
 from .downloads import DownloadStore, attachment, safe_filename
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -363,7 +363,7 @@ class RestApi:
             "frontendTimeout": FRONTEND_TIMEOUT_MS,
             "apiKeys": self.policy.keys_required,
             "keyRequired": self.policy.keys_required,
-            "suggestions": False,
+            "suggestions": self.cfg.server.suggestions,
             "filesTranslation": True,
             "supportedFilesFormat": list(SUPPORTED_EXTENSIONS),
             "language": {"source": {"code": "auto", "name": "Auto Detect"},
@@ -371,8 +371,39 @@ class RestApi:
         })
 
     async def suggest(self, request: Request) -> JSONResponse:
-        await request.close()
-        raise FeatureDisabled("Suggestions are disabled on this server.")
+        """LibreTranslate's suggestion (`q`, `s`, `source`, `target`): recorded as a correction, which answers the
+        same text from then on. 403 as LibreTranslate's when suggestions are off (server.suggestions)."""
+        if not self.cfg.server.suggestions:
+            await request.close()
+            raise FeatureDisabled("Suggestions are disabled on this server.")
+        try:
+            fields = await read_fields(request)
+            caller = self._authorize(request, fields)
+            q, s = text_field(fields, "q"), text_field(fields, "s")
+            source, target = text_field(fields, "source"), text_field(fields, "target")
+            self.policy.check_chars([q, s])
+            self.policy.spend_chars(caller, len(q) + len(s))
+            await self._call(functools.partial(self.service.correct, q, source, target, s, who=who(caller)))
+        finally:
+            await request.close()
+        return JSONResponse({"success": True})
+
+    async def corrections(self, request: Request) -> JSONResponse:
+        """`{"q", "source", "target", "translation"}` (and `context`, `machine`: what the server had answered):
+        201 with the correction's id; the memory answers `q` with it from now on."""
+        try:
+            fields = await read_fields(request)
+            caller = self._authorize(request, fields)
+            q, translation = text_field(fields, "q"), text_field(fields, "translation")
+            source, target = text_field(fields, "source"), text_field(fields, "target")
+            context, machine = fields.get("context"), fields.get("machine")
+            self.policy.check_chars([q, translation])
+            self.policy.spend_chars(caller, len(q) + len(translation))
+            body = await self._call(functools.partial(self.service.correct, q, source, target, translation,
+                                                      context, machine, who(caller)))
+        finally:
+            await request.close()
+        return JSONResponse(body, status_code=201)
 
     async def _read_upload(self, request: Request) -> tuple[Caller, bytes, str, str, str, Any, str | None]:
         """A document upload's fields, checked: (caller, the file's bytes, its safe name, source, target,
@@ -859,7 +890,18 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
     app.add_api_route("/frontend/settings", api.frontend_settings, methods=["GET"], tags=["LibreTranslate"],
                       summary="Settings LibreTranslate front ends read first (limits, keys, defaults)")
     app.add_api_route("/suggest", api.suggest, methods=["POST"], tags=["LibreTranslate"],
-                      summary="Translation suggestions: disabled on this server (403)")
+                      summary="Suggest a better translation (q, s, source, target): kept as a correction; 403 "
+                              "when server.suggestions is off",
+                      openapi_extra=_body_doc({"type": "object", "required": ["q", "s", "source", "target"],
+                                               "properties": {k: {"type": "string"} for k in
+                                                              ("q", "s", "source", "target", "api_key")}}))
+    app.add_api_route("/v1/corrections", api.corrections, methods=["POST"], tags=["Service"], status_code=201,
+                      summary="Record the right translation of a text: it answers that text from now on, and "
+                              "trains the pair's next adapter",
+                      openapi_extra=_body_doc({"type": "object", "required": ["q", "source", "target", "translation"],
+                                               "properties": {k: {"type": "string"} for k in
+                                                              ("q", "source", "target", "translation", "context",
+                                                               "machine", "api_key")}}))
 
     async def spec() -> JSONResponse:
         return JSONResponse(app.openapi())

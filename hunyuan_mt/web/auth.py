@@ -10,6 +10,7 @@ edges (REST, the page) render them.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import math
 import threading
@@ -180,3 +181,12 @@ class AccessPolicy:
                                "('Authorization: Bearer KEY').")
         if not (_matches(given, self.status_key) or (self.admin_key is not None and _matches(given, self.admin_key))):
             raise Unauthorized("Invalid status key.")
+
+
+def who(caller: Caller) -> str:
+    """A caller as the store records who did something: a key by the first 12 hex digits of its SHA-256 (the key
+    itself never goes into the database), an address as it is."""
+    if caller.identity.startswith("key:"):
+        return "key:" + hashlib.sha256(caller.identity[4:].encode("utf-8")).hexdigest()[:12]
+    return caller.identity
+

@@ -35,7 +35,7 @@ from ..glossary import GlossaryStore
 from ..jobs import ENDED, DocumentJobs, JobNotFound, JobView
 from ..languages import LANGUAGES, normalize_code
 from ..ticket import Ticket
-from .auth import AccessPolicy
+from .auth import AccessPolicy, who
 from .doctranslate import check_document_route, document_runner, job_spec, service_store
 from .downloads import OwnedPaths, safe_filename
 from .metrics import WebMetrics
@@ -325,6 +325,25 @@ class TranslatorUI:
         for final in self.stream_text(text, source, target, glossary, request, context):
             pass
         return final
+
+    def save_correction(self, text: str, source: str, target: str, translation: str, last_source: str | None,
+                        context: str | None = None, request: gr.Request | None = None) -> str:
+        """The translation box, as the visitor edited it, kept as a correction of the text: it answers the same
+        text from now on (here and on every replica of the store) and trains the pair's next adapter."""
+        if not self.cfg.server.suggestions:
+            raise gr.Error("Corrections are off on this server (server.suggestions).", print_exception=False)
+        if not (text or "").strip() or not (translation or "").strip():
+            raise gr.Error("Translate a text first, then edit the translation and save it.", print_exception=False)
+        if source == AUTO:
+            if not last_source:
+                raise gr.Error("Choose the source language, or translate once, before saving a correction.",
+                               print_exception=False)
+            source = last_source
+        caller = _run(self.policy.page_caller, _address(request))
+        _run(self.policy.check_chars, [text, translation])
+        saved = _run(self.service.correct, text, source, target, translation, context, None, who(caller))
+        return (f"**Correction saved** ({saved['source']} → {saved['target']}): this text is translated so from "
+                "now on.")
 
     def swap(self, source: str, target: str, text: str, result: str,
              last_source: str | None) -> tuple[Any, Any, Any, Any, str]:
@@ -791,6 +810,7 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
     default_target = "es" if "es" in ui.model_codes else (ui.model_codes[0] if ui.model_codes else "en")
     limits = cfg.limits
     takes_context = ui.takes_context()
+    corrections = cfg.server.suggestions
     with gr.Blocks(title="Hunyuan-MT translation", delete_cache=(600, 1800)) as demo:
         gr.Markdown("## Hunyuan-MT translation server")
         model_note = ui.model_note()
@@ -810,11 +830,16 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                     source_box = gr.Textbox(lines=8, max_lines=30, label="Text", elem_id="hmt-source",
                                             placeholder=f"Type or paste text (up to {limits.max_chars:,} characters). "
                                                         "Ctrl+Enter translates.")
-                    result_box = gr.Textbox(lines=8, max_lines=30, label="Translation", elem_id="hmt-result",
-                                            interactive=False, buttons=["copy"])
+                    # Editable where corrections are on: the visitor fixes it and saves it as a correction.
+                    result_box = gr.Textbox(lines=8, max_lines=30, elem_id="hmt-result", buttons=["copy"],
+                                            label="Translation (edit it, then save a correction)" if corrections
+                                            else "Translation", interactive=corrections)
                 glossary_box = _glossary_field("hmt-glossary")
                 context_box = _context_field("hmt-context", takes_context)
-                translate_btn = gr.Button("Translate", variant="primary", elem_id="hmt-translate")
+                with gr.Row():
+                    translate_btn = gr.Button("Translate", variant="primary", elem_id="hmt-translate", scale=4)
+                    correct_btn = gr.Button("Save correction", elem_id="hmt-correct", scale=1, min_width=160,
+                                            visible=corrections)
                 info = gr.Markdown("", elem_id="hmt-info")
 
                 # The source used (detected or chosen) of the last translation; State stays out of the API.
@@ -831,6 +856,8 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                 # while the old is still marked running (Gradio's default, "once", would drop it, and
                 # "always_last" would wait for an end that a cancel never reports).
                 translate_btn.click(None, None, None, cancels=[streaming])
+                correct_btn.click(ui.save_correction, [source_box, src, tgt, result_box, last_source, context_box],
+                                  [info], api_name="save_correction", api_visibility="public")
                 swap.click(ui.swap, [src, tgt, source_box, result_box, last_source],
                            [src, tgt, source_box, result_box, pair_note], api_name="swap",
                            api_visibility="undocumented")
