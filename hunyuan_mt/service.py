@@ -31,6 +31,7 @@ from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
 from . import prompts
 from .glossary import Glossary, has_terms
 from .prompts import CONTROL_CHARS, SURROGATES
+from .adapters.watch import VersionWatch
 from .store import Correction, Provenance, Store
 from .tm import open_memory
 from .warmup import WarmupReport, warm_service
@@ -154,10 +155,12 @@ class TranslationService:
         self.cfg = cfg
         t0 = time.perf_counter()
         self.backbone = backbone if backbone is not None else load_backbone(cfg.model)
-        self.registry = AdapterRegistry(cfg.cache.resolved_dir, self.backbone.spec)
+        self.store = Store.open(cfg.store.url, cfg.store.dir)
+        # Which version of each pair's adapter serves is the store's record (retrain.py promotes).
+        self.registry = AdapterRegistry(cfg.cache.resolved_dir, self.backbone.spec, self.store.adapters.current)
         self.registry.scan()
         self.cache = AdapterCache(self.backbone, self.registry, cfg.cache)
-        self.store = Store.open(cfg.store.url, cfg.store.dir)
+        self.versions = VersionWatch(self.store.adapters.current, self.registry, self.rescan)
         self.tm = open_memory(cfg, self.store)
         self.cache.start()
         if cfg.model.compile == "on" or (cfg.model.compile == "auto" and cfg.model.warmup):
@@ -168,6 +171,7 @@ class TranslationService:
         self.monitor = MemoryMonitor(self.backbone.device)
         self.memory = MemoryPolicy(cfg.memory, self.monitor, self.cache, self.engine)
         self.memory.start()
+        self.versions.start()
         self.started_at = time.time()
         self.startup_s = time.perf_counter() - t0
         self._latency: deque[float] = deque(maxlen=1000)
@@ -221,6 +225,7 @@ class TranslationService:
         """Stop the engine and the memory monitor (tests, and the server on its way out)."""
         self._closing.set()
         self.memory.stop()
+        self.versions.stop()
         self.engine.close()
 
     # ------------------------------------------------------------------ validation
@@ -647,6 +652,34 @@ class TranslationService:
                                 Provenance("correction", who, plan.label, ",".join(plan.adapters) or None))
         return {"id": found, "source": src, "target": tgt, "route": plan.route}
 
+    def promote(self, pair: Pair | str, version: str) -> dict[str, str]:
+        """Serve `version` of the pair's adapter from now on: a hot swap (rows in flight finish on the version they
+        started with; new rows get the new one). {"pair", "from", "to"}."""
+        parsed = self._pair(pair)
+        before = self.store.adapters.promote(parsed.key, version)
+        self.rescan()
+        log.info("adapter %s: %s promoted (was %s)", parsed.key, version, before)
+        return {"pair": parsed.key, "from": before, "to": version}
+
+    def rollback(self, pair: Pair | str) -> dict[str, str]:
+        """Serve the version that served before the current one (the current one is marked rejected)."""
+        parsed = self._pair(pair)
+        left, back = self.store.adapters.rollback(parsed.key)
+        self.rescan()
+        log.info("adapter %s: rolled back from %s to %s", parsed.key, left, back)
+        return {"pair": parsed.key, "from": left, "to": back}
+
+    def adapter_versions(self) -> dict[str, dict[str, Any]]:
+        """Per pair: the version serving, and each version the store knows with its state and shadow scores."""
+        out: dict[str, dict[str, Any]] = {i.key: {"version": i.version, "versions": []}
+                                          for i in self.registry.infos() if i.usable}
+        for v in self.store.adapters.all():
+            entry = out.setdefault(v.pair, {"version": None, "versions": []})
+            entry["versions"].append({"version": v.version, "state": v.state, "parent": v.parent,
+                                      "scores": (v.report or {}).get("scores"),
+                                      "decision": (v.report or {}).get("decision")})
+        return out
+
     def export_memory(self, pair: Pair | str) -> bytes:
         """The translation memory of `pair` as TMX (the user's entries over the shipped ones; see
         TranslationMemory.export_rows)."""
@@ -701,7 +734,8 @@ class TranslationService:
         cache["hit_rate"] = stats.hit_rate
         cache["lru_order"] = self.cache.lru_order()
         cache["registered"] = [
-            {"pair": i.key, "usable": i.usable, "reason": i.reason, "rank": i.rank, "size_bytes": i.size_bytes}
+            {"pair": i.key, "usable": i.usable, "reason": i.reason, "rank": i.rank, "size_bytes": i.size_bytes,
+             "version": i.version}
             for i in self.registry.infos()
         ]
         return {
@@ -727,6 +761,7 @@ class TranslationService:
                    "entries": self.tm.stats()},
             "latency": self.latency(),
             "counts": counts,
+            "adapter_versions": self.adapter_versions(),
             "history": history,
         }
 

@@ -10,7 +10,6 @@ which the adapter registry picks up on its next scan.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import random
 import shutil
@@ -141,14 +140,9 @@ class TrainResult:
 def train_adapter(backbone, src: str, tgt: str, pairs: list[tuple[str, str]], out: Path, options: TrainOptions,
                   force: bool = False, progress: bool = True, data_name: str = "") -> TrainResult:
     """Train and save one adapter on `backbone` (a backbone.Backbone). `out` must not exist unless `force`."""
-    import torch
     from peft import LoraConfig, TaskType, get_peft_model
-    from tqdm.auto import tqdm
 
-    from .backbone import ENCODER_DECODER, PromptRow
-    from .config import GenerationConfig
-    from .lora import BASE_SLOT
-    from .masking import protect, restore
+    from .backbone import ENCODER_DECODER
 
     if out.exists() and any(out.iterdir()) and not force:
         raise InvalidInput(f"{out} already exists; pass --force to overwrite it")
@@ -161,60 +155,15 @@ def train_adapter(backbone, src: str, tgt: str, pairs: list[tuple[str, str]], ou
     config = LoraConfig(task_type=TaskType.SEQ_2_SEQ_LM if enc_dec else TaskType.CAUSAL_LM, r=options.rank,
                         lora_alpha=options.alpha or 2 * options.rank, lora_dropout=0.0, target_modules=targets)
     peft_model = get_peft_model(model, config)
-    tok = backbone.tokenizer
-    examples = [_encode_example(backbone, src, tgt, s, t, options.max_length) for s, t in train_pairs]
-    examples = [e for e in examples if e is not None]
-    if not examples:
-        raise InvalidInput(f"no training pair fits --max-length {options.max_length}")
-    optimizer = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=options.lr,
-                                  weight_decay=0.0)
-    rng = random.Random(options.seed)
-    steps_per_epoch = (len(examples) + options.batch_size - 1) // options.batch_size
-    total = steps_per_epoch * options.epochs
-    started = time.monotonic()
-    peft_model.train()
-    bar = tqdm(total=total, desc=f"train {src}2{tgt}", unit="step", disable=not progress)
-    step = 0
-    for _ in range(options.epochs):
-        rng.shuffle(examples)
-        for start in range(0, len(examples), options.batch_size):
-            batch = _collate(examples[start:start + options.batch_size], tok.pad_token_id, enc_dec, backbone.device)
-            for group in optimizer.param_groups:   # short linear warm-up, then constant
-                group["lr"] = options.lr * min(1.0, (step + 1) / 20)
-            loss = peft_model(**batch).loss
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            step += 1
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-    bar.close()
-    peft_model.eval()
-    seconds = time.monotonic() - started
-
+    step, seconds = fit(backbone, peft_model, src, tgt, train_pairs, options, progress)
     chrf_base = chrf_adapter = None
     if test_pairs:
-        import sacrebleu
-
-        protected = [protect(s) for s, _ in test_pairs]
-        rows = [PromptRow(p.text, src, tgt) for p in protected]
-        gen = GenerationConfig()
-        # Small backbones have short position tables; held-out targets are single segments anyway.
-        positions = getattr(model.config, "max_position_embeddings", None) or 4096
-        max_new = max(4, min(options.max_length, positions // 2))
-        outputs = {}
         # PEFT wrapped the backbone's own modules in place, so the serving path (prompt, decode loop) runs the
         # freshly trained adapter; disable_adapter gives the bare backbone for the comparison.
-        for name in ("base", "adapter"):
-            hyps: list[str] = []
-            with peft_model.disable_adapter() if name == "base" else contextlib.nullcontext():
-                for i in range(0, len(rows), options.batch_size):
-                    chunk = rows[i:i + options.batch_size]
-                    hyps += backbone.generate(chunk, [BASE_SLOT] * len(chunk), gen, max_new_tokens=max_new)
-            outputs[name] = [restore(h, p) for h, p in zip(hyps, protected)]
-        refs = [[t for _, t in test_pairs]]
-        chrf_base = round(sacrebleu.corpus_chrf(outputs["base"], refs).score, 1)
-        chrf_adapter = round(sacrebleu.corpus_chrf(outputs["adapter"], refs).score, 1)
+        sources, refs = [s for s, _ in test_pairs], [t for _, t in test_pairs]
+        with peft_model.disable_adapter():
+            chrf_base = chrf(translate_with(backbone, src, tgt, sources, options), refs)
+        chrf_adapter = chrf(translate_with(backbone, src, tgt, sources, options), refs)
 
     if out.exists():
         shutil.rmtree(out)
@@ -285,6 +234,75 @@ def _collate(batch, pad_id: int, enc_dec: bool, device: str):
     return {"input_ids": input_ids.to(device), "attention_mask": attention.to(device), "labels": labels.to(device)}
 
 
+def fit(backbone, peft_model, src: str, tgt: str, pairs: list[tuple[str, str]], options: TrainOptions,
+        progress: bool = True) -> tuple[int, float]:
+    """Train `peft_model` (the backbone's model with trainable LoRA layers) on `pairs`; (steps, seconds)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from .backbone import ENCODER_DECODER
+
+    examples = [_encode_example(backbone, src, tgt, s, t, options.max_length) for s, t in pairs]
+    examples = [e for e in examples if e is not None]
+    if not examples:
+        raise InvalidInput(f"no training pair fits --max-length {options.max_length}")
+    optimizer = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=options.lr,
+                                  weight_decay=0.0)
+    rng = random.Random(options.seed)
+    steps_per_epoch = (len(examples) + options.batch_size - 1) // options.batch_size
+    total = steps_per_epoch * options.epochs
+    started = time.monotonic()
+    peft_model.train()
+    bar = tqdm(total=total, desc=f"train {src}2{tgt}", unit="step", disable=not progress)
+    step = 0
+    for _ in range(options.epochs):
+        rng.shuffle(examples)
+        for start in range(0, len(examples), options.batch_size):
+            batch = _collate(examples[start:start + options.batch_size], backbone.tokenizer.pad_token_id,
+                             backbone.arch == ENCODER_DECODER, backbone.device)
+            for group in optimizer.param_groups:   # short linear warm-up, then constant
+                group["lr"] = options.lr * min(1.0, (step + 1) / 20)
+            loss = peft_model(**batch).loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+    bar.close()
+    peft_model.eval()
+    return step, time.monotonic() - started
+
+
+def translate_with(backbone, src: str, tgt: str, sources: list[str], options: TrainOptions) -> list[str]:
+    """`sources` translated greedily by the backbone's model as it is now (with whatever adapter PEFT has active),
+    masked and restored as serving does: what a held-out score is computed on."""
+    from .backbone import PromptRow
+    from .config import GenerationConfig
+    from .lora import BASE_SLOT
+    from .masking import protect, restore
+
+    protected = [protect(s) for s in sources]
+    rows = [PromptRow(p.text, src, tgt) for p in protected]
+    # Small backbones have short position tables; held-out targets are single segments anyway.
+    positions = getattr(backbone.base_model.config, "max_position_embeddings", None) or 4096
+    max_new = max(4, min(options.max_length, positions // 2))
+    hyps: list[str] = []
+    for i in range(0, len(rows), options.batch_size):
+        chunk = rows[i:i + options.batch_size]
+        # transformers' own generate (any extra argument asks for it): the lean decode step reads the projections'
+        # weights directly and would never see the LoRA layers PEFT put around them.
+        hyps += backbone.generate(chunk, [BASE_SLOT] * len(chunk), GenerationConfig(), max_new_tokens=max_new,
+                                  use_cache=True)
+    return [restore(h, p) for h, p in zip(hyps, protected)]
+
+
+def chrf(hypotheses: list[str], references: list[str]) -> float:
+    import sacrebleu
+
+    return round(sacrebleu.corpus_chrf(hypotheses, [references]).score, 1)
+
+
 # --- command line ----------------------------------------------------------------------------------------------
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -292,8 +310,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("train-adapter", help="train a LoRA adapter for one language pair from TSV/JSONL",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("--pair", required=True, help="direction, e.g. en2es or zh-Hant2en")
-    p.add_argument("--data", required=True, type=Path, help="TSV (source<TAB>target) or JSONL ({src, tgt})")
+    p.add_argument("--pair", help="direction, e.g. en2es or zh-Hant2en")
+    p.add_argument("--data", type=Path, help="TSV (source<TAB>target) or JSONL ({src, tgt})")
+    p.add_argument("--from-corrections", metavar="PAIR", default=None,
+                   help="continue PAIR's serving adapter on the store's corrections (plus a replay sample), score "
+                        "it in shadow and promote it if it earns it (retrain.py); --data and --pair are not used")
+    p.add_argument("--replay", type=Path, default=None,
+                   help="with --from-corrections: what the adapter was trained on, to replay (default: the pair's "
+                        "shipped memory)")
+    p.add_argument("--replay-ratio", type=float, default=2.0,
+                   help="with --from-corrections: replayed pairs per correction trained on")
+    p.add_argument("--no-promote", action="store_true",
+                   help="with --from-corrections: score and keep the candidate, but do not promote it")
     p.add_argument("--out", type=Path, default=None, help="adapter folder (default: <adapters_dir>/<pair>)")
     p.add_argument("--base", default=None, help="backbone folder (default: model.path of the config)")
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: the config's)")
@@ -313,25 +341,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from .adapters.request import Pair
     from .backbone import Backbone
-    from .cli import config_from
 
+    if args.from_corrections:
+        return _run_from_corrections(args)
+    if not args.pair or not args.data:
+        raise InvalidInput("train-adapter needs --pair and --data (or --from-corrections PAIR)")
     pair = Pair.parse(args.pair)
-    if args.threads:
-        import torch
-        torch.set_num_threads(args.threads)
-    cfg = config_from(args)
-    model_cfg = cfg.model
-    if args.base:
-        model_cfg = replace(model_cfg, path=args.base)
-    if args.device:
-        model_cfg = replace(model_cfg, device=args.device)
-    # PEFT trains float layers: the adapter is trained on the float32 backbone whatever the profile serves with
-    # (an int8 profile then serves it with LoRA in float32 on top of its int8 weights).
-    model_cfg = replace(model_cfg, warmup=False, quantization="none")
+    cfg, model_cfg = _training_config(args)
     out = args.out or cfg.cache.resolved_dir / pair.key
     if out.exists() and any(out.iterdir()) and not args.force:
         raise InvalidInput(f"{out} already exists; pass --force to overwrite it")
@@ -347,6 +365,51 @@ def run(args: argparse.Namespace) -> int:
     if result.chrf_adapter is not None:
         print(f"held-out chrF on {result.test_size} pairs: {result.chrf_adapter} with the adapter, "
               f"{result.chrf_base} without")
+    return 0
+
+
+def _training_config(args: argparse.Namespace):
+    """(config, the backbone's settings to train on): the config's model (or --base), float32, not warmed. PEFT
+    trains float layers: the adapter is trained on the float32 backbone whatever the profile serves with (an int8
+    profile then serves it with LoRA in float32 on top of its int8 weights)."""
+    from dataclasses import replace
+
+    from .cli import config_from
+
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
+    cfg = config_from(args)
+    model_cfg = cfg.model
+    if args.base:
+        model_cfg = replace(model_cfg, path=args.base)
+    if args.device:
+        model_cfg = replace(model_cfg, device=args.device)
+    return cfg, replace(model_cfg, warmup=False, quantization="none")
+
+
+def _run_from_corrections(args: argparse.Namespace) -> int:
+    from .adapters.request import Pair
+    from .backbone import Backbone
+    from .retrain import retrain
+    from .store import Store
+
+    pair = Pair.parse(args.from_corrections)
+    cfg, model_cfg = _training_config(args)
+    backbone = Backbone.load_uncached(model_cfg)
+    store = Store.open(cfg.store.url, cfg.store.dir)
+    options = TrainOptions(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, max_length=args.max_length,
+                           held_out=args.held_out if args.held_out != 0.1 else 0.2)
+    report = retrain(backbone, store, cfg.cache.resolved_dir, pair.key, options, cfg.tm.resolved_shipped,
+                     args.replay, args.replay_ratio, promote=not args.no_promote)
+    print(f"{pair.key} {report.version} (from {report.parent}): trained on {report.trained_on} corrections and "
+          f"{report.replay} replayed pairs in {report.seconds:.0f} s")
+    for name, scores in report.scores.items():
+        print(f"  {name:12} chrF {scores.get('current')} with {report.parent}, {scores.get('candidate')} with "
+              f"{report.version}")
+    verdict = "promoted: servers on the store swap to it while serving" if report.promoted else (
+        "kept as a candidate, not promoted" if report.decision == "promote" else "not promoted")
+    print(f"{verdict}: {report.reason}")
     return 0
 
 

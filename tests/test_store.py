@@ -39,9 +39,10 @@ def test_a_new_database_is_migrated_to_the_newest_schema_once(tmp_path: Path) ->
     with sqlite3.connect(tmp_path / "hunyuan.db") as db:
         tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0001",)]
-    assert {"memory_entries", "corrections", "jobs", "job_segments", "imports", "alembic_version"} <= tables
-    assert migrate(store.engine) == "0001"  # again: nothing to do
+        assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0002",)]
+    assert {"memory_entries", "corrections", "jobs", "job_segments", "imports", "adapter_versions",
+            "alembic_version"} <= tables
+    assert migrate(store.engine) == "0002"  # again: nothing to do
     store.close()
 
 

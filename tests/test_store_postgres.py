@@ -46,17 +46,19 @@ def test_processes_starting_together_migrate_a_postgres_database_once(database: 
     store = Store.open(database)
     assert store.kind == "postgresql" and len(store.memory.since("en2es")) == 3
     with store.engine.connect() as db:
-        assert db.exec_driver_sql("SELECT version_num FROM alembic_version").all() == [("0001",)]
+        assert db.exec_driver_sql("SELECT version_num FROM alembic_version").all() == [("0002",)]
     store.close()
 
 
 @pytest.fixture()
 def two_servers(live_server: LiveServer, database: str) -> Iterator[tuple[LiveServer, LiveServer]]:
     """Two servers, each its own service and memory, over one PostgreSQL database: replicas on two machines."""
+    from hunyuan_mt.backbone import Backbone
     from hunyuan_mt.service import TranslationService
 
     cfg = dataclasses.replace(live_server.cfg, store=StoreConfig(url=database))
-    services = [TranslationService(cfg, backbone=live_server.service.backbone) for _ in range(2)]
+    # A backbone each: a service takes its backbone's slot layers over (one service per backbone).
+    services = [TranslationService(cfg, backbone=Backbone.load_uncached(cfg.model)) for _ in range(2)]
     try:
         with serve(services[0], cfg) as first, serve(services[1], cfg) as second:
             yield first, second

@@ -78,6 +78,8 @@ class _Pinned:
     leases: int = 0
     #: unpin() arrived while leased: detach once the last lease is released.
     unpin_pending: bool = False
+    #: Replaced by a new version of its adapter while rows used it: its slot is freed after the last of them.
+    retired: bool = False
 
 
 @dataclass(eq=False)  # identity: leases are counted per object
@@ -381,14 +383,49 @@ class AdapterCache:
                     # Rows in flight keep their weights; new requests load the new version into another slot.
                     del self._lru[pair]
                     slot.pair = None
-            for pair, entry in self._pinned.items():
-                if current.get(pair) != entry.weights.fingerprint:
-                    log.warning("pinned adapter %s changed or vanished on disk; unpin and pin it to reload", pair.key)
+            changed_pins = [pair for pair, entry in self._pinned.items()
+                            if current.get(pair) != entry.weights.fingerprint]
             self._cv.notify_all()
         for slot in stale_slots:
             self._delete_slot(slot)
         if stale_slots:
             log.info("rescan dropped %d stale adapters from the slots", len(stale_slots))
+        for pair in changed_pins:
+            if pair in current:
+                self._swap_pinned(pair)
+            else:
+                log.warning("pinned adapter %s vanished on disk; it stays attached until unpinned", pair.key)
+
+    def _swap_pinned(self, pair: Pair) -> None:
+        """A pinned pair's new version attached in a slot of its own; rows in flight finish on the old one, whose
+        slot is freed after the last of them (a hot swap: no request waits, none sees two versions)."""
+        weights = self._read_disk(pair, counter="pin_loads")
+        with self._cv:
+            index = self._take_pin_index()
+        try:
+            self._attach(index, weights)
+        except Exception as exc:  # the old version keeps serving
+            with self._cv:
+                self._pin_free.append(index)
+            log.error("pinned adapter %s: its new version could not be attached (%s); the old one serves", pair.key,
+                      exc.message if isinstance(exc, TranslationError) else self._remember_failure(pair, exc))
+            return
+        with self._cv:
+            old = self._pinned.get(pair)
+            self._pinned[pair] = _Pinned(pair, weights, index)
+            free_now = old is not None and old.leases == 0
+            if old is not None and not free_now:
+                old.retired = True
+            self._cv.notify_all()
+        if free_now:
+            self._free_pin_index(old.index)
+        log.info("pinned adapter %s swapped to its new version", pair.key)
+
+    def _free_pin_index(self, index: int) -> None:
+        self._clear(index)
+        with self._cv:
+            self._pin_free.append(index)
+            self._cv.notify_all()
 
     # ------------------------------------------------------------------ leases
 
@@ -637,12 +674,17 @@ class AdapterCache:
 
     def _release(self, held: list[_Slot | _Pinned]) -> None:
         to_unpin: list[Pair] = []
+        retired: list[int] = []
         with self._cv:
             for entry in held:
                 entry.leases -= 1
-                if isinstance(entry, _Pinned) and entry.unpin_pending and entry.leases == 0:
+                if isinstance(entry, _Pinned) and entry.leases == 0 and entry.retired:
+                    retired.append(entry.index)
+                elif isinstance(entry, _Pinned) and entry.unpin_pending and entry.leases == 0:
                     to_unpin.append(entry.pair)
             self._cv.notify_all()
+        for index in retired:
+            self._free_pin_index(index)
         for pair in to_unpin:
             with self._cv:
                 entry = self._pinned.get(pair)

@@ -12,9 +12,10 @@ import json
 import logging
 import re
 import threading
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 from ..errors import AdapterNotFound, AdapterUnusable, TranslationError
@@ -47,6 +48,8 @@ class AdapterInfo:
     #: Module paths the weights hold LoRA for, and the largest rank among them (what the slot layers must fit).
     modules: list[str] = field(default_factory=list)
     max_rank: int = 0
+    #: Which version of the pair's adapter this is: "v1" is the pair's own folder, "vN" its subfolder (retrain.py).
+    version: str = "v1"
 
     @property
     def key(self) -> str:
@@ -255,12 +258,19 @@ def read_adapter(info: AdapterInfo) -> AdapterWeights:
     return AdapterWeights(pair=info.pair, config=config, state_dict=state_dict, fingerprint=now)
 
 
+#: A version's folder name: "v" and its number.
+_VERSION = re.compile(r"v[0-9]{1,6}")
+
+
 class AdapterRegistry:
     """The adapters folder as a map pair → AdapterInfo. The only way a filesystem path is produced from a pair."""
 
-    def __init__(self, root: Path, spec: BackboneSpec) -> None:
+    def __init__(self, root: Path, spec: BackboneSpec,
+                 versions: Callable[[], dict[str, str]] | None = None) -> None:
+        """`versions`: pair key → the version that serves it, where it is not "v1" (the store's record)."""
         self.root = Path(root)
         self.spec = spec
+        self.versions = versions
         self._lock = threading.Lock()
         self._infos: dict[Pair, AdapterInfo] = {}
         self._ignored: list[tuple[str, str]] = []
@@ -270,6 +280,7 @@ class AdapterRegistry:
         infos: dict[Pair, AdapterInfo] = {}
         ignored: list[tuple[str, str]] = []
         root = self.root.resolve() if self.root.exists() else self.root
+        current = self.versions() if self.versions is not None else {}
         if not self.root.is_dir():
             log.warning("adapters folder %s does not exist; no adapters registered", self.root)
         else:
@@ -287,7 +298,13 @@ class AdapterRegistry:
                 if entry.is_symlink() and not _inside(entry.resolve(), root):
                     ignored.append((entry.name, "symlink leading outside the adapters folder"))
                     continue
-                infos[pair] = validate(entry, pair, self.spec)
+                version = current.get(pair.key, "v1")
+                folder = entry / version if version != "v1" else entry
+                if not _VERSION.fullmatch(version) or not folder.is_dir():
+                    log.error("adapter %s: version %s is recorded as current but %s is missing; serving v1",
+                              pair.key, version, folder)
+                    folder, version = entry, "v1"
+                infos[pair] = dataclasses.replace(validate(folder, pair, self.spec), version=version)
         with self._lock:
             self._infos, self._ignored = infos, ignored
         usable = sum(i.usable for i in infos.values())

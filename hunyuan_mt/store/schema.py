@@ -92,3 +92,19 @@ imports = Table(
     Column("signature", String(128), nullable=False),
     Column("created", Float, nullable=False),
 )
+
+#: Adapter versions per pair: the folder `adapters/<pair>/<version>/` (the pair's own folder for "v1", the one it
+#: shipped with), what it was trained from, its shadow scores, and which is current. One row per version.
+adapter_versions = Table(
+    "adapter_versions", metadata,
+    Column("pair", String(16), primary_key=True),
+    Column("version", String(16), primary_key=True),
+    #: "candidate" (trained, scored, not serving), "current" (serving), "retired" (served before), "rejected".
+    Column("state", String(16), nullable=False),
+    Column("parent", String(16)),
+    Column("created", Float, nullable=False),
+    #: When it became current (the latest promotion or rollback); what a rollback goes back from.
+    Column("promoted", Float),
+    #: The shadow scores and the decision, as JSON (retrain.ShadowReport).
+    Column("report", Text),
+)

@@ -543,6 +543,9 @@ class RestApi:
             **({"quantization_note": backbone["quantization_note"]} if backbone.get("quantization_note") else {}),
             "mode": memory.get("mode", "normal"),
             "uptime_s": status.get("uptime_s"), "startup_s": status.get("startup_s"), "warmup": status.get("warmup")}
+        if status.get("adapter_versions"):
+            # Each pair's serving adapter version, and the shadow scores of every version trained from corrections.
+            body["adapters"] = status["adapter_versions"]
         if "ray" in status:
             body["ray"] = {"groups": [{k: g.get(k) for k in ("name", "replicas", "running", "up")}
                                       for g in status["ray"]["groups"]]}
@@ -591,6 +594,12 @@ class RestApi:
             return JSONResponse({"ok": True, "action": "rescan"})
         name = text_field(fields, "pair")
         pair = Pair.parse(name)  # pure string parsing: a path or "../" never gets further than this
+        if action == "promote":
+            result = await self._call(self.service.promote, pair, text_field(fields, "version"))
+            return JSONResponse({"ok": True, "action": action, **result})
+        if action == "rollback":
+            result = await self._call(self.service.rollback, pair)
+            return JSONResponse({"ok": True, "action": action, **result})
         changed = await self._call(getattr(self.service, action), pair)
         return JSONResponse({"ok": True, "action": action, "pair": pair.key, "changed": bool(changed)})
 
@@ -921,13 +930,15 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
     memory_doc = _body_doc({"type": "object", "required": ["file", "pair"], "properties": {
         "file": {"type": "string", "format": "binary", "description": ".tsv (source<TAB>target) or .tmx"},
         "pair": {"type": "string", "description": "the direction, e.g. en2es"}}}, (MULTIPART,))
-    for action in ("rescan", "pin", "unpin", "unload", "memory"):
+    promote_doc = _body_doc({"type": "object", "required": ["pair", "version"], "properties": {
+        "pair": {"type": "string"}, "version": {"type": "string", "description": "e.g. v2 (see /status adapters)"}}})
+    for action in ("rescan", "pin", "unpin", "unload", "memory", "promote", "rollback"):
         async def handler(request: Request, _action: str = action) -> JSONResponse:
             return await api.admin(request, _action)
 
         app.add_api_route(f"/admin/{action}", handler, methods=["POST"], tags=["Admin"],
                           summary=f"{action.capitalize()} (needs the X-Admin-Key header)",
-                          openapi_extra=None if action == "rescan" else memory_doc if action == "memory" else pair_doc)
+                          openapi_extra={"rescan": None, "memory": memory_doc, "promote": promote_doc}.get(action, pair_doc))
 
     app.add_api_route("/admin/memory", api.export_memory, methods=["GET"], tags=["Admin"],
                       summary="A pair's translation memory as TMX (?pair=en2es; needs the X-Admin-Key header)")

@@ -856,8 +856,11 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                 # while the old is still marked running (Gradio's default, "once", would drop it, and
                 # "always_last" would wait for an end that a cancel never reports).
                 translate_btn.click(None, None, None, cancels=[streaming])
-                correct_btn.click(ui.save_correction, [source_box, src, tgt, result_box, last_source, context_box],
-                                  [info], api_name="save_correction", api_visibility="public")
+                # The line is cleared first: a refusal's error mark must not sit on the last save's "saved".
+                correct_btn.click(lambda: "", None, [info], queue=False, show_progress="hidden",
+                                  api_visibility="private").then(
+                    ui.save_correction, [source_box, src, tgt, result_box, last_source, context_box], [info],
+                    api_name="save_correction", api_visibility="public")
                 swap.click(ui.swap, [src, tgt, source_box, result_box, last_source],
                            [src, tgt, source_box, result_box, pair_note], api_name="swap",
                            api_visibility="undocumented")
