@@ -17,9 +17,11 @@ import itertools
 import json
 import math
 import logging
+import os
 import queue
 import secrets
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -208,6 +210,9 @@ class DocumentJobs:
         self._queue: queue.Queue[tuple[Job, Work] | None] = queue.Queue()
         #: Segments per second of the last documents (an exponential average): the estimate before a job's own.
         self._rate: float | None = None
+        #: This process, as the store knows who runs an unfinished job ("host:pid:token").
+        self.runner_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._stopped = threading.Event()
         resumed = self._restore() if store is not None else []
         self._workers = [threading.Thread(target=self._work, name=f"hmt-job-{n}", daemon=True)
                          for n in range(cfg.workers)]
@@ -215,6 +220,8 @@ class DocumentJobs:
             worker.start()
         for item in resumed:
             self._queue.put(item)
+        if store is not None:
+            threading.Thread(target=self._keep_alive, name="hmt-job-heartbeat", daemon=True).start()
 
     # ------------------------------------------------------------------ public
 
@@ -247,7 +254,8 @@ class DocumentJobs:
             job.seq = self.store.jobs.create(
                 job.id, filename=spec.filename, source=spec.source, target=spec.target, owner=encode_owner(owner),
                 caller=encode_owner(caller), state="queued", done=0, total=total, created=job.created,
-                upload_path=str(folder / "upload"), options=spec.to_json())
+                upload_path=str(folder / "upload"), options=spec.to_json(), runner=self.runner_id,
+                heartbeat=self._clock())
         with self._lock:
             self._jobs[job.id] = job
         self._queue.put((job, self.runner(spec, document, Checkpoint(self, job))))
@@ -317,6 +325,7 @@ class DocumentJobs:
     def close(self) -> None:
         """Stop the workers. A job kept in the store is left as it is, for the next start to run again (its
         rows leave the engine as it closes); a job in memory only is cancelled."""
+        self._stopped.set()
         with self._lock:
             self._closing = True
             for job in self._jobs.values():
@@ -324,22 +333,21 @@ class DocumentJobs:
                     job.ticket.cancel("server shutting down")
         for _ in self._workers:
             self._queue.put(None)
+        if self.store is not None:
+            self.store.jobs.release(self.runner_id)
 
     # ------------------------------------------------------------------ restarts
 
     def _restore(self) -> list[tuple[Job, Work]]:
-        """Jobs the store kept: ended ones to answer for until they expire, unfinished ones to run again (their
-        finished segments are not sent again). Returns the work to queue, in submission order."""
+        """Jobs the store kept: ended ones to answer for until they expire, unfinished ones of a process that is
+        gone to run again (their finished segments are not sent again). Returns the work to queue, in submission
+        order."""
         assert self.store is not None
         now = self._clock()
         queued: list[tuple[Job, Work]] = []
         gone: list[str] = []
         for row in self.store.jobs.load():
-            job = Job(row["id"], row["filename"], row["source"], row["target"], decode_owner(row["owner"]),
-                      row["created"], caller=decode_owner(row["caller"]), state=row["state"], done=row["done"],
-                      total=row["total"], started=row["started"], ended=row["ended"],
-                      detected_source=row["detected_source"], error=row["error"],
-                      error_status=row["error_status"], seq=row["seq"], saved=True)
+            job = _job_of(row)
             if job.ended is not None and now - job.ended > self.cfg.ttl_s:
                 gone.append(job.id)
                 continue
@@ -352,22 +360,55 @@ class DocumentJobs:
                     job.state, job.error, job.error_status = "error", "its translated file was lost", 500
                 job.result_path = path
             elif job.state not in ENDED:
-                upload = Path(row["upload_path"])
-                if self.runner is None or not upload.is_file():
-                    job.state, job.ended = "error", now
-                    job.error, job.error_status = "its upload was lost in a restart", 500
-                    self.store.jobs.save(job.id, state="error", ended=now, error=job.error, error_status=500)
-                else:
-                    job.state, job.started = "queued", None
-                    self.store.jobs.save(job.id, state="queued", started=None)
-                    queued.append((job, self.runner(JobSpec.from_row(row), upload.read_bytes(),
-                                                    Checkpoint(self, job))))
-                    log.info("job %s: %s queued again after a restart (%d of %d segments done)", job.id,
-                             job.filename, job.done, job.total)
+                item = self._take_over(job, row, now)
+                if item is None:
+                    continue  # a live process runs it
+                queued.append(item)
             self._jobs[job.id] = job
         self._seq = itertools.count(max((j.seq for j in self._jobs.values()), default=0) + 1)
         self._forget(gone)
         return queued
+
+    def _take_over(self, job: Job, row: dict[str, Any], now: float) -> tuple[Job, Work] | None:
+        """An unfinished job's work, claimed for this process, when the process that held it is gone; None when
+        a live one holds it, or another took it first."""
+        assert self.store is not None
+        if not _gone(row["runner"], row["heartbeat"], now) or \
+                not self.store.jobs.claim(job.id, self.runner_id, now, row["runner"]):
+            return None
+        upload = Path(row["upload_path"])
+        if self.runner is None or not upload.is_file():
+            job.state, job.ended = "error", now
+            job.error, job.error_status = "its upload was lost in a restart", 500
+            self.store.jobs.save(job.id, state="error", ended=now, error=job.error, error_status=500)
+            return None
+        job.state, job.started = "queued", None
+        self.store.jobs.save(job.id, state="queued", started=None)
+        log.info("job %s: %s queued again after a restart (%d of %d segments done)", job.id, job.filename,
+                 job.done, job.total)
+        return job, self.runner(JobSpec.from_row(row), upload.read_bytes(), Checkpoint(self, job))
+
+    def _keep_alive(self) -> None:
+        """Every `HEARTBEAT_S`: this process's unfinished jobs marked alive, and the jobs of a process found gone
+        since (another replica's, on a shared store) taken over."""
+        assert self.store is not None
+        while not self._stopped.wait(HEARTBEAT_S):
+            try:
+                now = self._clock()
+                self.store.jobs.beat(self.runner_id, now)
+                with self._lock:
+                    known = set(self._jobs)
+                for row in self.store.jobs.load():
+                    if row["id"] in known or row["state"] in ENDED:
+                        continue
+                    job = _job_of(row)
+                    item = self._take_over(job, row, now)
+                    if item is not None:
+                        with self._lock:
+                            self._jobs[job.id] = job
+                        self._queue.put(item)
+            except Exception:  # noqa: BLE001 - a database hiccup must not end the heartbeat; the next beat retries
+                log.exception("document jobs: the heartbeat failed")
 
     def _forget(self, job_ids: list[str]) -> None:
         """Expired jobs out of the store, and their files off the disk."""
@@ -512,6 +553,38 @@ class DocumentJobs:
             j.total - j.done for j in self._jobs.values() if j.state == "translating")
         return round((ahead + job.total - job.done) / self._rate, 1)
 
+
+
+#: Seconds between two heartbeats of a process's unfinished jobs; a job whose heartbeat is `STALE_S` old is taken
+#: over by another process on the store (at once, when its process ran on this machine and is gone).
+HEARTBEAT_S = 10.0
+STALE_S = 30.0
+
+
+def _gone(runner: str | None, heartbeat: float | None, now: float) -> bool:
+    """Whether the process that holds a job is gone: none holds it, it ran on this machine and its pid is not
+    alive, or it has not beaten for `STALE_S`."""
+    if not runner:
+        return True
+    host, _, rest = runner.partition(":")
+    pid = rest.partition(":")[0]
+    if host == socket.gethostname() and pid.isdigit():
+        if int(pid) == os.getpid():
+            return False  # this process (another DocumentJobs of it, or this one): it is not gone
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+    return heartbeat is None or now - heartbeat > STALE_S
+
+
+def _job_of(row: dict[str, Any]) -> Job:
+    return Job(row["id"], row["filename"], row["source"], row["target"], decode_owner(row["owner"]), row["created"],
+               caller=decode_owner(row["caller"]), state=row["state"], done=row["done"], total=row["total"],
+               started=row["started"], ended=row["ended"], detected_source=row["detected_source"],
+               error=row["error"], error_status=row["error_status"], seq=row["seq"], saved=True)
 
 
 def check_job_id(job_id: str) -> str:

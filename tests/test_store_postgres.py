@@ -142,3 +142,33 @@ def test_a_job_left_by_one_process_is_finished_by_the_next_from_postgres(databas
         restarted.view(view.id, lambda owner: owner == "bob")
     restarted.close()
     store.close()
+
+
+def test_a_job_is_run_by_one_process_at_a_time(database: str, tmp_path: Path) -> None:
+    """Two job queues on one database (two ingress replicas): the second does not take over a job the first is
+    running, and takes it over once the first has stopped."""
+    store = Store.open(database, tmp_path)
+    first = Held(dies=True)
+    jobs = DocumentJobs(JobsConfig(workers=1), store=store, runner=first.runner)
+    view = jobs.submit_upload(JobSpec("notes.txt", "en", "es"), b"eight lines", None, 8)
+    assert first.first_half.wait(30)
+    other = Held(dies=False)
+    other.release.set()
+    beside = DocumentJobs(JobsConfig(workers=1), store=store, runner=other.runner)
+    with pytest.raises(Exception, match="does not exist"):
+        beside.view(view.id)  # held by a live process: not this queue's to run or answer
+    assert other.sent == []
+    beside.close()
+    jobs.close()
+    first.release.set()
+    for worker in jobs._workers:
+        worker.join(30)
+    third = Held(dies=False)
+    third.release.set()
+    restarted = DocumentJobs(JobsConfig(workers=1), store=store, runner=third.runner)
+    done = restarted.wait(view.id, None, 30, None)
+    while done.state != "done":
+        done = restarted.wait(view.id, None, 30, done)
+    assert first.sent + third.sent == list(range(8)) and other.sent == []
+    restarted.close()
+    store.close()

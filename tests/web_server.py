@@ -91,6 +91,10 @@ def serve(service: Any, cfg: Config) -> Iterator[LiveServer]:
         yield LiveServer(thread.url, service, cfg, app)
     finally:
         thread.stop()
+        api = getattr(app.state, "api", None)
+        if api is not None:
+            api.jobs.close()  # as app.py does: its workers and heartbeat stop, its store is let go
+            api.jobs.store.close()
 
 
 @pytest.fixture(scope="session")

@@ -52,6 +52,30 @@ class JobRecords:
                 {"job_id": job_id, "idx": idx, "translation": text, "origin": origin} for idx, text, origin in done])
             connection.execute(update(jobs).where(jobs.c.id == job_id).values(done=progress))
 
+    def claim(self, job_id: str, runner: str, now: float, previous: str | None) -> bool:
+        """Take an unfinished job over for `runner`, if it is still held by `previous` (the process found gone):
+        of two processes that try at once, one gets it."""
+        holder = jobs.c.runner.is_(None) if previous is None else jobs.c.runner == previous
+        with self.engine.begin() as connection:
+            done = connection.execute(update(jobs).where(jobs.c.id == job_id, holder,
+                                                         jobs.c.state.in_(("queued", "translating")))
+                                      .values(runner=runner, heartbeat=now))
+        return done.rowcount == 1
+
+    def release(self, runner: str) -> None:
+        """`runner` stops: its unfinished jobs are free for the next process to take over at once."""
+        with self.engine.begin() as connection:
+            connection.execute(update(jobs).where(jobs.c.runner == runner,
+                                                  jobs.c.state.in_(("queued", "translating")))
+                               .values(runner=None))
+
+    def beat(self, runner: str, now: float) -> None:
+        """`runner` is alive: its unfinished jobs' heartbeat."""
+        with self.engine.begin() as connection:
+            connection.execute(update(jobs).where(jobs.c.runner == runner,
+                                                  jobs.c.state.in_(("queued", "translating")))
+                               .values(heartbeat=now))
+
     def segments(self, job_id: str) -> dict[int, tuple[str, str | None]]:
         """A job's finished segments: index → (translation, origin)."""
         with self.engine.connect() as connection:

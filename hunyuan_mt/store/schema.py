@@ -72,6 +72,10 @@ jobs = Table(
     Column("result_filename", Text),
     Column("media_type", String(128)),
     Column("note", Text),
+    #: The process running (or to run) an unfinished job, "host:pid:token", and when it last said it is alive: a
+    #: job is taken over only from a process that is gone (DocumentJobs._claimable).
+    Column("runner", String(128)),
+    Column("heartbeat", Float),
 )
 Index("ix_jobs_state", jobs.c.state)
 

@@ -39,7 +39,7 @@ from .. import prompts
 from ..languages import LANGUAGES, normalize_code, served_codes
 from ..ticket import Ticket
 from .auth import AccessPolicy, Caller, who
-from .doctranslate import check_document_route, document_runner, job_spec, service_store, translate_upload
+from .doctranslate import check_document_route, document_runner, job_spec, jobs_store, translate_upload
 from .downloads import DownloadStore, attachment, safe_filename
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import RequestCounter, WebMetrics
@@ -154,7 +154,7 @@ class RestApi:
         self.policy = policy or AccessPolicy(cfg.server, cfg.limits)
         self.downloads = DownloadStore()
         #: Document jobs, shared with the web page (web.server.build_app hands them to build_ui).
-        self.jobs = DocumentJobs(cfg.jobs, store=service_store(service, cfg),
+        self.jobs = DocumentJobs(cfg.jobs, store=jobs_store(cfg),
                                  runner=document_runner(service, cfg.limits))
         self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms)
         self._limiter: anyio.CapacityLimiter | None = None  # made on first use: it needs the running loop

@@ -102,10 +102,12 @@ def document_runner(service: Any, limits: LimitsConfig) -> Runner:
     return runner
 
 
-def service_store(service: Any, cfg: Config) -> Store:
-    """The store document jobs are kept in: the service's own, else (the Ray ingress) the configured one."""
-    store = getattr(service, "store", None)
-    return store if store is not None else Store.open(cfg.store.url, cfg.store.dir)
+def jobs_store(cfg: Config) -> Store:
+    """The store document jobs are kept in: the configured one (the service's too, in one process; the Ray
+    ingress has no service of its own). Opened by the web app itself, so that each app over a service finds only
+    the jobs of its own configuration (tests start many apps over one service, each with a data folder of its
+    own)."""
+    return Store.open(cfg.store.url, cfg.store.dir)
 
 
 #: Segments a job writes down at a time: what a `kill -9` can make it translate again, at most.

@@ -36,7 +36,7 @@ from ..jobs import ENDED, DocumentJobs, JobNotFound, JobView
 from ..languages import LANGUAGES, normalize_code
 from ..ticket import Ticket
 from .auth import AccessPolicy, who
-from .doctranslate import check_document_route, document_runner, job_spec, service_store
+from .doctranslate import check_document_route, document_runner, job_spec, jobs_store
 from .downloads import OwnedPaths, safe_filename
 from .metrics import WebMetrics
 
@@ -204,7 +204,7 @@ class TranslatorUI:
         # The REST API's jobs when the server mounts both (one queue, one `jobs.max_jobs`); else the page's own.
         self._own_jobs = jobs is None
         self.jobs = jobs if jobs is not None else DocumentJobs(
-            cfg.jobs, store=service_store(service, cfg), runner=document_runner(service, cfg.limits))
+            cfg.jobs, store=jobs_store(cfg), runner=document_runner(service, cfg.limits))
         self.visits = PageVisits()
 
     # ------------------------------------------------------------------ choices

@@ -65,6 +65,8 @@ def upgrade() -> None:
         sa.Column("result_filename", sa.Text),
         sa.Column("media_type", sa.String(128)),
         sa.Column("note", sa.Text),
+        sa.Column("runner", sa.String(128)),
+        sa.Column("heartbeat", sa.Float),
     )
     op.create_index("ix_jobs_state", "jobs", ["state"])
     op.create_table(
