@@ -102,8 +102,8 @@ def _glossary(args: argparse.Namespace, service: Any) -> Any:
     path = Path(args.glossary)
     if path.is_file():
         return parse_terms(path.read_text(encoding="utf-8"), service.cfg.glossary.max_terms, path.name)
-    return GlossaryStore(service.cfg.glossary.resolved_dir, service.cfg.glossary.max_terms).resolve(
-        args.glossary, args.src, args.tgt)
+    return GlossaryStore(service.cfg.glossary.resolved_dir, service.cfg.glossary.max_terms,
+                         service.store.glossaries).resolve(args.glossary, args.src, args.tgt)
 
 
 def _translate_file(args: argparse.Namespace) -> int:

@@ -17,11 +17,14 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidInput
 from .languages import normalize_code
 from .masking import Protected, sentinel
+
+if TYPE_CHECKING:
+    from .store import GlossaryRows
 
 #: Longest term accepted, in characters (either side).
 MAX_TERM_CHARS = 200
@@ -173,23 +176,42 @@ def parse_terms(value: Any, max_terms: int, name: str = "inline") -> Glossary:
 
 
 class GlossaryStore:
-    """Stored glossaries: `<folder>/<id>.<src>2<tgt>.tsv`. Read on use (an edited file counts at once), cached by
-    modification time."""
+    """Stored glossaries, in the store's database (`GlossaryRows`). The files `<folder>/<id>.<src>2<tgt>.tsv` are
+    imported into it once per version: a file edited since counts at its next use. Lists stored over the admin API
+    (`put`) live in the database only. Parsed lists are cached by when they were stored."""
 
-    def __init__(self, folder: Path, max_terms: int) -> None:
+    def __init__(self, folder: Path, max_terms: int, rows: GlossaryRows) -> None:
         self.folder = folder
         self.max_terms = max_terms
+        self.rows = rows
         self._lock = threading.Lock()
-        self._cache: dict[Path, tuple[float, Glossary]] = {}
+        self._cache: dict[tuple[str, str], tuple[float, Glossary]] = {}
+
+    def _import(self, path: Path) -> None:
+        """A glossary file into the store when it is new or changed since it was imported."""
+        stem, _, pair = path.name[:-4].rpartition(".")
+        if not (stem and _ID.match(stem) and "2" in pair) or self.rows.imports.done(path):
+            return
+        glossary = parse_terms(path.read_text(encoding="utf-8"), self.max_terms, f"{stem}.{pair}")
+        self.rows.put(stem, pair, list(glossary.terms), "file")
+        self.rows.imports.mark(path)
+
+    def _import_folder(self) -> None:
+        for path in sorted(self.folder.glob("*.tsv")) if self.folder.is_dir() else []:
+            self._import(path)
 
     def available(self) -> dict[str, list[str]]:
         """id → the pairs it has, e.g. {"ui-terms": ["en2es", "en2de"]}."""
-        found: dict[str, list[str]] = {}
-        for path in sorted(self.folder.glob("*.tsv")) if self.folder.is_dir() else []:
-            stem, _, pair = path.name[:-4].rpartition(".")
-            if stem and "2" in pair:
-                found.setdefault(stem, []).append(pair)
-        return found
+        self._import_folder()
+        return self.rows.available()
+
+    def put(self, glossary_id: str, pair: str, value: Any, who: str | None = None) -> Glossary:
+        """Store (or replace) the list `glossary_id` for `pair` (a pair key) from terms as a request gives them."""
+        if not isinstance(glossary_id, str) or not _ID.match(glossary_id):
+            raise InvalidInput(f"Invalid glossary id {str(glossary_id)[:40]!r}: letters, digits, '.', '_' and '-'.")
+        glossary = parse_terms(value, self.max_terms, f"{glossary_id}.{pair}")
+        self.rows.put(glossary_id, pair, list(glossary.terms), "api", who)
+        return glossary
 
     def get(self, glossary_id: str, src: str, tgt: str) -> Glossary:
         """The stored list `glossary_id` for src→tgt (normalized codes; src may be "auto")."""
@@ -197,8 +219,11 @@ class GlossaryStore:
             raise InvalidInput(f"Invalid glossary id {glossary_id[:40]!r}: letters, digits, '.', '_' and '-'.")
         if src != "auto":
             path = self.folder / f"{glossary_id}.{src}2{tgt}.tsv"
-            if path.is_file():  # the usual case: one stat, no listing of the folder
-                return self._read(path, f"{glossary_id}.{src}2{tgt}")
+            if path.is_file():  # the usual case for a file: one stat and one query
+                self._import(path)
+            found = self._read(glossary_id, f"{src}2{tgt}")
+            if found is not None:
+                return found
         pairs = self.available().get(glossary_id)
         if not pairs:
             known = ", ".join(sorted(self.available())) or "none"
@@ -213,17 +238,23 @@ class GlossaryStore:
             pair = f"{src}2{tgt}"
             if pair not in pairs:
                 raise InvalidInput(f"Glossary {glossary_id!r} has no {src}→{tgt} list (it has: {', '.join(pairs)}).")
-        return self._read(self.folder / f"{glossary_id}.{pair}.tsv", f"{glossary_id}.{pair}")
+        found = self._read(glossary_id, pair)
+        if found is None:
+            raise InvalidInput(f"Unknown glossary {glossary_id!r} for {pair}.")
+        return found
 
-    def _read(self, path: Path, name: str) -> Glossary:
-        mtime = path.stat().st_mtime
+    def _read(self, glossary_id: str, pair: str) -> Glossary | None:
+        stored = self.rows.get(glossary_id, pair)
+        if stored is None:
+            return None
+        terms, updated = stored
         with self._lock:
-            cached = self._cache.get(path)
-            if cached is not None and cached[0] == mtime:
+            cached = self._cache.get((glossary_id, pair))
+            if cached is not None and cached[0] == updated:
                 return cached[1]
-        glossary = parse_terms(path.read_text(encoding="utf-8"), self.max_terms, name)
+        glossary = Glossary(tuple(terms), f"{glossary_id}.{pair}")
         with self._lock:
-            self._cache[path] = (mtime, glossary)
+            self._cache[(glossary_id, pair)] = (updated, glossary)
         return glossary
 
     def resolve(self, value: Any, source: str, target: str) -> Glossary | None:

@@ -420,18 +420,16 @@ class TranslationMemory:
             pair = path.name.split(".")[0]
             try:
                 Pair.parse(pair)
-                stat = path.stat()
+                if self.rows.imports.done(path):
+                    continue
             except (InvalidInput, OSError):
-                continue
-            signature = f"{stat.st_size}:{stat.st_mtime_ns}"
-            if self.rows.imported(str(path.resolve()), signature):
                 continue
             rows = list(_tsv_rows(path))
             try:
                 results.append(self.add(pair, rows, Provenance("legacy", "file")))
             except InvalidInput:
                 pass
-            self.rows.mark_imported(str(path.resolve()), signature)
+            self.rows.imports.mark(path)
             log.info("translation memory: %s imported into the store (%d rows)", path, len(rows))
         return results
 

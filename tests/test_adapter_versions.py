@@ -55,14 +55,18 @@ def adapters(tmp_path: Path, marian_adapters: Path) -> Path:
     return dest
 
 
-def test_corrections_become_a_scored_version_recorded_in_the_store(tmp_path: Path, marian_dir: Path,
-                                                                    adapters: Path) -> None:
+@pytest.mark.parametrize("family", ["marian", "hunyuan"])  # encoder-decoder and decoder-only backbones
+def test_corrections_become_a_scored_version_recorded_in_the_store(tmp_path: Path, family: str,
+                                                                    request: pytest.FixtureRequest) -> None:
     from hunyuan_mt.backbone import Backbone
     from hunyuan_mt.config import ModelConfig
     from hunyuan_mt.store import Correction, Provenance
 
+    model_dir = request.getfixturevalue(f"{family}_dir")
+    adapters = tmp_path / "adapters"
+    shutil.copytree(request.getfixturevalue(f"{family}_adapters"), adapters)
     store = Store.open("", tmp_path / "data")
-    backbone = Backbone.load_uncached(ModelConfig(path=str(marian_dir), warmup=False, quantization="none"))
+    backbone = Backbone.load_uncached(ModelConfig(path=str(model_dir), warmup=False, quantization="none"))
     with pytest.raises(InvalidInput, match="en2es has 0 corrections; at least 10 are needed"):
         retrain(backbone, store, adapters, "en2es", TrainOptions())
     words = ["file", "folder", "page", "draft", "image", "user", "group", "site", "form", "menu", "link", "tag"]

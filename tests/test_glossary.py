@@ -22,7 +22,7 @@ from hunyuan_mt.config import Config, GlossaryConfig
 from hunyuan_mt.errors import InvalidInput
 from hunyuan_mt.glossary import GlossaryStore, parse_terms
 from hunyuan_mt.masking import protect, restore
-from web_server import LiveServer, serve
+from web_server import ADMIN_KEY, LiveServer, serve
 
 UI_TERMS = "# stored list\nSave\tGuardar\nSave as\tGuardar como\nfile\tarchivo\n"
 
@@ -83,7 +83,10 @@ def test_terms_leave_protected_spans_alone_and_match_inside_cjk() -> None:
 def test_stored_glossaries_by_id_and_pair(tmp_path: Path) -> None:
     (tmp_path / "ui.en2es.tsv").write_text(UI_TERMS, encoding="utf-8")
     (tmp_path / "ui.en2de.tsv").write_text("file\tDatei\n", encoding="utf-8")
-    store = GlossaryStore(tmp_path, 100)
+    from hunyuan_mt.store import Store
+
+    rows = Store.open("", tmp_path / "data").glossaries
+    store = GlossaryStore(tmp_path, 100, rows)
     assert store.available() == {"ui": ["en2de", "en2es"]}
     assert len(store.get("ui", "en", "es")) == 3 and len(store.get("ui", "auto", "de")) == 1
     with pytest.raises(InvalidInput, match=r"Unknown glossary 'nope'; stored glossaries: ui\."):
@@ -96,6 +99,12 @@ def test_stored_glossaries_by_id_and_pair(tmp_path: Path) -> None:
     path.write_text("file\tDatei\nCancel\tAbbrechen\n", encoding="utf-8")
     os.utime(path, (path.stat().st_atime, path.stat().st_mtime + 5))
     assert len(store.get("ui", "en", "de")) == 2  # an edited file counts at once
+    # Another process (a replica) on the same store sees the lists, those stored over the API too.
+    store.put("support", "en2es", "ticket = incidencia", who="key:abc")
+    beside = GlossaryStore(tmp_path / "elsewhere", 100, Store.open("", tmp_path / "data").glossaries)
+    assert beside.available() == {"support": ["en2es"], "ui": ["en2de", "en2es"]}
+    assert beside.get("support", "en", "es").terms == (("ticket", "incidencia"),)
+    assert len(beside.get("ui", "en", "de")) == 2
     assert store.resolve("Save = Guardar", "en", "es").terms == (("Save", "Guardar"),)
     assert store.resolve("", "en", "es") is None
 
@@ -190,3 +199,16 @@ def test_cli_glossary_from_a_file_or_an_id(tmp_path: Path, capsys, web_cfg: Conf
     finally:
         if service_mod._service is not None:
             service_mod._service.close()
+
+
+def test_a_glossary_stored_over_the_admin_api_is_used_at_once(glossary_server: LiveServer) -> None:
+    url = glossary_server.url
+    body = {"id": "support", "pair": "en2es", "terms": "file = legajo"}
+    assert requests.post(url + "/admin/glossary", data=body, timeout=60).status_code == 403
+    stored = requests.post(url + "/admin/glossary", data=body, headers={"X-Admin-Key": ADMIN_KEY}, timeout=60)
+    assert stored.json() == {"ok": True, "action": "glossary", "id": "support", "pair": "en2es", "terms": 1}
+    assert "legajo" in _post(glossary_server, q="Open the file.", glossary="support").json()["translatedText"]
+    assert requests.get(url + "/glossaries", timeout=60).json() == {"support": ["en2es"], "ui-terms": ["en2es"]}
+    bad = requests.post(url + "/admin/glossary", data={**body, "id": "../x"}, headers={"X-Admin-Key": ADMIN_KEY},
+                        timeout=60)
+    assert bad.status_code == 400 and "Invalid glossary id" in bad.json()["error"]

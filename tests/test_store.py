@@ -218,6 +218,9 @@ def test_a_job_killed_mid_way_finishes_after_a_restart_with_no_segment_lost_or_s
                                   data={"source": "en", "target": "es"}, timeout=60)
     assert submitted.status_code == 202, submitted.text
     job_id = submitted.json()["id"]
+    correction = {"q": "The archive was copied.", "source": "en", "target": "es",
+                  "translation": "El archivo se ha copiado."}
+    assert requests.post(first.url + "/v1/corrections", json=correction, timeout=60).status_code == 201
     deadline = time.monotonic() + 300
     while _recorded(data, job_id) < 48:  # three rounds written down; then the process dies at once
         assert time.monotonic() < deadline, "".join(first.lines)
@@ -247,3 +250,9 @@ def test_a_job_killed_mid_way_finishes_after_a_restart_with_no_segment_lost_or_s
     # Each paragraph is its own line's translation, in its place: the numbers say which line it was.
     assert all(f"{n}" in p for n, p in enumerate(paragraphs))
     assert any("queued again after a restart" in line for line in second.lines), "".join(second.lines)
+    # What was learnt before the kill is all there: the correction and its memory entry.
+    again = requests.post(second.url + "/translate", json={k: correction[k] for k in ("q", "source", "target")},
+                          timeout=60).json()
+    assert again == {"translatedText": "El archivo se ha copiado.", "memorySegments": 1}
+    with sqlite3.connect(data / "hunyuan.db") as db:
+        assert db.execute("SELECT count(*) FROM corrections").fetchone() == (1,)

@@ -179,11 +179,14 @@ def test_other_roots_are_left_alone(name: str, text: str) -> None:
 
 def test_a_memory_imported_by_another_process_is_used_without_a_restart(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import hunyuan_mt.tm as tm
+
     server = memory_in(tmp_path)
     server.preload(["en2es"], fuzzy=True)
     assert server.lookup("en", "es", protect("Print preview")) is None
     # What `python -m hunyuan_mt tm import` does: its own memory over the same store.
     memory_in(tmp_path).add("en2es", [("Print preview", "Vista previa de impresión")])
+    time.sleep(tm.FRESH_S)  # a pair's rows are asked for again at most this often (one query per request)
     assert server.lookup("en", "es", protect("Print preview")) == "Vista previa de impresión"
     assert server.suggest("en", "es", protect("Print previews"), 0.8) is not None  # the fuzzy index came along
     # Its own imports, and another's, are read as new rows: the memory in use is not read again whole.

@@ -5,6 +5,7 @@ provenance, corrections, and document jobs with their finished segments.
     store.memory                          # MemoryRows
     store.jobs                            # JobRecords
     store.adapters                        # AdapterVersions: which version of each pair's adapter serves
+    store.glossaries                      # GlossaryRows: stored glossaries
 
 SQLite is the embedded default (one file, WAL mode, nothing to install); PostgreSQL is for replicas that share
 what they learn (Ray Serve). The schema is versioned by Alembic and migrated when the store opens.
@@ -19,10 +20,11 @@ from sqlalchemy import Engine
 
 from .adapters import AdapterVersions
 from .db import data_dir, open_engine, sqlite_url
+from .glossaries import GlossaryRows
 from .jobs import JobRecords
 from .memory import Correction, MemoryRows, Provenance
 
-__all__ = ["AdapterVersions", "Correction", "JobRecords", "MemoryRows", "Provenance", "Store", "data_dir", "open_engine"]
+__all__ = ["AdapterVersions", "Correction", "GlossaryRows", "JobRecords", "MemoryRows", "Provenance", "Store", "data_dir", "open_engine"]
 
 
 @dataclass
@@ -33,13 +35,15 @@ class Store:
     memory: MemoryRows
     jobs: JobRecords
     adapters: AdapterVersions
+    glossaries: GlossaryRows
 
     @classmethod
     def open(cls, url: str = "", folder: str | Path = "") -> "Store":
         """The store at `url` (empty: SQLite at `<data folder>/hunyuan.db`); job files under the data folder."""
         root = data_dir(str(folder))
         engine = open_engine(url or sqlite_url(root / "hunyuan.db"))
-        return cls(engine, root / "jobs", MemoryRows(engine), JobRecords(engine), AdapterVersions(engine))
+        return cls(engine, root / "jobs", MemoryRows(engine), JobRecords(engine), AdapterVersions(engine),
+                   GlossaryRows(engine))
 
     @property
     def kind(self) -> str:

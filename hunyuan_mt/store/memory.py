@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, func, insert, select
 
-from .schema import corrections, imports, memory_entries
+from .imports import Imports
+from .schema import corrections, memory_entries
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class MemoryRows:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.imports = Imports(engine)
 
     def add(self, pair: str, rows: list[tuple[str, str]], provenance: Provenance = Provenance()) -> int:
         """Append `rows` (source, target) for `pair`; returns the newest id."""
@@ -100,14 +102,3 @@ class MemoryRows:
         with self.engine.connect() as connection:
             return {pair: int(n) for pair, n in connection.execute(
                 select(corrections.c.pair, func.count()).group_by(corrections.c.pair))}
-
-    def imported(self, path: str, signature: str) -> bool:
-        """Whether the file at `path` was imported as it is now (`signature`)."""
-        with self.engine.connect() as connection:
-            known = connection.execute(select(imports.c.signature).where(imports.c.path == path)).scalar()
-        return known == signature
-
-    def mark_imported(self, path: str, signature: str) -> None:
-        with self.engine.begin() as connection:
-            connection.execute(imports.delete().where(imports.c.path == path))
-            connection.execute(insert(imports).values(path=path, signature=signature, created=time.time()))

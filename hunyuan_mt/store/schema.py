@@ -112,3 +112,15 @@ adapter_versions = Table(
     #: The shadow scores and the decision, as JSON (retrain.ShadowReport).
     Column("report", Text),
 )
+
+#: Stored glossaries: one list of terms per (name, pair), as written (JSON [[source, target], …]). Files in the
+#: glossaries folder are imported once per file version (`imports`); lists added over the admin API live here only.
+glossaries = Table(
+    "glossaries", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("pair", String(16), primary_key=True),
+    Column("terms", Text, nullable=False),
+    Column("origin", String(16), nullable=False),
+    Column("who", String(128)),
+    Column("updated", Float, nullable=False),
+)

@@ -154,9 +154,10 @@ class RestApi:
         self.policy = policy or AccessPolicy(cfg.server, cfg.limits)
         self.downloads = DownloadStore()
         #: Document jobs, shared with the web page (web.server.build_app hands them to build_ui).
-        self.jobs = DocumentJobs(cfg.jobs, store=jobs_store(cfg),
-                                 runner=document_runner(service, cfg.limits))
-        self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms)
+        #: What this app keeps (jobs, stored glossaries): the configured store.
+        self.store = jobs_store(cfg)
+        self.jobs = DocumentJobs(cfg.jobs, store=self.store, runner=document_runner(service, cfg.limits))
+        self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms, self.store.glossaries)
         self._limiter: anyio.CapacityLimiter | None = None  # made on first use: it needs the running loop
 
     async def _call(self, fn: Any, *args: Any, abandon_on_cancel: bool = False) -> Any:
@@ -583,6 +584,8 @@ class RestApi:
                 data = await upload.read(self.cfg.limits.max_file_bytes + 1)
                 if len(data) > self.cfg.limits.max_file_bytes:
                     raise InputTooLarge(f"File too large: the limit is {self.cfg.limits.max_file_bytes} bytes.")
+            elif action == "glossary" and isinstance(upload, UploadFile):
+                data = await upload.read(self.cfg.limits.max_file_bytes + 1)
         finally:
             await request.close()
         if action == "memory":
@@ -594,6 +597,11 @@ class RestApi:
             return JSONResponse({"ok": True, "action": "rescan"})
         name = text_field(fields, "pair")
         pair = Pair.parse(name)  # pure string parsing: a path or "../" never gets further than this
+        if action == "glossary":
+            terms = data.decode("utf-8", "replace") if isinstance(upload, UploadFile) else fields.get("terms")
+            stored = await self._call(self.glossaries.put, text_field(fields, "id"), pair.key, terms)
+            return JSONResponse({"ok": True, "action": action, "id": text_field(fields, "id"), "pair": pair.key,
+                                 "terms": len(stored.terms)})
         if action == "promote":
             result = await self._call(self.service.promote, pair, text_field(fields, "version"))
             return JSONResponse({"ok": True, "action": action, **result})
@@ -932,13 +940,17 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
         "pair": {"type": "string", "description": "the direction, e.g. en2es"}}}, (MULTIPART,))
     promote_doc = _body_doc({"type": "object", "required": ["pair", "version"], "properties": {
         "pair": {"type": "string"}, "version": {"type": "string", "description": "e.g. v2 (see /status adapters)"}}})
-    for action in ("rescan", "pin", "unpin", "unload", "memory", "promote", "rollback"):
+    glossary_doc = _body_doc({"type": "object", "required": ["id", "pair", "terms"], "properties": {
+        "id": {"type": "string"}, "pair": {"type": "string"},
+        "terms": {"type": "string", "description": "one 'source = target' (or source<TAB>target) per line"}}})
+    for action in ("rescan", "pin", "unpin", "unload", "memory", "promote", "rollback", "glossary"):
         async def handler(request: Request, _action: str = action) -> JSONResponse:
             return await api.admin(request, _action)
 
         app.add_api_route(f"/admin/{action}", handler, methods=["POST"], tags=["Admin"],
                           summary=f"{action.capitalize()} (needs the X-Admin-Key header)",
-                          openapi_extra={"rescan": None, "memory": memory_doc, "promote": promote_doc}.get(action, pair_doc))
+                          openapi_extra={"rescan": None, "memory": memory_doc, "promote": promote_doc,
+                                         "glossary": glossary_doc}.get(action, pair_doc))
 
     app.add_api_route("/admin/memory", api.export_memory, methods=["GET"], tags=["Admin"],
                       summary="A pair's translation memory as TMX (?pair=en2es; needs the X-Admin-Key header)")

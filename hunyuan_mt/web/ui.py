@@ -197,7 +197,6 @@ class TranslatorUI:
         self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.outputs), True)
         # Shared with the REST API when the server mounts both: one budget per caller whichever door it uses.
         self.policy = policy or AccessPolicy(cfg.server, cfg.limits)
-        self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms)
         #: Translated documents handed out, by the path Gradio serves them at → who may fetch them.
         self.owned = OwnedPaths()
         self.doc_output: gr.File | None = None  # set by build_ui: its cache is where downloads are served from
@@ -205,6 +204,8 @@ class TranslatorUI:
         self._own_jobs = jobs is None
         self.jobs = jobs if jobs is not None else DocumentJobs(
             cfg.jobs, store=jobs_store(cfg), runner=document_runner(service, cfg.limits))
+        assert self.jobs.store is not None
+        self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms, self.jobs.store.glossaries)
         self.visits = PageVisits()
 
     # ------------------------------------------------------------------ choices

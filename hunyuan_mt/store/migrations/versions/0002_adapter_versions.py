@@ -1,4 +1,5 @@
-"""Adapter versions: which version of each pair's adapter serves, and the shadow scores of each.
+"""Adapter versions (which version of each pair's adapter serves, and the shadow scores of each) and stored
+glossaries.
 
 Revision ID: 0002
 Revises: 0001
@@ -24,7 +25,17 @@ def upgrade() -> None:
         sa.Column("promoted", sa.Float),
         sa.Column("report", sa.Text),
     )
+    op.create_table(
+        "glossaries",
+        sa.Column("name", sa.String(64), primary_key=True),
+        sa.Column("pair", sa.String(16), primary_key=True),
+        sa.Column("terms", sa.Text, nullable=False),
+        sa.Column("origin", sa.String(16), nullable=False),
+        sa.Column("who", sa.String(128)),
+        sa.Column("updated", sa.Float, nullable=False),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("glossaries")
     op.drop_table("adapter_versions")
