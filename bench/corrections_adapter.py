@@ -8,7 +8,7 @@ plus a replay sample of the pair's shipped memory, and scores the serving adapte
 corrections and on the pair's standing held-out set (adapters/en2es/heldout.tsv). The adapters folder is copied to
 a scratch folder first: the repository's is never written.
 
-    python -m bench.corrections_adapter [--count 500] [--pair en2es] [--epochs 3] [--lr 1e-3]
+    python -m bench.corrections_adapter [--count 500] [--pair en2es] [--epochs 3] [--lr 5e-4]
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--pair", default="en2es")
     parser.add_argument("--count", type=int, default=500)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
     src, tgt = args.pair.split("2")
