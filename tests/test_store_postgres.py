@@ -118,24 +118,35 @@ class Held:
         return work
 
 
+def _stop(jobs: DocumentJobs, held: Held) -> None:
+    """A server stopping: the queue closes, then its engine fails the rows in flight (the held work dies)."""
+    jobs.close()
+    held.release.set()
+    for worker in jobs._workers:
+        worker.join(30)
+
+
+def _restart_until_done(store: Store, held: Held, job_id: str) -> DocumentJobs:
+    """The next start's queue on the same store, once it has finished `job_id`."""
+    held.release.set()
+    restarted = DocumentJobs(JobsConfig(workers=1), store=store, runner=held.runner)
+    done = restarted.wait(job_id, None, 30, None)
+    while done.state != "done":
+        done = restarted.wait(job_id, None, 30, done)
+    return restarted
+
+
 def test_a_job_left_by_one_process_is_finished_by_the_next_from_postgres(database: str, tmp_path: Path) -> None:
     store = Store.open(database, tmp_path)
     first = Held(dies=True)
     jobs = DocumentJobs(JobsConfig(workers=1), store=store, runner=first.runner)
     view = jobs.submit_upload(JobSpec("notes.txt", "en", "es"), b"eight lines", None, 8, owner="alice")
     assert first.first_half.wait(30)
-    jobs.close()  # shutting down: the job is left for the next start, not cancelled
-    assert not any(j.ticket.cancelled for j in jobs._jobs.values())
-    first.release.set()  # the engine closes: the rows in flight fail
-    for worker in jobs._workers:
-        worker.join(30)
+    _stop(jobs, first)
+    assert not any(j.ticket.cancelled for j in jobs._jobs.values())  # shutting down left the job for the next start
     assert jobs.view(view.id).state == "translating"  # not "error": the next start runs it again
     again = Held(dies=False)
-    again.release.set()
-    restarted = DocumentJobs(JobsConfig(workers=1), store=store, runner=again.runner)
-    done = restarted.wait(view.id, None, 30, None)
-    while done.state != "done":
-        done = restarted.wait(view.id, None, 30, done)
+    restarted = _restart_until_done(store, again, view.id)
     assert first.sent == [0, 1, 2, 3] and again.sent == [4, 5, 6, 7]  # nothing sent twice, nothing lost
     assert restarted.result(view.id).data.decode() == "\n".join(f"segmento {i}" for i in range(8))
     with pytest.raises(Exception, match="not yours"):
@@ -159,16 +170,9 @@ def test_a_job_is_run_by_one_process_at_a_time(database: str, tmp_path: Path) ->
         beside.view(view.id)  # held by a live process: not this queue's to run or answer
     assert other.sent == []
     beside.close()
-    jobs.close()
-    first.release.set()
-    for worker in jobs._workers:
-        worker.join(30)
+    _stop(jobs, first)
     third = Held(dies=False)
-    third.release.set()
-    restarted = DocumentJobs(JobsConfig(workers=1), store=store, runner=third.runner)
-    done = restarted.wait(view.id, None, 30, None)
-    while done.state != "done":
-        done = restarted.wait(view.id, None, 30, done)
+    restarted = _restart_until_done(store, third, view.id)
     assert first.sent + third.sent == list(range(8)) and other.sent == []
     restarted.close()
     store.close()
