@@ -173,3 +173,24 @@ def test_a_promotion_made_by_another_process_reaches_a_running_server(versioned:
         assert time.monotonic() < deadline, "the running server never swapped to v2"
         time.sleep(0.2)
     assert versioned.service.registry.get(Pair("en", "de")).version == "v2"
+
+
+def test_the_ray_ingress_promotes_and_rolls_back_in_the_store_the_replicas_watch(tmp_path: Path) -> None:
+    """The ingress has no adapters of its own: a promotion there is the store's record, which every replica's
+    VersionWatch (tested above) swaps in."""
+    pytest.importorskip("ray")
+    from hunyuan_mt.config import load_config
+    from hunyuan_mt.serve_ray import GroupSpec, ServeSettings
+    from hunyuan_mt.serve_ray.ingress import RemoteService
+
+    cfg = load_config(overrides={"store.dir": str(tmp_path / "data")}, env={})
+    settings = ServeSettings(profile="default", groups=[GroupSpec(name="tail", long_tail=True)])
+    remote = RemoteService({}, settings, cfg, "hmt-test")
+    store = Store.open("", tmp_path / "data")
+    store.adapters.add_candidate("en2es", "v2", "v1", {})
+    assert remote.promote("en2es", "v2") == {"pair": "en2es", "from": "v1", "to": "v2"}
+    assert store.adapters.current() == {"en2es": "v2"}
+    assert remote.rollback("en2es") == {"pair": "en2es", "from": "v2", "to": "v1"}
+    assert store.adapters.current() == {"en2es": "v1"}
+    with pytest.raises(InvalidInput, match="en2es has no earlier version"):
+        remote.rollback("en2es")

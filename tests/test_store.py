@@ -164,7 +164,9 @@ class App:
 
     def __init__(self, data: Path, port: int) -> None:
         env = dict(os.environ, HMT_DATA=str(data), PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--set", "jobs.workers=1"],
+        # No warm-up: ready at once (the job's own first rows are what this test times nothing of).
+        self.proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port), "--set", "jobs.workers=1",
+                                      "--set", "model.warmup=false"],
                                      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.url = f"http://127.0.0.1:{port}"
         self.lines: list[str] = []

@@ -60,6 +60,8 @@ class RemoteService:
         self._retry_on = _retryable_ray_errors()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
+        #: The store, opened on the first promotion or rollback (the replicas keep everything else in it).
+        self._opened: Any = None
 
     # ------------------------------------------------------------------ one remote call
 
@@ -319,6 +321,24 @@ class RemoteService:
                                      model_id=model_id))
         self._served(reply["replica"])
         return reply["result"]
+
+    def promote(self, pair: Pair | str, version: str) -> dict[str, str]:
+        """The store's record changed here; every replica swaps the version in within VersionWatch's 2 s."""
+        p = pair if isinstance(pair, Pair) else Pair.parse(pair)
+        return {"pair": p.key, "from": self._store().adapters.promote(p.key, version), "to": version}
+
+    def rollback(self, pair: Pair | str) -> dict[str, str]:
+        p = pair if isinstance(pair, Pair) else Pair.parse(pair)
+        left, back = self._store().adapters.rollback(p.key)
+        return {"pair": p.key, "from": left, "to": back}
+
+    def _store(self) -> Any:
+        from ..store import Store
+
+        with self._loop_lock:
+            if self._opened is None:
+                self._opened = Store.open(self.cfg.store.url, self.cfg.store.dir)
+        return self._opened
 
     def export_memory(self, pair: Pair | str) -> bytes:
         # The replica of the pair's group that answers reads the store's entries.

@@ -204,8 +204,9 @@ class TranslatorUI:
         self._own_jobs = jobs is None
         self.jobs = jobs if jobs is not None else DocumentJobs(
             cfg.jobs, store=jobs_store(cfg), runner=document_runner(service, cfg.limits))
-        assert self.jobs.store is not None
-        self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms, self.jobs.store.glossaries)
+        # Stored glossaries are in the jobs' store (the REST API's), else the configured one.
+        store = self.jobs.store if self.jobs.store is not None else jobs_store(cfg)
+        self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms, store.glossaries)
         self.visits = PageVisits()
 
     # ------------------------------------------------------------------ choices
