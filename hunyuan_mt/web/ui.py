@@ -678,6 +678,8 @@ def _count(n: int, noun: str) -> str:
 
 def _adapters_frame(status: dict[str, Any]) -> pd.DataFrame:
     cache = status.get("cache") or {}
+    # The version serving each pair ("v1": as shipped; later ones trained from corrections, docs/CORRECTIONS.md).
+    versions = {pair: info.get("version") or "" for pair, info in (status.get("adapter_versions") or {}).items()}
     rows = []
     for entry in cache.get("resident") or []:
         if entry.get("pinned"):
@@ -691,7 +693,9 @@ def _adapters_frame(status: dict[str, Any]) -> pd.DataFrame:
         rows.append({"adapter": key, "state": "RAM tier", "leases": 0})
     for key, reason in (cache.get("failed") or {}).items():
         rows.append({"adapter": key, "state": f"failed: {reason}", "leases": 0})
-    return pd.DataFrame(rows, columns=["adapter", "state", "leases"])
+    for row in rows:
+        row["version"] = versions.get(str(row["adapter"]), "")
+    return pd.DataFrame(rows, columns=["adapter", "version", "state", "leases"])
 
 
 def _cache_markdown(status: dict[str, Any]) -> str:
