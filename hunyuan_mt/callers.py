@@ -3,6 +3,7 @@ uploader's in the store."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -16,12 +17,24 @@ class Caller:
     address: str
 
 
+#: How a key identity is kept in the store: its SHA-256, never the key ("key:…" becomes "keyhash:…").
+KEY_HASH = "keyhash:"
+
+
+def key_hash(api_key: str) -> str:
+    return KEY_HASH + hashlib.sha256(api_key.encode("utf-8")).hexdigest()
+
+
 def encode_owner(owner: Any) -> str | None:
-    """An owner as the store keeps it: a Caller, a plain identity (tests, the CLI), or None (anyone)."""
+    """An owner as the store keeps it: a Caller (a key identity as its hash: the database never holds a key), a
+    plain identity (tests, the CLI), or None (anyone)."""
     if owner is None:
         return None
     if isinstance(owner, Caller):
-        return json.dumps({"identity": owner.identity, "address": owner.address})
+        identity = owner.identity
+        if identity.startswith("key:"):
+            identity = key_hash(identity[len("key:"):])
+        return json.dumps({"identity": identity, "address": owner.address})
     return json.dumps({"plain": str(owner)})
 
 

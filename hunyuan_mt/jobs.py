@@ -511,7 +511,8 @@ class DocumentJobs:
             self._check_quota(caller, now)
 
     def _check_quota(self, caller: Any, now: float) -> None:
-        mine = [j for j in self._jobs.values() if j.caller == caller]
+        # A job restored from the store keeps its caller's key as a hash: compared as the store writes them.
+        mine = [j for j in self._jobs.values() if j.caller == caller or encode_owner(j.caller) == encode_owner(caller)]
         if len(mine) < self.cfg.per_caller:
             return
         # When the first of them frees its place: an ended one's expiry, else (all still running) a minute.

@@ -258,3 +258,34 @@ def test_a_job_killed_mid_way_finishes_after_a_restart_with_no_segment_lost_or_s
     assert again == {"translatedText": "El archivo se ha copiado.", "memorySegments": 1}
     with sqlite3.connect(data / "hunyuan.db") as db:
         assert db.execute("SELECT count(*) FROM corrections").fetchone() == (1,)
+
+
+def test_a_keyed_job_restored_from_the_store_is_still_its_keys_alone_and_the_key_is_not_stored(
+        tmp_path: Path) -> None:
+    from hunyuan_mt.callers import Caller
+    from hunyuan_mt.config import JobsConfig, LimitsConfig, ServerConfig
+    from hunyuan_mt.documents import RenderedDocument
+    from hunyuan_mt.jobs import DocumentJobs, JobSpec
+    from hunyuan_mt.web.auth import AccessPolicy
+
+    def runner(spec: JobSpec, upload: object, checkpoint: object) -> object:
+        return lambda progress, ticket: (RenderedDocument(b"hecho", "a.es.txt", "text/plain", ""), "en")
+
+    store = Store.open("", tmp_path)
+    owner = Caller("key:s3cret-key", "10.0.0.7")
+    first = DocumentJobs(JobsConfig(workers=1), store=store, runner=runner)
+    view = first.submit_upload(JobSpec("a.txt", "en", "es"), b"done", None, 1, owner, owner)
+    while view.state != "done":
+        view = first.wait(view.id, None, 30, view)
+    job_id = view.id
+    first.close()
+    restarted = DocumentJobs(JobsConfig(workers=1, per_caller=1), store=store, runner=runner)
+    policy = AccessPolicy(ServerConfig(api_keys=["s3cret-key", "other-key"]), LimitsConfig())
+    assert restarted.result(job_id, lambda o: policy.may_fetch(o, "s3cret-key", "10.9.9.9", False)).data == b"hecho"
+    with pytest.raises(Exception, match="not yours"):
+        restarted.view(job_id, lambda o: policy.may_fetch(o, "other-key", "10.0.0.7", False))
+    with pytest.raises(Exception, match="You have 1 document jobs kept"):
+        restarted.check_quota(owner)  # the restored job still counts against its caller
+    with sqlite3.connect(tmp_path / "hunyuan.db") as db:
+        assert "s3cret-key" not in repr(db.execute("SELECT * FROM jobs").fetchall())
+    restarted.close()

@@ -10,7 +10,6 @@ edges (REST, the page) render them.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import math
 import threading
@@ -20,7 +19,7 @@ from typing import Callable
 
 from cachetools import TTLCache
 
-from ..callers import Caller
+from ..callers import KEY_HASH, Caller, key_hash
 from ..config import LimitsConfig, ServerConfig
 from ..errors import InvalidInput, RateLimited, Unauthorized
 
@@ -153,9 +152,9 @@ class AccessPolicy:
         and cancel another key's job (issue 49)."""
         if owner is None:
             return True
-        if api_key and _matches(f"key:{api_key}", owner.identity):
-            return True
-        if not keyed_by_address and owner.identity.startswith("key:"):
+        if api_key and (_matches(f"key:{api_key}", owner.identity) or _matches(key_hash(api_key), owner.identity)):
+            return True  # the key itself, or (a job kept in the store across a restart) its hash
+        if not keyed_by_address and owner.identity.startswith(("key:", KEY_HASH)):
             return False
         return client == owner.address
 
@@ -187,6 +186,6 @@ def who(caller: Caller) -> str:
     """A caller as the store records who did something: a key by the first 12 hex digits of its SHA-256 (the key
     itself never goes into the database), an address as it is."""
     if caller.identity.startswith("key:"):
-        return "key:" + hashlib.sha256(caller.identity[4:].encode("utf-8")).hexdigest()[:12]
+        return "key:" + key_hash(caller.identity[len("key:"):])[len(KEY_HASH):][:12]
     return caller.identity
 
