@@ -264,6 +264,8 @@ def test_gradio_status_endpoint_shows_resident_adapters(ui: Client, live_server:
     assert "Backbone:" in overview and "cpu" in overview
     rows = {row[0]: row[1] for row in adapters["data"]}
     assert rows["en2es"] == "pinned"
+    assert adapters["headers"] == ["adapter", "state", "leases", "version"]
+    assert {row[0]: row[3] for row in adapters["data"]}["en2es"] == "v1"  # the serving version, as shipped
     assert "Hits" in counters and "LRU" in counters
     # The plots come as updates: data, the fixed window (x_lim, epoch seconds) and a caption saying what they show.
     assert latency["value"]["data"] and latency["value"]["datatypes"]["time"] == "temporal"

@@ -695,7 +695,8 @@ def _adapters_frame(status: dict[str, Any]) -> pd.DataFrame:
         rows.append({"adapter": key, "state": f"failed: {reason}", "leases": 0})
     for row in rows:
         row["version"] = versions.get(str(row["adapter"]), "")
-    return pd.DataFrame(rows, columns=["adapter", "version", "state", "leases"])
+    # The version last: clients of the /status endpoint read the first columns by position.
+    return pd.DataFrame(rows, columns=["adapter", "state", "leases", "version"])
 
 
 def _cache_markdown(status: dict[str, Any]) -> str:
