@@ -52,13 +52,10 @@ def domain_pairs(lang: str) -> list[tuple[str, str]]:
 def unseen(pairs: list[tuple[str, str]], pair: str) -> list[tuple[str, str]]:
     """The pairs whose source the demo's training data did not have, usable as corrections (the same
     placeholders on both sides), 3 to 150 characters."""
-    import gzip
-
     from hunyuan_mt.masking import protect, protect_pair
-    from hunyuan_mt.tm import memory_key
+    from hunyuan_mt.tm import memory_key, tsv_rows
 
-    with gzip.open(ROOT / "models" / "demo" / "memory" / f"{pair}.tsv.gz", "rt", encoding="utf-8") as handle:
-        trained = {memory_key(line.split("\t", 1)[0]) for line in handle}
+    trained = {memory_key(source) for source, _ in tsv_rows(ROOT / "models" / "demo" / "memory" / f"{pair}.tsv.gz")}
     return [(s, t) for s, t in pairs if 3 <= len(s) <= 150 and protect_pair(s, t) is not None
             and memory_key(protect(s).text) not in trained and any(c.isalpha() for c in s)]
 

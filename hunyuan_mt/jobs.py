@@ -251,8 +251,8 @@ class DocumentJobs:
             partial.write_bytes(data)
             partial.replace(folder / "upload")
             job.saved = True
-            job.seq = self.store.jobs.create(
-                job.id, filename=spec.filename, source=spec.source, target=spec.target, owner=encode_owner(owner),
+            self.store.jobs.create(
+                job.id, seq=job.seq, filename=spec.filename, source=spec.source, target=spec.target, owner=encode_owner(owner),
                 caller=encode_owner(caller), state="queued", done=0, total=total, created=job.created,
                 upload_path=str(folder / "upload"), options=spec.to_json(), runner=self.runner_id,
                 heartbeat=self._clock())
@@ -398,8 +398,8 @@ class DocumentJobs:
                 self.store.jobs.beat(self.runner_id, now)
                 with self._lock:
                     known = set(self._jobs)
-                for row in self.store.jobs.load():
-                    if row["id"] in known or row["state"] in ENDED:
+                for row in self.store.jobs.load(unfinished=True):
+                    if row["id"] in known:
                         continue
                     job = _job_of(row)
                     item = self._take_over(job, row, now)

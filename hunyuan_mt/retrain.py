@@ -14,7 +14,6 @@ which serves, and every server on the store swaps to it while serving (rows in f
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 import shutil
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidInput
+from .tm import read_rows, tsv_rows
 from .train import TrainOptions, chrf, fit, split_held_out, translate_with
 
 #: The most the standing held-out set's chrF may fall for a candidate to be promoted.
@@ -56,15 +56,13 @@ class ShadowReport:
 
 
 def standing_set(adapters_dir: Path, pair: str) -> list[tuple[str, str]]:
+    """The pair's standing held-out set: (source, reference) rows of `heldout.tsv`, read like a memory import
+    (`#` lines are comments); [] when the pair has none."""
     path = adapters_dir / pair / STANDING_FILE
     if not path.is_file():
         return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        source, sep, reference = line.partition("\t")
-        if sep and not line.startswith("#") and source.strip() and reference.strip():
-            rows.append((source, reference))
-    return rows
+    src, tgt = pair.split("2", 1)
+    return [(s, t) for s, t in read_rows(path.read_bytes(), path.name, src, tgt) if s and t]
 
 
 def replay_sample(pair: str, count: int, seed: int, shipped_dir: Path | None,
@@ -79,10 +77,9 @@ def replay_sample(pair: str, count: int, seed: int, shipped_dir: Path | None,
         path = shipped_dir / f"{pair}.tsv.gz" if shipped_dir is not None else None
         if path is None or not path.is_file():
             return []
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            rows = [tuple(line.rstrip("\n").split("\t", 1)) for line in handle if "\t" in line]  # type: ignore[misc]
+        rows = list(tsv_rows(path))
     rng = random.Random(seed)
-    return rng.sample(rows, min(count, len(rows)))  # type: ignore[arg-type]
+    return rng.sample(rows, min(count, len(rows)))
 
 
 def version_folder(adapters_dir: Path, pair: str, version: str) -> Path:

@@ -272,18 +272,18 @@ class TranslationMemory:
             if known[1] + len(fresh) == stamp[1]:
                 with self._lock:
                     if self._pairs.get(pair) is loaded and self._stamp.get(pair) == known:
-                        self._put_user(pair, loaded, [(s, t) for _, s, t in fresh])
+                        self._put_user(loaded, [(s, t) for _, s, t in fresh], self._user.setdefault(pair, {}))
                         self._stamp[pair] = (max([known[0], *(i for i, _, _ in fresh)]), stamp[1])
                     return self._pairs[pair]
         entries = _Entries()
         for path in self._shipped_files(pair):
-            for source, target in _tsv_rows(path):
+            for source, target in tsv_rows(path):
                 # Stored masked: as trained, sentinels already numbered in the source's order.
                 if source.strip() and target.strip():
                     entries.put(source, target)
         fresh = self.rows.since(pair)
         user: dict[str, tuple[str, str]] = {}
-        self._put_user(pair, entries, [(s, t) for _, s, t in fresh], user)
+        self._put_user(entries, [(s, t) for _, s, t in fresh], user)
         if entries:
             log.info("translation memory: %d entries for %s", len(entries), pair)
         if loaded is not None and loaded.indexed:
@@ -294,10 +294,10 @@ class TranslationMemory:
                 self._stamp[pair] = (max([0, *(i for i, _, _ in fresh)]), len(fresh))
             return self._pairs[pair]
 
-    def _put_user(self, pair: str, entries: _Entries, rows: list[tuple[str, str]],
-                  user: dict[str, tuple[str, str]] | None = None) -> None:
-        """The user's rows into `entries`, masked as the service masks text (a later row wins)."""
-        user = self._user.setdefault(pair, {}) if user is None else user
+    @staticmethod
+    def _put_user(entries: _Entries, rows: list[tuple[str, str]], user: dict[str, tuple[str, str]]) -> None:
+        """The user's rows into `entries`, masked as the service masks text, and into `user` as written (a later
+        row wins)."""
         for source, target in rows:
             masked = protect_pair(source, target)
             if masked is not None and masked[0].strip() and masked[1].strip():
@@ -357,7 +357,7 @@ class TranslationMemory:
         key = (pair if isinstance(pair, Pair) else Pair.parse(pair)).key
         rows: dict[str, tuple[str, str]] = {}
         for path in self._shipped_files(key):
-            for source, target in _tsv_rows(path):
+            for source, target in tsv_rows(path):
                 if "⟦" not in source + target and source.strip() and target.strip():
                     rows[memory_key(source, fold=False)] = (source, target)
         self._entries(key)
@@ -424,7 +424,7 @@ class TranslationMemory:
                     continue
             except (InvalidInput, OSError):
                 continue
-            rows = list(_tsv_rows(path))
+            rows = list(tsv_rows(path))
             try:
                 results.append(self.add(pair, rows, Provenance("legacy", "file")))
             except InvalidInput:
@@ -441,7 +441,7 @@ def open_memory(cfg: Config, store: Store) -> TranslationMemory:
                              legacy if legacy.is_dir() else None)
 
 
-def _tsv_rows(path: Path) -> Iterator[tuple[str, str]]:
+def tsv_rows(path: Path) -> Iterator[tuple[str, str]]:
     """(source, target) of each `source<TAB>target` line of a memory file, plain or gzipped."""
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as handle:  # type: ignore[operator]

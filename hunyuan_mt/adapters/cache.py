@@ -273,13 +273,9 @@ class AdapterCache:
             source = "slot" if slot is not None and slot.ready else ("ram" if weights is not None else "disk")
         if weights is None:
             weights = self._read_disk(pair, counter="pin_loads")
-        with self._cv:
-            index = self._take_pin_index()
         try:
-            self._attach(index, weights)
+            index = self._attach_pin(weights)
         except Exception as exc:
-            with self._cv:
-                self._pin_free.append(index)
             reason = exc.message if isinstance(exc, TranslationError) else self._remember_failure(pair, exc)
             raise AdapterUnusable(reason) from None
         with self._cv:
@@ -306,10 +302,7 @@ class AdapterCache:
                 return True
             del self._pinned[pair]
             self._to_ram(pair, entry.weights)
-        self._clear(entry.index)
-        with self._cv:
-            self._pin_free.append(entry.index)
-            self._cv.notify_all()
+        self._free_pin_index(entry.index)
         log.info("unpinned adapter %s", pair.key)
         return True
 
@@ -400,13 +393,9 @@ class AdapterCache:
         """A pinned pair's new version attached in a slot of its own; rows in flight finish on the old one, whose
         slot is freed after the last of them (a hot swap: no request waits, none sees two versions)."""
         weights = self._read_disk(pair, counter="pin_loads")
-        with self._cv:
-            index = self._take_pin_index()
         try:
-            self._attach(index, weights)
+            index = self._attach_pin(weights)
         except Exception as exc:  # the old version keeps serving
-            with self._cv:
-                self._pin_free.append(index)
             log.error("pinned adapter %s: its new version could not be attached (%s); the old one serves", pair.key,
                       exc.message if isinstance(exc, TranslationError) else self._remember_failure(pair, exc))
             return
@@ -421,7 +410,21 @@ class AdapterCache:
             self._free_pin_index(old.index)
         log.info("pinned adapter %s swapped to its new version", pair.key)
 
+    def _attach_pin(self, weights: AdapterWeights) -> int:
+        """`weights` attached in a pin slot of their own; the slot's index. The index is given back when the
+        attach fails, and the error raised."""
+        with self._cv:
+            index = self._take_pin_index()
+        try:
+            self._attach(index, weights)
+        except BaseException:
+            with self._cv:
+                self._pin_free.append(index)
+            raise
+        return index
+
     def _free_pin_index(self, index: int) -> None:
+        """A pin slot cleared and given back (an unpinned pair's, a replaced version's after its last row)."""
         self._clear(index)
         with self._cv:
             self._pin_free.append(index)

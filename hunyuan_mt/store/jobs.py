@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, insert, select, update
+from sqlalchemy import Engine, delete, insert, select, update
 
 from .schema import job_segments, jobs
 
+#: The states of a job that some process still has to run.
+UNFINISHED = ("queued", "translating")
 #: The columns a job row has, besides its id (what `save` may be given).
 FIELDS = tuple(c.name for c in jobs.columns if c.name != "id")
 
@@ -18,12 +20,10 @@ class JobRecords:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def create(self, job_id: str, **fields: Any) -> int:
-        """A new job row; returns its sequence number (submission order, which survives restarts)."""
+    def create(self, job_id: str, **fields: Any) -> None:
+        """A new job row (its `seq`, the submission order, is the queue's: it continues from the rows at start)."""
         with self.engine.begin() as connection:
-            seq = int(connection.execute(select(func.coalesce(func.max(jobs.c.seq), 0))).scalar_one()) + 1
-            connection.execute(insert(jobs).values(id=job_id, seq=seq, **fields))
-        return seq
+            connection.execute(insert(jobs).values(id=job_id, **fields))
 
     def save(self, job_id: str, **fields: Any) -> None:
         unknown = set(fields) - set(FIELDS)
@@ -32,10 +32,13 @@ class JobRecords:
         with self.engine.begin() as connection:
             connection.execute(update(jobs).where(jobs.c.id == job_id).values(**fields))
 
-    def load(self) -> list[dict[str, Any]]:
-        """Every job row, in submission order."""
+    def load(self, unfinished: bool = False) -> list[dict[str, Any]]:
+        """Every job row (or, `unfinished`, those queued or translating), in submission order."""
+        query = select(jobs).order_by(jobs.c.seq)
+        if unfinished:
+            query = query.where(jobs.c.state.in_(UNFINISHED))
         with self.engine.connect() as connection:
-            return [dict(row._mapping) for row in connection.execute(select(jobs).order_by(jobs.c.seq))]
+            return [dict(row._mapping) for row in connection.execute(query)]
 
     def delete(self, job_ids: list[str]) -> None:
         if job_ids:
@@ -58,7 +61,7 @@ class JobRecords:
         holder = jobs.c.runner.is_(None) if previous is None else jobs.c.runner == previous
         with self.engine.begin() as connection:
             done = connection.execute(update(jobs).where(jobs.c.id == job_id, holder,
-                                                         jobs.c.state.in_(("queued", "translating")))
+                                                         jobs.c.state.in_(UNFINISHED))
                                       .values(runner=runner, heartbeat=now))
         return done.rowcount == 1
 
@@ -66,14 +69,14 @@ class JobRecords:
         """`runner` stops: its unfinished jobs are free for the next process to take over at once."""
         with self.engine.begin() as connection:
             connection.execute(update(jobs).where(jobs.c.runner == runner,
-                                                  jobs.c.state.in_(("queued", "translating")))
+                                                  jobs.c.state.in_(UNFINISHED))
                                .values(runner=None))
 
     def beat(self, runner: str, now: float) -> None:
         """`runner` is alive: its unfinished jobs' heartbeat."""
         with self.engine.begin() as connection:
             connection.execute(update(jobs).where(jobs.c.runner == runner,
-                                                  jobs.c.state.in_(("queued", "translating")))
+                                                  jobs.c.state.in_(UNFINISHED))
                                .values(heartbeat=now))
 
     def segments(self, job_id: str) -> dict[int, tuple[str, str | None]]:

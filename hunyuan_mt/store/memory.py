@@ -43,16 +43,14 @@ class MemoryRows:
         self.engine = engine
         self.imports = Imports(engine)
 
-    def add(self, pair: str, rows: list[tuple[str, str]], provenance: Provenance = Provenance()) -> int:
-        """Append `rows` (source, target) for `pair`; returns the newest id."""
+    def add(self, pair: str, rows: list[tuple[str, str]], provenance: Provenance = Provenance()) -> None:
+        """Append `rows` (source, target) for `pair`."""
         now = time.time()
         values = [{"pair": pair, "source": s, "target": t, "origin": provenance.origin, "who": provenance.who,
                    "created": now, "route": provenance.route, "adapter_version": provenance.adapter_version}
                   for s, t in rows]
         with self.engine.begin() as connection:
             connection.execute(insert(memory_entries), values)
-            return int(connection.execute(select(func.max(memory_entries.c.id))
-                                          .where(memory_entries.c.pair == pair)).scalar_one())
 
     def stamp(self, pair: str) -> tuple[int, int]:
         """(newest id, row count) of a pair: what changes when anyone adds to it. The count catches a row that

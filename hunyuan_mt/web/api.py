@@ -377,34 +377,29 @@ class RestApi:
         if not self.cfg.server.suggestions:
             await request.close()
             raise FeatureDisabled("Suggestions are disabled on this server.")
-        try:
-            fields = await read_fields(request)
-            caller = self._authorize(request, fields)
-            q, s = text_field(fields, "q"), text_field(fields, "s")
-            source, target = text_field(fields, "source"), text_field(fields, "target")
-            self.policy.check_chars([q, s])
-            self.policy.spend_chars(caller, len(q) + len(s))
-            await self._call(functools.partial(self.service.correct, q, source, target, s, who=who(caller)))
-        finally:
-            await request.close()
+        await self._correct(request, "s")
         return JSONResponse({"success": True})
 
     async def corrections(self, request: Request) -> JSONResponse:
         """`{"q", "source", "target", "translation"}` (and `context`, `machine`: what the server had answered):
         201 with the correction's id; the memory answers `q` with it from now on."""
+        return JSONResponse(await self._correct(request, "translation"), status_code=201)
+
+    async def _correct(self, request: Request, field: str) -> dict[str, Any]:
+        """A correction from the request's fields (its translation in `field`), under the access policy and
+        charged as characters like a translation: the service's answer."""
         try:
             fields = await read_fields(request)
             caller = self._authorize(request, fields)
-            q, translation = text_field(fields, "q"), text_field(fields, "translation")
+            q, translation = text_field(fields, "q"), text_field(fields, field)
             source, target = text_field(fields, "source"), text_field(fields, "target")
-            context, machine = fields.get("context"), fields.get("machine")
             self.policy.check_chars([q, translation])
             self.policy.spend_chars(caller, len(q) + len(translation))
-            body = await self._call(functools.partial(self.service.correct, q, source, target, translation,
-                                                      context, machine, who(caller)))
+            return await self._call(functools.partial(
+                self.service.correct, q, source, target, translation, fields.get("context"), fields.get("machine"),
+                who(caller)))
         finally:
             await request.close()
-        return JSONResponse(body, status_code=201)
 
     async def _read_upload(self, request: Request) -> tuple[Caller, bytes, str, str, str, Any, str | None]:
         """A document upload's fields, checked: (caller, the file's bytes, its safe name, source, target,

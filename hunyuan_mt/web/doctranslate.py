@@ -61,7 +61,7 @@ def translate_upload(service: Any, data: bytes | Document, filename: str, source
     target = normalize_code(target)
     # The first call has the whole document; a second one (pieces redone to keep their markup) is neither billed
     # again nor detected again on its short pieces.
-    state: dict[str, Any] = {"source": source, "charged": False}
+    state: dict[str, Any] = {"source": source, "charged": False, "checkpointed": False}
 
     def run(segments: list[str], report: Callable[[int, int], None] | None) -> list[str]:
         if charge is not None and not state["charged"]:
@@ -70,7 +70,7 @@ def translate_upload(service: Any, data: bytes | Document, filename: str, source
         state["source"] = document_source(service, state["source"], segments)
         if ticket is not None and ticket.cancelled:
             raise Cancelled(f"Cancelled: {ticket.reason}.")
-        if checkpoint is None or state.get("checkpointed"):  # the pieces redone for markup are not checkpointed
+        if checkpoint is None or state["checkpointed"]:  # the pieces redone for markup are not checkpointed
             return service.translate_segments(segments, state["source"], target, progress=report,
                                               glossary=glossary, ticket=ticket, context=context, origins=origins)
         state["checkpointed"] = True
