@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         server.run()
     finally:
-        app.state.api.jobs.close()  # running document jobs are left for the next start (store); rows leave the engine
+        app.state.api.close()  # running document jobs are left for the next start (store); rows leave the engine
         stop(service)
     exit_when_stuck(STOP_WAIT_S)
     return 0

@@ -174,6 +174,11 @@ class LimitsConfig:
     max_segments: int = 5000
     #: Decompressed-size cap for zip containers (docx), against zip bombs.
     max_unzipped_bytes: int = 100 * 1024 * 1024
+    #: Documents are read and written in helper processes (documents/parsers.py), where a parse that runs past
+    #: `parse_timeout_s` seconds, or whose client left, is stopped. `parse_workers` is how many may work at once;
+    #: 0 reads them in the server's process, with no deadline (debugging only).
+    parse_timeout_s: float = 15.0
+    parse_workers: int = 2
     #: Most alternative translations one request may ask for (LibreTranslate's `alternatives`); 0 turns them off.
     #: Each costs a beam of the search that finds them.
     max_alternatives: int = 3
@@ -193,6 +198,10 @@ class LimitsConfig:
                      "max_segments", "max_unzipped_bytes"):
             value = getattr(self, name)
             _check(isinstance(value, int) and value >= 1, f"limits.{name}", "an integer >= 1", value)
+        _check(isinstance(self.parse_timeout_s, (int, float)) and self.parse_timeout_s > 0, "limits.parse_timeout_s",
+               "a number of seconds > 0", self.parse_timeout_s)
+        _check(isinstance(self.parse_workers, int) and self.parse_workers >= 0, "limits.parse_workers",
+               "an integer >= 0 (0: read documents in the server's process, with no deadline)", self.parse_workers)
         _check(isinstance(self.max_alternatives, int) and self.max_alternatives >= 0, "limits.max_alternatives",
                "an integer >= 0", self.max_alternatives)
         _check(isinstance(self.max_output_ratio, (int, float)) and self.max_output_ratio >= 0,

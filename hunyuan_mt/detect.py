@@ -14,21 +14,20 @@ before it is ready waits for it (that request only), and `ready()` says when non
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import multiprocessing
 import os
 import re
-import signal
 import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Collection, Iterator
+from typing import Collection
 
 from .errors import ModelUnavailable
+from .helpers import become_helper, main_not_rerun
 from .languages import LANGUAGES, ZH_GROUP
 
 log = logging.getLogger(__name__)
@@ -167,22 +166,10 @@ WARM_TEXTS = ("warm up the language models, all of them", "Hola amigo", "这是�
 def _child_init(parent: int) -> None:
     """In the helper process: build the detector and load everything a first detection would load."""
     global _CHILD
-    # The server decides when the helper stops (by shutting the pool down). A Ctrl-C or a SIGTERM sent to the
-    # whole process group must not kill it mid-call, nor print a KeyboardInterrupt traceback of its own.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    threading.Thread(target=_exit_with_parent, args=(parent,), name="hmt-detector-watch", daemon=True).start()
+    become_helper(parent, "hmt-detector")  # the server shuts the pool down; it is not stopped by signals
     _CHILD = LanguageDetector()
     for text in WARM_TEXTS:
         _CHILD.detect(text, among=None)
-
-
-def _exit_with_parent(parent: int) -> None:
-    """A server killed outright (SIGKILL, out of memory) cannot shut the pool down, and the helper would wait on
-    its queue forever: leave as soon as the parent is gone (we are then re-parented)."""
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(0)
 
 
 def _child_ready() -> bool:
@@ -192,30 +179,6 @@ def _child_ready() -> bool:
 def _child_detect(text: str, among: list[str] | None, top: int) -> list[tuple[str, float]]:
     assert _CHILD is not None
     return [(d.code, d.confidence) for d in _CHILD.detect(text, among=among, top=top)]
-
-
-@contextlib.contextmanager
-def _main_not_rerun() -> Iterator[None]:
-    """spawn re-runs the parent's main module in the child (by name, or by path). The helper needs nothing from
-    it, and re-running it would be harmful: a user's script without a `__main__` guard would build a second
-    service in the child, and `python -m hunyuan_mt` would run the CLI again. Hide both while the helper starts."""
-    import sys
-
-    main = sys.modules.get("__main__")
-    if main is None:
-        yield
-        return
-    missing = object()
-    saved = {name: getattr(main, name, missing) for name in ("__file__", "__spec__")}
-    if saved["__file__"] is not missing:
-        del main.__file__
-    main.__spec__ = None
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is not missing:
-                setattr(main, name, value)
 
 
 class DetectorProcess:
@@ -230,7 +193,7 @@ class DetectorProcess:
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
                                          initializer=_child_init, initargs=(os.getpid(),))
         self._started = time.monotonic()
-        with _main_not_rerun():  # the first submit launches the helper
+        with main_not_rerun():  # the first submit launches the helper
             self._ready: Future = self._pool.submit(_child_ready)
         self._ready.add_done_callback(self._announce)
 

@@ -95,6 +95,14 @@ class ReplicaUnavailable(TranslationError):
     retryable = True
 
 
+class ServerStopping(TranslationError):
+    """The server is stopping (SIGTERM, Ctrl-C) and stopped this call's work; a saved document job is not failed by
+    it but left for the next start."""
+
+    http_status = 503
+    retryable = True
+
+
 class UnsupportedDocument(InvalidInput):
     """A document whose format is not supported, lies about its type, or is corrupt."""
 

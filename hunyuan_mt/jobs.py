@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from .callers import decode_owner, encode_owner
 from .config import JobsConfig
 from .documents import Document, RenderedDocument
-from .errors import Busy, Cancelled, InvalidInput, RateLimited, TranslationError, http_status
+from .errors import Busy, Cancelled, InvalidInput, RateLimited, ServerStopping, TranslationError, http_status
 from .ticket import Ticket
 
 if TYPE_CHECKING:
@@ -443,8 +443,9 @@ class DocumentJobs:
             rendered, used = work(progress, job.ticket)
         except Exception as exc:  # noqa: BLE001 - a job's failure is reported in the job, the worker goes on
             with self._lock:
-                if self._closing and job.saved and not (isinstance(exc, Cancelled) and job.ticket.cancelled
-                                                        and job.ticket.reason == "job cancelled"):
+                stopping = self._closing or isinstance(exc, ServerStopping)  # a signal stops its reader first
+                if stopping and job.saved and not (isinstance(exc, Cancelled) and job.ticket.cancelled
+                                                   and job.ticket.reason == "job cancelled"):
                     log.info("job %s: left for the next start (%d of %d segments done)", job.id, job.done,
                              job.total)
                     return  # the engine closed under it: the next start runs it again

@@ -93,7 +93,7 @@ def serve(service: Any, cfg: Config) -> Iterator[LiveServer]:
         thread.stop()
         api = getattr(app.state, "api", None)
         if api is not None:
-            api.jobs.close()  # as app.py does: its workers and heartbeat stop, its store is let go
+            api.close()  # as app.py does: its workers and heartbeat stop, its helpers are killed
             api.jobs.store.close()
 
 

@@ -29,6 +29,8 @@ from .xliff import read_xliff
 
 Progress = Callable[[int, int], None]
 TranslateSegments = Callable[[list[str], Progress | None], list[str]]
+#: How an upload becomes a Document: `read_document`, or the same in a helper process.
+Reader = Callable[[bytes, str, LimitsConfig], Document]
 
 
 @dataclass(frozen=True)
@@ -124,15 +126,16 @@ def read_document(data: bytes, filename: str, limits: LimitsConfig) -> Document:
 def translate_document(data: bytes | Document, filename: str, limits: LimitsConfig,
                        translate_segments: TranslateSegments, progress: Progress | None = None,
                        target: str | None = None, glossary: Glossary | None = None,
-                       origins: dict[str, str] | None = None) -> RenderedDocument:
+                       origins: dict[str, str] | None = None, read: Reader | None = None) -> RenderedDocument:
     """Read, translate and render an upload in one call (what the web layer and the CLI use). `data` may be a
-    document `read_document` already read (a job checks the upload before it answers with an id).
+    document `read_document` already read (a job checks the upload before it answers with an id). `read` reads
+    it otherwise: `read_document` by default, the server's helper processes (`parsers.DocumentParsers`) there.
 
     `translate_segments(segments, progress)` is the service's `translate_segments` bound to a language pair.
     `target` names the output file (`report.es.docx`). `origins` (segment text → `base.ORIGIN_*`) is filled by
     the translator as it goes; the formats with a place for it write it.
     """
-    document = data if isinstance(data, Document) else read_document(data, filename, limits)
+    document = data if isinstance(data, Document) else (read or read_document)(data, filename, limits)
     translations, redone = translate_keeping_markup(document, translate_segments, progress, glossary)
     if origins is not None:
         document.origins = origins

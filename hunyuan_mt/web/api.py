@@ -11,6 +11,7 @@ import asyncio
 import functools
 import json
 import logging
+import threading
 import time
 import uuid
 from typing import Any, AsyncIterator, Callable, Iterator, Protocol, Sequence
@@ -32,7 +33,8 @@ from ..documents import LISTED_EXTENSIONS
 from ..errors import (Cancelled, FeatureDisabled, InputTooLarge, InvalidInput, RateLimited, TranslationError,
                       UnreachablePair, UnsupportedLanguage, http_status)
 from ..detect import Detection
-from ..documents import distinct_segments, read_document
+from ..documents import distinct_segments
+from ..documents.parsers import DocumentParsers
 from ..glossary import Glossary, GlossaryStore
 from ..jobs import DocumentJobs, JobSpec, JobView, check_job_id
 from .. import prompts
@@ -156,9 +158,23 @@ class RestApi:
         #: Document jobs, shared with the web page (web.server.build_app hands them to build_ui).
         #: What this app keeps (jobs, stored glossaries): the configured store.
         self.store = jobs_store(cfg)
-        self.jobs = DocumentJobs(cfg.jobs, store=self.store, runner=document_runner(service, cfg.limits))
+        #: Where uploads are read and written: helper processes, under a deadline (shared with the page).
+        self.parsers = DocumentParsers(cfg.limits)
+        self.jobs = DocumentJobs(cfg.jobs, store=self.store,
+                                 runner=document_runner(service, cfg.limits, self.parsers.reader()))
         self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms, self.store.glossaries)
         self._limiter: anyio.CapacityLimiter | None = None  # made on first use: it needs the running loop
+
+    def stopping(self) -> None:
+        """The server was told to stop (a signal): stop the documents being read now, without waiting for the
+        requests in progress to end (they answer 503). Called from the signal handler, so it only starts a thread."""
+        threading.Thread(target=self.parsers.close, name="hmt-parsers-stop", daemon=True).start()
+
+    def close(self) -> None:
+        """After the server has stopped: the job workers stop (running jobs are left for the next start), the
+        document helpers are killed, the store is let go."""
+        self.jobs.close()
+        self.parsers.close()
 
     async def _call(self, fn: Any, *args: Any, abandon_on_cancel: bool = False) -> Any:
         """Run a blocking service call in the REST thread pool."""
@@ -433,7 +449,7 @@ class RestApi:
         ticket = Ticket(background=True)
         rendered, _ = await self._watched(request, ticket, "file", functools.partial(
             translate_upload, self.service, data, filename, source, target, self.cfg.limits, None, charge, glossary,
-            ticket, context))
+            ticket, context, None, self.parsers.reader(lambda: ticket.cancelled)))
         owner = caller if self.policy.downloads_owned else None
         token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type, owner, caller)
         # Starlette puts path parameters in as they are: a name with spaces or non-ASCII letters made a link that
@@ -450,8 +466,11 @@ class RestApi:
     async def _upload(self, request: Request) -> tuple[Caller, bytes, Any, JobSpec]:
         """A job's upload, read and checked: (caller, its bytes, the document read, what the job runs)."""
         caller, data, filename, source, target, glossary, context = await self._read_upload(request)
-        # Read now: a file the server cannot take is refused here, not found out later as a failed job.
-        document = await self._call(read_document, data, filename, self.cfg.limits)
+        # Read now: a file the server cannot take is refused here, not found out later as a failed job. A client
+        # that leaves meanwhile stops the read.
+        ticket = Ticket(background=True)
+        document = await self._watched(request, ticket, "file", functools.partial(
+            self.parsers.read, data, filename, self.cfg.limits, lambda: ticket.cancelled))
         target = normalize_code(target)
         # ... and so is a pair no route serves (auto-detected now, on the document's first characters).
         source = await self._call(check_document_route, self.service, source, target, document.segments)

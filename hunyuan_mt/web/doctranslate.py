@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 from ..config import Config, LimitsConfig
 from ..documents import Document, RenderedDocument, translate_document
+from ..documents.reader import Reader
 from ..errors import Cancelled, InvalidInput, UnreachablePair
 from ..languages import normalize_code
 from ..glossary import Glossary
@@ -48,9 +49,10 @@ def translate_upload(service: Any, data: bytes | Document, filename: str, source
                      progress: Callable[[int, int], None] | None = None,
                      charge: Callable[[int], None] | None = None,
                      glossary: Any = None, ticket: Any = None,
-                     context: str | None = None, checkpoint: Checkpoint | None = None) -> tuple[RenderedDocument, str]:
+                     context: str | None = None, checkpoint: Checkpoint | None = None,
+                     read: Reader | None = None) -> tuple[RenderedDocument, str]:
     """(rendered document, source code actually used). `source` may be "auto". `data` may be the upload already
-    read (`documents.read_document`).
+    read (`documents.read_document`); else `read` reads it (the server's helper processes).
 
     `charge(characters)` is called once the document is read, before anything is translated: the caller's
     character budget (`AccessPolicy.spend_chars`) refuses a document that does not fit. `ticket` (background,
@@ -79,7 +81,7 @@ def translate_upload(service: Any, data: bytes | Document, filename: str, source
 
     origins: dict[str, str] = {}
     rendered = translate_document(data, filename, limits, run, progress=progress, target=target, glossary=glossary,
-                                  origins=origins)
+                                  origins=origins, read=read)
     return rendered, state["source"]
 
 
@@ -89,15 +91,16 @@ def job_spec(filename: str, source: str, target: str, glossary: Any, context: st
                    getattr(glossary, "name", None), context)
 
 
-def document_runner(service: Any, limits: LimitsConfig) -> Runner:
-    """Document jobs' work over `service` (the REST API's and the page's, which share one job queue)."""
+def document_runner(service: Any, limits: LimitsConfig, read: Reader | None = None) -> Runner:
+    """Document jobs' work over `service` (the REST API's and the page's, which share one job queue). `read`
+    reads an upload kept as bytes (a job restored after a restart)."""
     def runner(spec: JobSpec, upload: bytes | Document, checkpoint: Checkpoint) -> Work:
         glossary = Glossary(spec.glossary_terms, spec.glossary_name or "inline") \
             if spec.glossary_terms is not None else None
 
         def work(progress: Callable[[int, int], None], ticket: Any) -> tuple[RenderedDocument, str]:
             return translate_upload(service, upload, spec.filename, spec.source, spec.target, limits, progress,
-                                    None, glossary, ticket, spec.context, checkpoint)
+                                    None, glossary, ticket, spec.context, checkpoint, read)
         return work
     return runner
 

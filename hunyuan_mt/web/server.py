@@ -42,7 +42,10 @@ def build_app(service: Any, cfg: Config) -> FastAPI:
     metrics = WebMetrics(service)
     policy = AccessPolicy(cfg.server, cfg.limits)  # one policy for every door: REST, OpenAI, the page
     app = create_app(service, cfg, metrics, policy)
-    blocks = build_ui(service, cfg, metrics, policy, jobs=app.state.api.jobs)  # one job queue for REST and page
+    # One job queue and one set of document helpers for REST and the page.
+    blocks = build_ui(service, cfg, metrics, policy, jobs=app.state.api.jobs, parsers=app.state.api.parsers)
+    if cfg.model.warmup:
+        app.state.api.parsers.warm()  # the first upload finds a helper ready
 
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:
@@ -199,6 +202,14 @@ class Server(uvicorn.Server):
         with super().capture_signals():
             yield
             self._captured_signals.clear()  # read by the base class right after this block, to re-raise them
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        # uvicorn waits for the requests in progress before it stops; one still reading a document would hold the
+        # stop for as long as its parse runs. Stop the document helpers first: those requests then answer 503.
+        api = getattr(getattr(self.config.app, "state", None), "api", None)
+        if api is not None:
+            api.stopping()
+        super().handle_exit(sig, frame)
 
 
 class ServerThread:

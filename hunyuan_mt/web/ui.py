@@ -29,7 +29,8 @@ import pandas as pd
 
 from .. import prompts
 from ..config import Config
-from ..documents import LISTED_EXTENSIONS, distinct_segments, read_document
+from ..documents import LISTED_EXTENSIONS, distinct_segments
+from ..documents.parsers import DocumentParsers
 from ..errors import TranslationError
 from ..glossary import GlossaryStore
 from ..jobs import ENDED, DocumentJobs, JobNotFound, JobView
@@ -184,7 +185,8 @@ class TranslatorUI:
     """State shared by the handlers: the service, settings, access policy, reachability table and output folder."""
 
     def __init__(self, service: Any, cfg: Config, metrics: WebMetrics | None = None,
-                 policy: AccessPolicy | None = None, jobs: DocumentJobs | None = None) -> None:
+                 policy: AccessPolicy | None = None, jobs: DocumentJobs | None = None,
+                 parsers: DocumentParsers | None = None) -> None:
         self.service = service
         self.cfg = cfg
         self.metrics = metrics
@@ -202,8 +204,11 @@ class TranslatorUI:
         self.doc_output: gr.File | None = None  # set by build_ui: its cache is where downloads are served from
         # The REST API's jobs when the server mounts both (one queue, one `jobs.max_jobs`); else the page's own.
         self._own_jobs = jobs is None
+        #: The REST API's document helpers when the server mounts both; else the page's own.
+        self._own_parsers = parsers is None
+        self.parsers = parsers if parsers is not None else DocumentParsers(cfg.limits)
         self.jobs = jobs if jobs is not None else DocumentJobs(
-            cfg.jobs, store=jobs_store(cfg), runner=document_runner(service, cfg.limits))
+            cfg.jobs, store=jobs_store(cfg), runner=document_runner(service, cfg.limits, self.parsers.reader()))
         # Stored glossaries are in the jobs' store (the REST API's), else the configured one.
         store = self.jobs.store if self.jobs.store is not None else jobs_store(cfg)
         self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms, store.glossaries)
@@ -383,7 +388,7 @@ class TranslatorUI:
         terms = _run(self.glossaries.resolve, glossary, source, target)
         context = _run(prompts.clean_context, context, limits.max_chars)
         data = upload.read_bytes()
-        document = _run(read_document, data, safe_filename(upload.name), limits)
+        document = _run(self.parsers.read, data, safe_filename(upload.name), limits)
         target = _run(normalize_code, target)
         source = _run(check_document_route, self.service, source, target, document.segments)
         _run(self.jobs.check_quota, caller)
@@ -512,6 +517,8 @@ class TranslatorUI:
     def close(self) -> None:
         if self._own_jobs:
             self.jobs.close()
+        if self._own_parsers:
+            self.parsers.close()
         self._cleanup()
 
     # ------------------------------------------------------------------ status tab
@@ -810,10 +817,11 @@ def _context_field(elem_id: str, visible: bool) -> gr.Textbox:
 
 
 def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
-             policy: AccessPolicy | None = None, jobs: DocumentJobs | None = None) -> gr.Blocks:
+             policy: AccessPolicy | None = None, jobs: DocumentJobs | None = None,
+             parsers: DocumentParsers | None = None) -> gr.Blocks:
     """The Blocks page. Mount it with `gr.mount_gradio_app(app, blocks, "/ui", head=UI_HEAD, css=UI_CSS)`.
-    `jobs`: the REST API's document jobs, shared (the page makes its own without)."""
-    ui = TranslatorUI(service, cfg, metrics, policy, jobs)
+    `jobs` and `parsers`: the REST API's document jobs and helpers, shared (the page makes its own without)."""
+    ui = TranslatorUI(service, cfg, metrics, policy, jobs, parsers)
     default_target = "es" if "es" in ui.model_codes else (ui.model_codes[0] if ui.model_codes else "en")
     limits = cfg.limits
     takes_context = ui.takes_context()

@@ -1,0 +1,335 @@
+"""Documents are read and written in helper processes, where a parse can be stopped.
+
+A reader is Python and C (lxml, pypdf, ruamel) that runs as long as its input makes it run. In the server's process
+nothing can stop it: a client that left, a deadline that passed or a SIGTERM all waited for it, and lxml held the
+GIL meanwhile, so every other request waited too (issue 49: an XLIFF element with 40,000 attributes held every
+client for 18-24 s). The caps in each reader bound the algorithms we know of; this bounds the ones we do not.
+
+`DocumentParsers` keeps up to `limits.parse_workers` helper processes, started with spawn and warm (every reader's
+libraries imported). A call sends the upload's bytes to an idle helper and waits for the answer in slices; when
+the call's deadline (`limits.parse_timeout_s`) passes, its client leaves, or the server stops, the helper is
+killed (SIGKILL: no CPU burns for a request nobody waits for) and a fresh one is started in its place.
+
+What comes back is a `ParsedDocument`: the segments and what the translation needs to know of the format. Its
+tree stays behind (an lxml tree cannot cross a process boundary), so rendering reads the upload again in a helper
+and writes the translations into it there: a second parse, of a file already known to parse in time, instead of
+a helper held for the whole translation.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection, wait
+from typing import Any, Sequence
+
+from ..config import LimitsConfig
+from ..errors import Busy, Cancelled, InputTooLarge, InvalidInput, ServerStopping, TranslationError
+from ..helpers import become_helper, main_not_rerun
+from .base import Document, RenderedDocument
+
+log = logging.getLogger(__name__)
+
+#: How often a waiting call looks at its client and at the server's state (seconds).
+_SLICE_S = 0.05
+#: How long a helper may take to start (spawn, then import every reader's library: under a second here).
+_START_WAIT_S = 60.0
+#: How long a call may wait for a free helper before it is told to come back (503 Busy).
+_QUEUE_WAIT_S = 30.0
+
+Gone = Callable[[], bool]
+
+
+class ParsedDocument(Document):
+    """A document read in a helper process: its segments are here, its tree is not. Rendering reads the upload
+    again in a helper and writes the translations into it there."""
+
+    def __init__(self, parsers: "DocumentParsers", data: bytes, filename: str, limits: LimitsConfig,
+                 shape: tuple[str, str, bool, list[str]]) -> None:
+        name, self.kind, self.sentinel_markup, segments = shape
+        super().__init__(name, segments)
+        self._parsers = parsers
+        self._data = data
+        self._upload_name = filename
+        self._limits = limits
+
+    def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
+        return self._parsers.call(_render_in_helper, self._data, self._upload_name, self._limits, translations,
+                                  target, dict(self.origins), what=self.filename, doing="writing its translation")
+
+
+class DocumentParsers:
+    """Helper processes that read and write documents under a deadline (see the module docstring). Thread-safe."""
+
+    def __init__(self, limits: LimitsConfig) -> None:
+        self.limits = limits
+        self._context = multiprocessing.get_context("spawn")  # not fork: the server holds threads and torch
+        self._lock = threading.Condition()
+        self._idle: list[_Helper] = []
+        self._count = 0  # helpers started or starting, idle or busy
+        self._busy: set[_Helper] = set()
+        self._stopping = False
+        # Helpers are started from one long-lived thread: each is told to die with the thread that started it
+        # (Linux), so that a server killed outright cannot leave one parsing for nobody.
+        self._to_start = 0
+        self._starter = threading.Thread(target=self._start_helpers, name="hmt-parsers", daemon=True)
+        self._starter.start()
+
+    @property
+    def isolated(self) -> bool:
+        return self.limits.parse_workers > 0
+
+    # ------------------------------------------------------------------ the two calls the server makes
+
+    def read(self, data: bytes, filename: str, limits: LimitsConfig | None = None, gone: Gone | None = None) -> Document:
+        """`documents.read_document` in a helper: the same checks and the same errors, under the deadline.
+        `gone()` says whether the caller has left (its client disconnected): the parse is then stopped."""
+        from .reader import read_document
+
+        limits = limits or self.limits
+        if not self.isolated:
+            return read_document(data, filename, limits)
+        shape = self.call(_read_in_helper, data, filename, limits, what=_shown_name(filename), doing="reading it",
+                          gone=gone)
+        return ParsedDocument(self, data, filename, limits, shape)
+
+    def reader(self, gone: Gone | None = None) -> Callable[[bytes, str, LimitsConfig], Document]:
+        """`read` as `documents.translate_document` takes it, for a caller that may leave."""
+        return lambda data, filename, limits: self.read(data, filename, limits, gone)
+
+    def call(self, fn: Callable[..., Any], *args: Any, what: str, doing: str, gone: Gone | None = None) -> Any:
+        """`fn(*args)` in a helper, stopped past `limits.parse_timeout_s`, when `gone()` turns true, or when the
+        server stops. `fn` must be a module-level function (it is pickled by name); its domain errors come back
+        as they were raised."""
+        helper = self._take()
+        try:
+            reply = helper.run(fn, args, self.limits.parse_timeout_s, lambda: self._stopping, gone, what, doing)
+        except BaseException:
+            self._discard(helper)
+            raise
+        self._give_back(helper)
+        status, value = reply
+        if status == "ok":
+            return value
+        if status == "error":
+            raise value
+        log.error("document helper failed on %s:\n%s", what, value)
+        raise RuntimeError(f"{what}: the reader failed ({value.strip().splitlines()[-1]})")
+
+    def close(self) -> None:
+        """Stop every helper at once (the server is stopping): calls in progress end with ServerStopping."""
+        with self._lock:
+            self._stopping = True
+            idle, busy = list(self._idle), list(self._busy)
+            self._count -= len(idle)
+            self._idle.clear()
+            self._lock.notify_all()
+        for helper in busy + idle:
+            helper.kill()  # a busy one's caller sees it end, answers ServerStopping and reaps it
+        for helper in idle:
+            helper.reap()
+
+    def pids(self) -> list[int]:
+        """The helper processes now running (idle or busy)."""
+        with self._lock:
+            return [helper.process.pid for helper in self._idle + list(self._busy)]
+
+    def warm(self) -> None:
+        """Start one helper now, without waiting for it (the first upload then finds it ready)."""
+        if self.isolated:
+            with self._lock:
+                if self._count == 0 and not self._stopping:
+                    self._count += 1
+                    self._request_start()
+
+    # ------------------------------------------------------------------ helpers: taken, given back, replaced
+
+    def _take(self) -> "_Helper":
+        deadline = time.monotonic() + _QUEUE_WAIT_S
+        with self._lock:
+            while True:
+                if self._stopping:
+                    raise ServerStopping("The server is stopping; send the document again once it is back.")
+                if self._idle:
+                    helper = self._idle.pop()
+                    self._busy.add(helper)
+                    return helper
+                if self._count < self.limits.parse_workers:
+                    self._count += 1
+                    self._request_start()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Busy(f"Every document reader ({self.limits.parse_workers}) is busy; try again shortly.")
+                self._lock.wait(min(left, 1.0))
+
+    def _give_back(self, helper: "_Helper") -> None:
+        with self._lock:
+            self._busy.discard(helper)
+            if not self._stopping:
+                self._idle.append(helper)
+                self._lock.notify_all()  # not notify(): the starter thread waits on the same condition
+                return
+            self._count -= 1
+        helper.kill()
+        helper.reap()
+
+    def _discard(self, helper: "_Helper") -> None:
+        """A helper that was stopped mid-call (or died): killed, and another started in its place, so that the next
+        upload finds one warm."""
+        helper.kill()
+        helper.reap()
+        with self._lock:
+            self._busy.discard(helper)
+            if self._stopping:
+                self._count -= 1
+                return
+            self._request_start()  # the count stays: the replacement takes the dead one's place
+
+    def _request_start(self) -> None:
+        """(holding the lock) Ask the starter thread for one more helper."""
+        self._to_start += 1
+        self._lock.notify_all()
+
+    def _start_helpers(self) -> None:
+        while True:
+            with self._lock:
+                while not self._to_start and not self._stopping:
+                    self._lock.wait()
+                if self._stopping:
+                    return
+                self._to_start -= 1
+            try:
+                helper = _Helper.start(self._context)
+            except Exception:  # noqa: BLE001 - reported to the caller that waits for it, as Busy, not lost
+                log.exception("could not start a document helper process")
+                with self._lock:
+                    self._count -= 1
+                    self._lock.notify_all()
+                continue
+            with self._lock:
+                stopped = self._stopping
+                if not stopped:
+                    self._idle.append(helper)
+                    self._lock.notify_all()
+            if stopped:
+                helper.kill()
+                helper.reap()
+                return
+
+
+class _Helper:
+    """One helper process and the pipe to it."""
+
+    def __init__(self, process: Any, conn: Connection) -> None:
+        self.process = process
+        self.conn = conn
+
+    @classmethod
+    def start(cls, context: Any) -> "_Helper":
+        ours, theirs = context.Pipe()
+        process = context.Process(target=_serve, args=(theirs, os.getpid()), name="hmt-document-helper",
+                                  daemon=True)
+        with main_not_rerun():
+            process.start()
+        theirs.close()
+        # Idle only once its libraries are imported: a call's deadline must not pay for them.
+        if not ours.poll(_START_WAIT_S) or ours.recv() != "ready":
+            process.kill()
+            process.join(5)
+            ours.close()
+            raise RuntimeError(f"a document helper did not start within {_START_WAIT_S:g} s")
+        return cls(process, ours)
+
+    def run(self, fn: Callable[..., Any], args: Sequence[Any], limit_s: float, stopping: Gone, gone: Gone | None,
+            what: str, doing: str) -> tuple[str, Any]:
+        self.conn.send((fn, tuple(args)))
+        # The deadline counts from here: a helper still importing its libraries is not the upload's fault.
+        ends = time.monotonic() + limit_s
+        while True:
+            ready = wait([self.conn, self.process.sentinel], timeout=_SLICE_S)
+            if self.conn in ready:
+                try:
+                    return self.conn.recv()
+                except (EOFError, OSError):
+                    pass  # the process ended without answering: said below
+            if stopping():
+                raise ServerStopping("The server is stopping; send the document again once it is back.")
+            if ready:  # the process ended without answering
+                self.process.join(1)
+                raise InvalidInput(f"{what}: the reader stopped while {doing} (its process ended with "
+                                   f"{_ending(self.process.exitcode)}); the file was not translated")
+            if gone is not None and gone():
+                raise Cancelled("Cancelled: the client disconnected while its document was being read.")
+            if time.monotonic() > ends:
+                raise InputTooLarge(f"{what}: {doing} took longer than {limit_s:g} s (limits.parse_timeout_s) and "
+                                    "was stopped; split the document or simplify its structure")
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+
+    def reap(self) -> None:
+        self.process.join(5)
+        self.conn.close()
+
+
+def _ending(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"signal {-code}{', perhaps out of memory' if -code == 9 else ''}"
+    return f"code {code}"
+
+
+def _shown_name(filename: str) -> str:
+    from pathlib import PurePath
+
+    return PurePath((filename or "").replace("\\", "/")).name or "upload"
+
+
+# ------------------------------------------------------------------ in the helper process
+
+def _serve(conn: Connection, parent: int) -> None:
+    become_helper(parent, "hmt-document-helper", die_with_spawner=True)
+    _import_readers()
+    conn.send("ready")
+    while True:
+        try:
+            fn, args = conn.recv()
+        except (EOFError, OSError):
+            return  # the server closed its end
+        try:
+            reply: tuple[str, Any] = ("ok", fn(*args))
+        except TranslationError as exc:
+            reply = ("error", exc)
+        except Exception:  # noqa: BLE001 - a reader's bug: the server logs it and answers 500
+            reply = ("crash", traceback.format_exc())
+        try:
+            conn.send(reply)
+        except (OSError, ValueError):
+            return
+
+
+def _import_readers() -> None:
+    """Everything a first upload of each format would import, so that no call pays for it."""
+    from . import reader  # noqa: F401 - every format module and its library
+    from ruamel.yaml import YAML  # noqa: F401 - imported by the YAML reader on first use
+
+
+def _read_in_helper(data: bytes, filename: str, limits: LimitsConfig) -> tuple[str, str, bool, list[str]]:
+    from .reader import read_document
+
+    document = read_document(data, filename, limits)
+    return document.filename, document.kind, document.sentinel_markup, document.segments
+
+
+def _render_in_helper(data: bytes, filename: str, limits: LimitsConfig, translations: list[str], target: str | None,
+                      origins: dict[str, str]) -> RenderedDocument:
+    from .reader import read_document
+
+    document = read_document(data, filename, limits)
+    document.origins = origins
+    return document.render(translations, target)
