@@ -173,3 +173,43 @@ def test_a_stop_signal_stops_the_parses_before_uvicorn_waits_for_their_requests(
     server = Server(uvicorn_config(app, "127.0.0.1", 0))  # type: ignore[arg-type]
     server.handle_exit(signal.SIGTERM, None)
     assert stopped == ["parsers"] and server.should_exit
+
+
+def test_a_saved_job_whose_reader_the_stop_killed_is_run_again_at_the_next_start(tmp_path) -> None:
+    """A signal stops the helpers before the job workers: the job's render then fails with ServerStopping, which
+    must leave the job for the next start (as a job whose engine closed under it), not fail it."""
+    from hunyuan_mt.config import JobsConfig
+    from hunyuan_mt.documents import RenderedDocument
+    from hunyuan_mt.jobs import DocumentJobs, JobSpec
+    from hunyuan_mt.store import Store
+
+    runs: list[str] = []
+
+    def stopped(spec: JobSpec, upload: object, checkpoint: object) -> object:
+        def work(progress: object, ticket: object) -> object:
+            runs.append("stopped")
+            raise ServerStopping("The server is stopping; send the document again once it is back.")
+        return work
+
+    def finishes(spec: JobSpec, upload: object, checkpoint: object) -> object:
+        def work(progress: object, ticket: object) -> object:
+            runs.append("finished")
+            return RenderedDocument(b"hecho", "a.es.txt", "text/plain", ""), "en"
+        return work
+
+    store = Store.open("", tmp_path)
+    first = DocumentJobs(JobsConfig(workers=1), store=store, runner=stopped)
+    view = first.submit_upload(JobSpec("a.txt", "en", "es"), b"done", None, 1)
+    end = time.monotonic() + 10
+    while runs != ["stopped"] and time.monotonic() < end:
+        time.sleep(0.02)
+    # Any change would come within a second (the job worker fails a job at once): none comes.
+    assert first.wait(view.id, None, 1.0, first.view(view.id)).state == "translating"  # not failed nor cancelled
+    first.close()
+    again = DocumentJobs(JobsConfig(workers=1), store=store, runner=finishes)
+    view = again.wait(view.id, None, 30, again.view(view.id))
+    while view.state != "done":
+        view = again.wait(view.id, None, 30, view)
+    assert runs == ["stopped", "finished"] and again.result(view.id).data == b"hecho"
+    again.close()
+    store.close()
