@@ -232,8 +232,11 @@ def test_rest_downloads_belong_to_the_uploader_when_keys_are_on(keyed: LiveServe
         assert other.get(url, params={"api_key": "k2"}).status_code == 404
         fetched = other.get(url, headers={"Authorization": "Bearer k1"})
         assert fetched.status_code == 200 and fetched.text.startswith(keyed.reference("Open the file.", "en", "es"))
-    # From the uploader's address without the key: LibreTranslate clients download the link bare.
+    # From the uploader's address without the key: LibreTranslate clients download the link bare. Another key, or a
+    # wrong one, from that same address gets nothing (issue 49).
     assert requests.get(url, timeout=60).status_code == 200
+    assert requests.get(url, headers={"Authorization": "Bearer k2"}, timeout=60).status_code == 404
+    assert requests.get(url, params={"api_key": "not-a-key"}, timeout=60).status_code == 404
 
 
 def test_without_keys_a_download_link_is_enough(live_server: LiveServer, doc: Path) -> None:

@@ -149,12 +149,15 @@ class AccessPolicy:
         files `/translate_file` hands out (LibreTranslate's clients fetch `translatedFileUrl` without sending their
         key again); no for document jobs (`/v1/documents` and the page), whose clients send their key on every
         call: there the address fallback let any client behind the same proxy, NAT or share link list, download
-        and cancel another key's job (issue 49)."""
+        and cancel another key's job (issue 49). A request that sends a key other than the uploader's is refused
+        from any address: the fallback is for clients that send no key at all."""
         if owner is None:
             return True
         if api_key and (_matches(f"key:{api_key}", owner.identity) or _matches(key_hash(api_key), owner.identity)):
             return True  # the key itself, or (a job kept in the store across a restart) its hash
-        if not keyed_by_address and owner.identity.startswith(("key:", KEY_HASH)):
+        if owner.identity.startswith(("key:", KEY_HASH)) and (api_key or not keyed_by_address):
+            # A keyed upload: another key, or a wrong one, gets nothing from the uploader's address either; only a
+            # bare fetch of a `/translate_file` link (LibreTranslate's clients) falls back to the address.
             return False
         return client == owner.address
 
