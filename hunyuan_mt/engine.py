@@ -85,6 +85,9 @@ class Row:
     context: str | None = None
     #: Glossary terms of the segment for the terminology prompt, (source, target) (glossary.mode: prompt).
     terms: tuple[tuple[str, str], ...] = ()
+    #: Score the translation as it is decoded: its future then carries `score`, the mean log-probability of its
+    #: tokens (`Engine.run`'s `scores`). Rows that leave the decode loop (beam search, n_best) get None.
+    scored: bool = False
 
     @property
     def key(self) -> str:
@@ -129,6 +132,11 @@ class _Pending:
     @property
     def tokens(self) -> int:
         return self.encoded.tokens
+
+
+def future_scores(futures: Sequence[Future]) -> list[float | None]:
+    """Each answered row's mean token log-probability (`Row.scored`), or None."""
+    return [getattr(f, "score", None) for f in futures]
 
 
 @dataclass(frozen=True)
@@ -364,11 +372,16 @@ class BatchEngine:
                                            ticket=ticket, index=index, yields=self.cfg.documents_yield)))
         return prepared
 
-    def run(self, rows: Sequence[Row], timeout: float | None = None, ticket: "Ticket | None" = None) -> list[str]:
+    def run(self, rows: Sequence[Row], timeout: float | None = None, ticket: "Ticket | None" = None,
+            scores: list[float | None] | None = None) -> list[str]:
         """Translate `rows` (shared batches with concurrent callers). Raises the first failing row's error.
-        A row with `n_best` > 1 answers a list of translations, best first, in place of a string."""
+        A row with `n_best` > 1 answers a list of translations, best first, in place of a string. `scores`, when
+        given, gets each row's mean token log-probability (`Row.scored`; None where there is none)."""
         futures = self.submit(rows, ticket)
-        return [f.result(timeout=timeout) for f in futures]
+        out = [f.result(timeout=timeout) for f in futures]
+        if scores is not None:
+            scores.extend(future_scores(futures))
+        return out
 
     def run_each(self, rows: Sequence[Row], timeout: float | None = None) -> list[str | BaseException]:
         """Like `run`, but returns each row's error in its place instead of raising."""
@@ -713,7 +726,8 @@ class BatchEngine:
         return self._running[seq]
 
     def _sequence(self, p: _Pending) -> DecodeSequence:
-        return DecodeSequence(p.seq, p.encoded.input_ids, p.slot, p.max_new, p.encoded.decoder_prefix, p.guarded)
+        return DecodeSequence(p.seq, p.encoded.input_ids, p.slot, p.max_new, p.encoded.decoder_prefix, p.guarded,
+                              p.row.scored)
 
     def _forward(self, kind: str, rows: list[_Pending], fn: Callable[[], Any]) -> Any:
         """Run one forward under the model lock, timed and recorded; errors come back as _ForwardFailed."""
@@ -829,7 +843,7 @@ class BatchEngine:
                         self._batch.picker.eos:
                     self.stats.length_capped += 1
                 self._tell(p, live.output, True)
-                self._finish(p, result=self.backbone.decode(live.output))
+                self._finish(p, result=self.backbone.decode(live.output), score=live.mean_logprob)
         if any(p.ticket is not None and p.ticket.on_tokens is not None and not p.ticket.final_only
                for p in self._running.values()):
             for live in self._batch.live:
@@ -897,7 +911,8 @@ class BatchEngine:
 
     # ------------------------------------------------------------------ bookkeeping
 
-    def _finish(self, p: _Pending, result: str | None = None, error: BaseException | None = None) -> None:
+    def _finish(self, p: _Pending, result: str | None = None, error: BaseException | None = None,
+                score: float | None = None) -> None:
         self._release(p)
         if p.future.done():
             return
@@ -905,6 +920,7 @@ class BatchEngine:
         if error is not None:
             p.future.set_exception(error)
         else:
+            p.future.score = score  # type: ignore[attr-defined]  # read by `run(scores=)`, set before it wakes
             p.future.set_result(result if result is not None else "")
 
     @staticmethod

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import gc
 import logging
+import math
 import re
 import threading
 import time
@@ -26,7 +27,7 @@ from .adapters.request import Pair
 from .backbone import Backbone, load_backbone
 from .config import Config, load_config
 from .detect import Detection, detect as detect_language, ready as detector_ready, start as start_detector
-from .engine import BatchEngine, Row
+from .engine import BatchEngine, Row, future_scores
 from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
 from . import prompts
 from .glossary import Glossary, has_terms
@@ -89,6 +90,15 @@ class TranslationResult:
     #: Near entries of the translation memory for segments it did not know exactly, best first: each with the
     #: segment's index, the score (0..1) and the entry's source and target (tm.fuzzy_threshold).
     memory_matches: list[dict[str, Any]] = field(default_factory=list)
+    #: Each segment's confidence in (0, 1] (`_Job.confidences`): the model's own token probabilities, as
+    #: bergamot-translator's quality estimate; 1.0 from the memory; None where there is no score.
+    segment_confidences: list[float | None] = field(default_factory=list)
+
+    @property
+    def confidence(self) -> float | None:
+        """The text's confidence: its least confident segment's (a reviewer looks for the weakest sentence)."""
+        known = [c for c in self.segment_confidences if c is not None]
+        return min(known) if known else None
 
     @property
     def route_label(self) -> str:
@@ -97,6 +107,7 @@ class TranslationResult:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["route_label"] = self.route_label
+        out["confidence"] = self.confidence
         return out
 
 
@@ -134,6 +145,23 @@ class _Job:
     context: str | None = None
     #: Segment index → the glossary terms it holds, for the terminology prompt (glossary.mode: prompt).
     prompt_terms: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    #: Whether the model's segments are scored (`confidences`): text requests, not documents.
+    scored: bool = False
+    #: Segment index → the sum over its hops of each hop's mean token log-probability (None: a hop had none).
+    logprob: dict[int, float | None] = field(default_factory=dict)
+
+    def confidences(self) -> list[float | None]:
+        """Each segment's confidence in (0, 1]: the geometric mean of its tokens' probabilities, multiplied over a
+        pivot's hops; 1.0 for a segment the translation memory answered; None where the model gave no score
+        (beam search) or the segment needed no translation."""
+        out: list[float | None] = []
+        for i in range(len(self.current)):
+            if i in self.memory:
+                out.append(1.0)
+            else:
+                value = self.logprob.get(i)
+                out.append(None if value is None else round(math.exp(value), 4))
+        return out
 
     @property
     def terms(self) -> int:
@@ -341,6 +369,8 @@ class TranslationService:
             # With alternatives, segments the memory knows still go to the model: its n best are the alternatives.
             jobs = [self._job(text, plan, glossary, model_too=bool(alternatives), context=context)
                     for text, plan in zip(cleaned, plans)]
+            for job in jobs:
+                job.scored = not _warmup
             if _listen is not None:
                 for job in jobs:
                     _listen(job, -1, [], False)
@@ -364,7 +394,7 @@ class TranslationService:
                 alternatives=_alternatives(job, alternatives), memory_segments=len(job.memory),
                 memory_near_segments=len(job.near),
                 glossary_terms=job.terms, memory_matches=_matches(job),
-                segments=len(job.current)))
+                segments=len(job.current), segment_confidences=job.confidences()))
         if not _warmup:  # the warm-up's requests are nobody's: they stay out of the counts and latencies
             self._record(total_ms, sum(len(j.todo) for j in jobs), sum(len(t) for t in cleaned), len(texts), "text")
         return results
@@ -539,6 +569,8 @@ class TranslationService:
             # The same text and memory: its suggestions are the first run's, not looked up again.
             again = [self._job(texts[n], jobs[n].plan, glossary, model_too, visible=False, suggest=False,
                                context=jobs[n].context) for n in missed]
+            for n, job in zip(missed, again):
+                job.scored = jobs[n].scored
             self._run_jobs(again, n_best, ticket, listen)
             for n, job in zip(missed, again):
                 job.current = [job.memory.get(i, text) for i, text in enumerate(job.current)]
@@ -561,19 +593,24 @@ class TranslationService:
                 hop = job.plan.hops[k]
                 for i in job.todo:
                     rows.append(Row(job.current[i], hop.src, hop.tgt, hop.adapter, context=job.context,
-                                    terms=job.prompt_terms.get(i, ())))
+                                    terms=job.prompt_terms.get(i, ()), scored=job.scored))
                     where.append((job, i))
             if not rows:
                 continue
             last = [n for n, (job, _) in enumerate(where) if n_best > 1 and k == len(job.plan.hops) - 1]
             # The n-best rows go in the same round as the plain ones: the engine runs both together.
             extra = [dataclasses.replace(rows[n], n_best=n_best) for n in last]
+            scores: list[float | None] = []
             if listen is not None and not getattr(listen, "final_only", False) and len(rows) > 1:
-                outs = self._first_alone(rows, extra, where, k, ticket, listen)
+                outs = self._first_alone(rows, extra, where, k, ticket, listen, scores)
             else:
-                outs = self.engine.run(rows + extra, ticket=self._round_ticket(ticket, listen, where, k))
-            for (job, i), text in zip(where, outs):
+                outs = self.engine.run(rows + extra, ticket=self._round_ticket(ticket, listen, where, k),
+                                       scores=scores)
+            for (job, i), text, score in zip(where, outs, scores):
                 job.current[i] = text
+                if job.scored:
+                    before = job.logprob.get(i, 0.0)
+                    job.logprob[i] = None if before is None or score is None else before + score
             for n, hypotheses in zip(last, outs[len(rows):]):
                 job, i = where[n]
                 job.nbest[i] = list(hypotheses)
@@ -587,7 +624,7 @@ class TranslationService:
                         job.nbest[i] = [_masking.restore(h, prot) for h in job.nbest[i]]
 
     def _first_alone(self, rows: list[Row], extra: list[Row], where: list[tuple[_Job, int]], k: int,
-                     ticket: Ticket | None, listen: Callable[..., None]) -> list[Any]:
+                     ticket: Ticket | None, listen: Callable[..., None], scores: list[float | None]) -> list[Any]:
         """A stream's round: its first sentence enters alone, and the others once it has its first token, so the
         reader waits for one row's prefill before the first words, not for every row's (they join a step later)."""
         started = threading.Event()
@@ -599,7 +636,9 @@ class TranslationService:
         futures = self.engine.submit(rows[:1], self._round_ticket(ticket, first, where[:1], k))
         started.wait(_STREAM_HEAD_START_S)
         futures += self.engine.submit(rows[1:] + extra, self._round_ticket(ticket, listen, where[1:], k))
-        return [f.result() for f in futures]
+        out = [f.result() for f in futures]
+        scores.extend(future_scores(futures))
+        return out
 
     @staticmethod
     def _round_ticket(ticket: Ticket | None, listen: Callable[..., None] | None, where: list[tuple[_Job, int]],

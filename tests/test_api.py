@@ -42,10 +42,11 @@ def test_translate_json_returns_the_services_translation(client: httpx.Client, l
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["translatedText"] == live_server.reference("Open the file.", "en", "es")
-    # Beside it, only the memory's near entries for segments it did not know (suggestions, tm.fuzzy_threshold).
+    # Beside it, only the model's confidence and the memory's near entries for segments it did not know
+    # (suggestions, tm.fuzzy_threshold).
     reference = live_server.service.translate_batch(["Open the file."], "en", "es")[0]
-    assert body == {"translatedText": reference.text, **({"memoryMatches": reference.memory_matches}
-                                                         if reference.memory_matches else {})}
+    assert body == {"translatedText": reference.text, "confidence": reference.confidence,
+                    **({"memoryMatches": reference.memory_matches} if reference.memory_matches else {})}
 
 
 def test_translate_form_body_is_accepted(client: httpx.Client, live_server: LiveServer) -> None:

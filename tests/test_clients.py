@@ -142,15 +142,15 @@ def test_query_string_and_body_merge_as_in_libretranslate(live_server: LiveServe
     want = live_server.expected("Unknown error", "en", "es")
     # "Unknown error" is in the demo's translation memory: the answer says so, beyond LibreTranslate's shape.
     query_only = httpx.post(f"{url}/translate", params={"q": "Unknown error", "source": "en", "target": "es"})
-    assert query_only.json() == {"translatedText": want, "memorySegments": 1}
+    assert query_only.json() == {"translatedText": want, "memorySegments": 1, "confidence": 1.0}
     mixed = httpx.post(f"{url}/translate", params={"source": "en", "target": "de"},
                        json={"q": "Unknown error", "target": "es"})
-    assert mixed.json() == {"translatedText": want, "memorySegments": 1}
+    assert mixed.json() == {"translatedText": want, "memorySegments": 1, "confidence": 1.0}
     form = httpx.post(f"{url}/translate?target=es", data={"q": "Unknown error", "source": "en"})
-    assert form.json() == {"translatedText": want, "memorySegments": 1}
+    assert form.json() == {"translatedText": want, "memorySegments": 1, "confidence": 1.0}
     crlf = httpx.post(f"{url}/translate", data={"q": "Unknown error\r\nUnknown error", "source": "en",
                                                   "target": "es"})
-    assert crlf.json() == {"translatedText": f"{want}\n{want}", "memorySegments": 2}
+    assert crlf.json() == {"translatedText": f"{want}\n{want}", "memorySegments": 2, "confidence": 1.0}
     detect = httpx.post(f"{url}/detect", params={"q": TEXT})
     assert detect.json()[0]["language"] == live_server.service.detect(TEXT)[0].code
 

@@ -398,7 +398,8 @@ def test_http_ingress_is_the_libretranslate_api_and_names_the_replica(cluster: A
     r = httpx.post(f"{url}/translate", params={"q": "Hello world, how are you today?", "source": "en",
                                                "target": "es", "alternatives": "2"}, timeout=60)
     want = reference.translate_batch(["Hello world, how are you today?"], "en", "es", alternatives=2)[0]
-    assert _without_matches(r.json()) == {"translatedText": want.text, "alternatives": want.alternatives}
+    assert _without_matches(r.json()) == {"translatedText": want.text, "alternatives": want.alternatives,
+                                          "confidence": want.confidence}
     assert want.alternatives
     # A glossary crosses it too, for texts and documents: the replica enforces the same terms.
     from hunyuan_mt.glossary import parse_terms
@@ -407,8 +408,11 @@ def test_http_ingress_is_the_libretranslate_api_and_names_the_replica(cluster: A
     r = httpx.post(f"{url}/translate", json={"q": "Hello world, how are you today?", "source": "en", "target": "es",
                                              "glossary": terms}, timeout=60)
     glossary = parse_terms(terms, 10)
-    want_text = reference.translate("Hello world, how are you today?", "en", "es", glossary=glossary).text
-    assert _without_matches(r.json()) == {"translatedText": want_text} and "planeta" in want_text
+    wanted = reference.translate("Hello world, how are you today?", "en", "es", glossary=glossary)
+    want_text = wanted.text
+    # The replica's confidence crosses too: the same tokens, the same log-probabilities.
+    assert _without_matches(r.json()) == {"translatedText": want_text, "confidence": wanted.confidence}
+    assert "planeta" in want_text and wanted.confidence is not None
     # A document's context crosses it as well (this Marian demo has no prompt to hold it: the output is the same).
     r = httpx.post(f"{url}/translate_file", files={"file": ("a.txt", b"Hello world.\n")}, timeout=60,
                    data={"source": "en", "target": "es", "glossary": "world = planeta", "context": "A greeting."})

@@ -103,7 +103,7 @@ def test_a_correction_answers_its_text_at_once_exact_and_fuzzy(own_memory: LiveS
     assert posted.status_code == 201, posted.text
     assert posted.json() == {"id": 1, "source": "en", "target": "es", "route": ["en", "es"]}
     again = requests.post(url + "/translate", json={"q": text, "source": "en", "target": "es"}, timeout=60).json()
-    assert again == {"translatedText": "La copia de la carpeta compartida ha terminado.", "memorySegments": 1}
+    assert again == {"translatedText": "La copia de la carpeta compartida ha terminado.", "memorySegments": 1, "confidence": 1.0}
     near = requests.post(url + "/translate", json={"q": "The backup of the shared folders has finished.",
                                                    "source": "en", "target": "es"}, timeout=60).json()
     assert near["memoryMatches"][0]["target"] == "La copia de la carpeta compartida ha terminado."
@@ -255,7 +255,7 @@ def test_a_job_killed_mid_way_finishes_after_a_restart_with_no_segment_lost_or_s
     # What was learnt before the kill is all there: the correction and its memory entry.
     again = requests.post(second.url + "/translate", json={k: correction[k] for k in ("q", "source", "target")},
                           timeout=60).json()
-    assert again == {"translatedText": "El archivo se ha copiado.", "memorySegments": 1}
+    assert again == {"translatedText": "El archivo se ha copiado.", "memorySegments": 1, "confidence": 1.0}
     with sqlite3.connect(data / "hunyuan.db") as db:
         assert db.execute("SELECT count(*) FROM corrections").fetchone() == (1,)
 

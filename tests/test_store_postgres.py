@@ -77,7 +77,7 @@ def test_a_correction_on_one_server_answers_on_the_other_at_once(two_servers: tu
                            json={**body, "translation": "La copia nocturna del archivo ha terminado."})
     assert posted.status_code == 201, posted.text
     answer = requests.post(second.url + "/translate", json=body, timeout=60).json()
-    assert answer == {"translatedText": "La copia nocturna del archivo ha terminado.", "memorySegments": 1}
+    assert answer == {"translatedText": "La copia nocturna del archivo ha terminado.", "memorySegments": 1, "confidence": 1.0}
     assert machine != answer["translatedText"]
     # The CLI imports into the same database; both servers answer with it from their next request.
     rows = tmp_path / "rows.tsv"

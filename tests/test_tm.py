@@ -113,7 +113,7 @@ def test_rest_import_needs_the_admin_key_and_then_answers(memory_server: LiveSer
                            "entries": 1}
     answer = requests.post(url + "/translate", json={"q": "Print the page.", "source": "en", "target": "es"},
                            timeout=60).json()
-    assert answer == {"translatedText": "Imprima la página.", "memorySegments": 1}
+    assert answer == {"translatedText": "Imprima la página.", "memorySegments": 1, "confidence": 1.0}
     bad = requests.post(url + "/admin/memory", data={"pair": "en2es"}, headers={"X-Admin-Key": ADMIN_KEY},
                         timeout=60)
     assert bad.status_code == 400 and "multipart 'file'" in bad.json()["error"]
@@ -183,7 +183,7 @@ def test_rest_answers_memory_matches_as_suggestions(memory_server: LiveServer) -
     assert 0.75 <= match["score"] < 1 and body["translatedText"] != match["target"]
     exact = requests.post(memory_server.url + "/translate", json={"q": "The disk is full.", "source": "en",
                                                                   "target": "es"}, timeout=60).json()
-    assert exact == {"translatedText": "El disco está lleno.", "memorySegments": 1}  # no suggestion beside a hit
+    assert exact == {"translatedText": "El disco está lleno.", "memorySegments": 1, "confidence": 1.0}  # no suggestion beside a hit
 
 
 #: Issue 47's near-exact set: (memory source, memory target, query, what the answer must be). Each query differs
@@ -228,7 +228,7 @@ def test_rest_and_the_page_flag_a_near_exact_answer(memory_server: LiveServer) -
     service.tm.add("en2es", [("The disk is full.", "El disco está lleno.")])
     body = requests.post(memory_server.url + "/translate", json={"q": "the disk is full", "source": "en",
                                                                  "target": "es"}, timeout=60).json()
-    assert body == {"translatedText": "El disco está lleno", "memorySegments": 1, "memoryNearSegments": 1}
+    assert body == {"translatedText": "El disco está lleno", "memorySegments": 1, "memoryNearSegments": 1, "confidence": 1.0}
     line = _info_line(service.translate("The disk is full!", "en", "es"), None, 0.01)
     assert "From memory:** 1 of 1 segment (1 near-exact: case or closing punctuation differed)" in line
 

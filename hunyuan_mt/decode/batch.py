@@ -47,6 +47,8 @@ class Sequence:
     decoder_prefix: tuple[int, ...] = ()
     #: Stop the row when it falls into a repetition loop (the batch's `guard`).
     guarded: bool = False
+    #: Keep the log-probability of each token the row takes (`Live.logprobs`): its translation's confidence.
+    scored: bool = False
 
 
 @dataclass
@@ -61,10 +63,19 @@ class Live:
     answered: bool = False
     #: Set when the loop guard stopped the row: how many generated tokens make its output.
     cut: int | None = None
+    #: For a `scored` row, the model's log-probability of each token it took (its raw distribution's, before
+    #: the picking rules), as bergamot-translator's quality estimate reads them.
+    logprobs: list[float] = field(default_factory=list)
 
     @property
     def output(self) -> list[int]:
         return self.generated if self.cut is None else self.generated[:self.cut]
+
+    @property
+    def mean_logprob(self) -> float | None:
+        """The mean log-probability of the output's tokens (None for a row not scored, or with no output)."""
+        taken = self.logprobs if self.cut is None else self.logprobs[:self.cut]
+        return sum(taken) / len(taken) if taken else None
 
     @property
     def position(self) -> int:
@@ -264,7 +275,16 @@ class RunningBatch(ABC):
                     token = self.guard.third_copy(row.generated)
                     if token is not None:
                         forbidden[i] = token
+        scored = [i for i, row in enumerate(live) if row.seq.scored]
+        # Copied before the picking rules, which may write into the logits (bans, penalties): the model's own
+        # distribution. Only the scored rows: a 64-row step of the demo spent 0.24 ms on the whole block.
+        raw = logits[scored].float() if scored else None
         tokens = self.picker.pick(logits, [r.tokens for r in live], forbidden)
+        if raw is not None:
+            # Each row's log-softmax of its own logits: a row's value is the same alone or in any batch (tested).
+            taken = raw.gather(1, torch.tensor([[tokens[i]] for i in scored], device=raw.device))[:, 0]
+            for i, value in zip(scored, (taken - torch.logsumexp(raw, dim=-1)).tolist()):
+                live[i].logprobs.append(value)
         for row, token in zip(live, tokens):
             row.generated.append(token)
             row.tokens.seen.append(token)

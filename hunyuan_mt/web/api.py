@@ -296,6 +296,7 @@ class RestApi:
                 translated = [html for html, _ in pairs]
                 detected = [d for _, d in pairs]
                 others: list[list[str]] = [[] for _ in texts]  # markup has no alternatives (nor in LibreTranslate)
+                confidence: list[float | None] = [None for _ in texts]
                 memory = [0 for _ in texts]
                 close = [0 for _ in texts]
                 near = [[] for _ in texts]
@@ -307,12 +308,17 @@ class RestApi:
                 translated = [r.text for r in results]
                 detected = [r.detected for r in results]
                 others = [list(r.alternatives) for r in results]
+                confidence = [r.confidence for r in results]
                 memory = [r.memory_segments for r in results]
                 close = [r.memory_near_segments for r in results]
                 near = [list(r.memory_matches) for r in results]
         finally:
             await request.close()
         body: dict[str, Any] = {"translatedText": translated if as_list else translated[0]}
+        if any(c is not None for c in confidence):
+            # Beyond LibreTranslate's shape (its clients ignore it): how sure the model was, in (0, 1], of each
+            # text's least sure sentence (the geometric mean of its tokens' probabilities; 1 from the memory).
+            body["confidence"] = confidence if as_list else confidence[0]
         if any(memory):
             # Beyond LibreTranslate's shape (its clients ignore it): how many segments the memory answered, and
             # how many of those near-exactly (an entry that differed in case or closing punctuation).

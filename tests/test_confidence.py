@@ -1,0 +1,80 @@
+"""A confidence for every translated segment (issue 47 item 2): the mean log-probability of the tokens the model
+took, from its own distribution at each step, as bergamot-translator's quality estimate. It must be what
+transformers' scores say for the same tokens, a row's own alone or in any batch, and come back through the REST
+API beside LibreTranslate's fields."""
+
+from __future__ import annotations
+
+import math
+
+import httpx
+import pytest
+import torch
+
+from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.config import GenerationConfig
+from hunyuan_mt.decode import Sequence
+from hunyuan_mt.lora import BASE_SLOT
+from web_server import LiveServer
+
+TEXTS = ["Hello world, how are you today?", "Open the file, save the document and close the window.",
+         "The quick brown fox.", "Bonjour le monde."]
+
+
+def _run(bb, rows: list[PromptRow], scored: list[bool], max_new: int = 12) -> dict[int, tuple[list[int], list[float]]]:
+    batch = bb.new_batch(GenerationConfig())
+    out: dict[int, tuple[list[int], list[float]]] = {}
+    with torch.inference_mode():
+        seqs = []
+        for i, (row, score) in enumerate(zip(rows, scored)):
+            e = bb.encode(row)
+            seqs.append(Sequence(i, e.input_ids, BASE_SLOT, max_new, e.decoder_prefix, scored=score))
+        batch.add(seqs)
+        while True:
+            for live in batch.pop_finished():
+                out[live.seq.tag] = (live.output, list(live.logprobs))
+            if not len(batch):
+                return out
+            batch.step()
+
+
+@pytest.mark.parametrize("model", ["marian", "hunyuan"])
+def test_each_tokens_logprob_is_transformers_log_softmax_for_it(model: str, request, fresh_backbone) -> None:
+    bb = fresh_backbone(request.getfixturevalue(f"{model}_dir"))
+    row = PromptRow(TEXTS[1], "en", "es")
+    tokens, logprobs = _run(bb, [row], [True])[0]
+    assert len(logprobs) == len(tokens) > 0
+    e = bb.encode(row)
+    prompt = torch.tensor([e.input_ids])
+    kwargs = {"decoder_input_ids": torch.tensor([list(e.decoder_prefix)])} if e.decoder_prefix else {}
+    with torch.inference_mode():
+        generated = bb.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=len(tokens),
+                                      do_sample=False, num_beams=1, output_logits=True, return_dict_in_generate=True,
+                                      **kwargs)
+    theirs = [torch.log_softmax(step[0].float(), -1)[token].item() for step, token in zip(generated.logits, tokens)]
+    assert logprobs == pytest.approx(theirs, abs=1e-4)
+
+
+def test_a_rows_logprobs_are_its_own_alone_or_in_a_batch_and_unscored_rows_cost_nothing(marian_dir,
+                                                                                         fresh_backbone) -> None:
+    bb = fresh_backbone(marian_dir)
+    rows = [PromptRow(t, "en", "es") for t in TEXTS]
+    together = _run(bb, rows, [True, False, True, True])
+    for i, row in enumerate(rows):
+        if i == 1:
+            assert together[i][1] == []  # not asked for: not computed
+            continue
+        assert _run(bb, [row], [True])[0] == together[i]  # the same tokens and the same values to the bit
+
+
+def test_translate_answers_a_confidence_per_text_beside_libretranslates_fields(live_server: LiveServer) -> None:
+    body = {"q": ["Open the file.", "Where is the printer? It is out of paper."], "source": "en", "target": "es"}
+    answer = httpx.post(live_server.url + "/translate", json=body, timeout=60).json()
+    results = live_server.service.translate_batch(body["q"], "en", "es")
+    assert answer["confidence"] == [r.confidence for r in results]
+    assert all(0 < c <= 1 for c in answer["confidence"])
+    two = results[1]
+    assert two.segments == 2 and len(two.segment_confidences) == 2
+    assert two.confidence == min(two.segment_confidences)
+    single = httpx.post(live_server.url + "/translate", json={**body, "q": body["q"][0]}, timeout=60).json()
+    assert single["confidence"] == results[0].confidence and math.isfinite(single["confidence"])
