@@ -393,6 +393,19 @@ class TmConfig:
 
 
 @dataclass
+class QualityConfig:
+    #: A document segment the model translated with a confidence below this (0..1: the geometric mean of its
+    #: tokens' probabilities, its least sure sentence's) is marked for review where the format has a place:
+    #: XLIFF 1.2 `state="needs-review-translation"`, PO's `fuzzy` flag. At or above it: XLIFF `translated`
+    #: (`mt-suggestion`), and no fuzzy flag. 1.0 marks every machine translation for review.
+    review_below: float = 0.5
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.review_below, (int, float)) and not isinstance(self.review_below, bool)
+               and 0 <= self.review_below <= 1, "quality.review_below", "a number from 0 to 1", self.review_below)
+
+
+@dataclass
 class StoreConfig:
     #: The database for what the server learns (memory, corrections, jobs): "" for SQLite at
     #: `<dir>/hunyuan.db`, or a SQLAlchemy URL, `postgresql+psycopg://user:password@host/db`, which replicas share.
@@ -440,6 +453,7 @@ class Config:
     tm: TmConfig = field(default_factory=TmConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    quality: QualityConfig = field(default_factory=QualityConfig)
     #: Free-form profile name, shown in the status tab.
     name: str = "custom"
 

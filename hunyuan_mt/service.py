@@ -39,7 +39,7 @@ from .warmup import WarmupReport, warm_service
 from .languages import LANGUAGES, normalize_code, served_codes
 from .memory import MemoryMonitor, MemoryPolicy
 from .router import RoutePlan, Router
-from .documents.base import ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, check_mark_runs
+from .documents.base import ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, ORIGIN_MODEL_SURE, check_mark_runs
 from .masking import protect_pair
 from .segment import split_text
 from .streaming import TextStream
@@ -467,13 +467,15 @@ class TranslationService:
             part = todo[start:start + chunk]
             # Documents report no memory suggestions: nobody would read them.
             jobs = [self._job(texts[i], plan, glossary, suggest=False, context=context) for i in part]
+            for job in jobs:
+                job.scored = origins is not None  # where the document has a place to say how sure the model was
             if counted is not None:
                 counted.limit = start + len(part)
             jobs = self._run_enforcing(jobs, [texts[i] for i in part], glossary, ticket=ticket, listen=counted)
             for i, job in zip(part, jobs):
                 out[i] = job.render(job.current)
                 if origins is not None and (job.todo or job.memory):
-                    origins[texts[i]] = ORIGIN_MODEL if job.todo else \
+                    origins[texts[i]] = self._model_origin(job) if job.todo else \
                         ORIGIN_MEMORY_NEAR if job.near else ORIGIN_MEMORY
             if finished is not None:
                 finished(part, [out[i] for i in part])
@@ -546,6 +548,13 @@ class TranslationService:
                             and (found := glossary.pairs(protected[i]))}  # type: ignore[union-attr]
         return _Job(plan, layout, protected, current, todo, memory=memory, near=near_exact, required=required,
                     visible=visible and bool(required), matches=matches, context=context, prompt_terms=prompt_terms)
+
+    def _model_origin(self, job: _Job) -> str:
+        """A segment the model translated: ORIGIN_MODEL_SURE when every sentence of it scored at least
+        `quality.review_below`, else ORIGIN_MODEL (to review)."""
+        scores = [c for i, c in enumerate(job.confidences()) if i in job.todo]
+        sure = bool(scores) and all(c is not None and c >= self.cfg.quality.review_below for c in scores)
+        return ORIGIN_MODEL_SURE if sure else ORIGIN_MODEL
 
     def _check_alternatives(self, alternatives: Any) -> None:
         limit = self.cfg.limits.max_alternatives

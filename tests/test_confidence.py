@@ -78,3 +78,44 @@ def test_translate_answers_a_confidence_per_text_beside_libretranslates_fields(l
     assert two.confidence == min(two.segment_confidences)
     single = httpx.post(live_server.url + "/translate", json={**body, "q": body["q"][0]}, timeout=60).json()
     assert single["confidence"] == results[0].confidence and math.isfinite(single["confidence"])
+
+
+XLIFF = (b'<?xml version="1.0" encoding="UTF-8"?>\n<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">'
+         b'<file source-language="en" target-language="es" datatype="plaintext" original="ui"><body>'
+         b'<trans-unit id="1"><source>Open the file.</source></trans-unit>'
+         b'<trans-unit id="2"><source>The printer on the second floor is out of paper.</source></trans-unit>'
+         b'</body></file></xliff>')
+PO = (b'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\n'
+      b'msgid "Open the file."\nmsgstr ""\n\nmsgid "The printer on the second floor is out of paper."\nmsgstr ""\n')
+
+
+@pytest.mark.parametrize("review_below", [0.0, 1.0])
+def test_documents_mark_for_review_what_the_model_was_unsure_of(web_service, monkeypatch: pytest.MonkeyPatch,
+                                                                 review_below: float) -> None:
+    """quality.review_below: at 0 every machine translation is confident (XLIFF `translated`, no PO fuzzy flag, a
+    comment saying so); at 1 every one is marked for review (XLIFF `needs-review-translation`, PO fuzzy)."""
+    import dataclasses
+
+    import polib
+    from lxml import etree
+
+    from hunyuan_mt.documents import read_document, translate_document
+
+    cfg = web_service.cfg
+    monkeypatch.setattr(cfg, "quality", dataclasses.replace(cfg.quality, review_below=review_below))
+    monkeypatch.setattr(cfg, "tm", dataclasses.replace(cfg.tm, enabled=False))  # the model answers every segment
+    sure = review_below == 0.0
+
+    def run(data: bytes, name: str) -> bytes:
+        origins: dict[str, str] = {}
+        document = read_document(data, name, cfg.limits)
+        rendered = translate_document(document, name, cfg.limits, lambda segments, progress: web_service
+                                      .translate_segments(segments, "en", "es", origins=origins),
+                                      target="es", origins=origins)
+        return rendered.data
+
+    targets = etree.fromstring(run(XLIFF, "ui.xlf")).iter("{urn:oasis:names:tc:xliff:document:1.2}target")
+    assert [(t.get("state"), t.get("state-qualifier")) for t in targets] == \
+           [("translated" if sure else "needs-review-translation", "mt-suggestion")] * 2
+    entries = [e for e in polib.pofile(run(PO, "ui.po").decode()) if e.msgid]
+    assert [("fuzzy" in e.flags, "confident" in e.tcomment) for e in entries] == [(not sure, sure)] * 2

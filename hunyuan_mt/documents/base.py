@@ -108,6 +108,9 @@ def check_not_empty(filename: str, segments: Sequence[str], what: str = "text") 
 #: Where a segment's translation came from: the translation memory (exact, or near-exact: case, closing
 #: punctuation, numbers or placeholders differed) or the model.
 ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL = "memory", "memory-near", "model"
+#: The model's, with a confidence at or above `quality.review_below` (every sentence of the segment): the formats
+#: that mark what needs review (XLIFF's state, PO's fuzzy flag) leave it unmarked. Below it, ORIGIN_MODEL.
+ORIGIN_MODEL_SURE = "model-confident"
 
 
 class Document(ABC):

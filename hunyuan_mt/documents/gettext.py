@@ -1,10 +1,12 @@
-"""gettext catalogues (.po, .pot): untranslated entries get a machine translation, marked fuzzy for review.
+"""gettext catalogues (.po, .pot): untranslated entries get a machine translation, marked fuzzy where the model
+was unsure.
 
 Read and written with polib, the library translate-toolkit and Weblate's tooling rest on, so what comes back is a
 catalogue `msgfmt` takes: the header, every entry's order, `msgctxt`, comments, references, flags and obsolete
 entries stay as they were. An entry already translated is left alone (a translator's work is never overwritten); an
-entry the model fills gets the `fuzzy` flag, which is how gettext says "check me" (msgfmt leaves fuzzy entries out
-of the compiled catalogue until someone removes the flag); an entry the translation memory filled gets a translator
+entry the model fills below `quality.review_below` confidence gets the `fuzzy` flag, which is how gettext says
+"check me" (msgfmt leaves fuzzy entries out of the compiled catalogue until someone removes the flag), and one at
+or above it a translator comment saying it is a confident machine translation (1.0 flags them all); an entry the translation memory filled gets a translator
 comment saying so, and the fuzzy flag only when the match was near-exact (an exact one is a person's translation). A plural entry gets its singular's translation in
 msgstr[0] and its plural's in every other form the header's Plural-Forms asks for (2 without one). Placeholders
 (`%s`, `{name}`, `%(count)d`) travel as masking spans like everywhere else. A .pot comes back as a .po whose
@@ -20,17 +22,19 @@ import polib
 
 from ..config import LimitsConfig
 from ..errors import InvalidInput
-from .base import ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, Document, RenderedDocument, needs_translation, output_filename
+from .base import (ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, ORIGIN_MODEL_SURE, Document, RenderedDocument,
+                   needs_translation, output_filename)
 from .encoding import decode_text
 
-_NOTE = ("Entries the model translated are marked fuzzy for review; entries already translated, contexts, "
-         "comments and flags are kept.")
+_NOTE = ("Entries the model translated with low confidence are marked fuzzy for review (quality.review_below); "
+         "entries already translated, contexts, comments and flags are kept.")
 _NPLURALS = re.compile(r"nplurals\s*=\s*(\d+)")
-#: The translator comment an entry from the translation memory gets (the model's entries have the fuzzy flag
-#: alone): an exact answer is a person's translation and is not fuzzy; a near-exact one is.
+#: The translator comment an entry gets for where its translation came from (the model's unsure ones have the
+#: fuzzy flag alone): an exact answer is a person's translation and is not fuzzy; a near-exact one is.
 _COMMENTS = {ORIGIN_MEMORY: "translation memory: exact match",
              ORIGIN_MEMORY_NEAR: "translation memory: near-exact match (case, punctuation, numbers or placeholders "
-                                 "differed); check it"}
+                                 "differed); check it",
+             ORIGIN_MODEL_SURE: "machine translation, confident (at or above quality.review_below)"}
 #: A line that holds a string: a keyword line or a continuation, of a live, obsolete (#~) or previous (#|) entry.
 _STRING_LINE = re.compile(r'^(?:#[~|]\s*)?(?:(?:msgctxt|msgid|msgid_plural|msgstr(?:\[\d+\])?)\s+)?"')
 #: Its string, whole: quoted, escapes paired, nothing after the closing quote but blanks.
@@ -81,10 +85,11 @@ class GettextDocument(Document):
                 entry.msgstr = translations[singular]
             sources = [entry.msgid] + ([entry.msgid_plural] if plural is not None else [])
             found = {self.origins.get(text, ORIGIN_MODEL) for text in sources}
-            origin = next(o for o in (ORIGIN_MODEL, ORIGIN_MEMORY_NEAR, ORIGIN_MEMORY) if o in found)
+            # The entry is as sure as its least sure string.
+            origin = next(o for o in (ORIGIN_MODEL, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL_SURE, ORIGIN_MEMORY) if o in found)
             if origin in _COMMENTS:
                 entry.tcomment = "\n".join(filter(None, [entry.tcomment, _COMMENTS[origin]]))
-            if origin != ORIGIN_MEMORY and "fuzzy" not in entry.flags:
+            if origin in (ORIGIN_MODEL, ORIGIN_MEMORY_NEAR) and "fuzzy" not in entry.flags:
                 entry.flags.insert(0, "fuzzy")  # first, as msgmerge writes it: "#, fuzzy, c-format"
         if target and (self._template or not self._catalogue.metadata.get("Language")):
             self._catalogue.metadata["Language"] = target

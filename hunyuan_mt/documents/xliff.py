@@ -25,7 +25,7 @@ from lxml import etree
 from .. import masking
 from ..config import LimitsConfig
 from ..errors import InvalidInput
-from .base import (ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, Document, RenderedDocument, check_xml_caps,
+from .base import (ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, ORIGIN_MODEL_SURE, Document, RenderedDocument, check_xml_caps,
                    needs_translation, output_filename)
 
 _NOTE = ("Targets written by the model are marked for review, and those from the translation memory say so; inline "
@@ -34,7 +34,8 @@ _NOTE = ("Targets written by the model are marked for review, and those from the
 #: the memory); its near-exact one and the model's are for review.
 _STATES_1 = {ORIGIN_MEMORY: ("translated", "leveraged-tm"),
              ORIGIN_MEMORY_NEAR: ("needs-review-translation", "leveraged-tm"),
-             ORIGIN_MODEL: ("needs-review-translation", "mt-suggestion")}
+             ORIGIN_MODEL: ("needs-review-translation", "mt-suggestion"),
+             ORIGIN_MODEL_SURE: ("translated", "mt-suggestion")}
 XLIFF_1 = "urn:oasis:names:tc:xliff:document:1.2"
 XLIFF_2 = "urn:oasis:names:tc:xliff:document:2.0"
 # Elements whose content is text to translate (the start and end are codes), and codes copied whole.
