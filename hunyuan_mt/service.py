@@ -93,6 +93,8 @@ class TranslationResult:
     #: Each segment's confidence in (0, 1] (`_Job.confidences`): the model's own token probabilities, as
     #: bergamot-translator's quality estimate; 1.0 from the memory; None where there is no score.
     segment_confidences: list[float | None] = field(default_factory=list)
+    #: Each segment's translation, in order (what `segment_confidences` score; the text joins them).
+    segment_texts: list[str] = field(default_factory=list)
 
     @property
     def confidence(self) -> float | None:
@@ -394,7 +396,7 @@ class TranslationService:
                 alternatives=_alternatives(job, alternatives), memory_segments=len(job.memory),
                 memory_near_segments=len(job.near),
                 glossary_terms=job.terms, memory_matches=_matches(job),
-                segments=len(job.current), segment_confidences=job.confidences()))
+                segments=len(job.current), segment_confidences=job.confidences(), segment_texts=list(job.current)))
         if not _warmup:  # the warm-up's requests are nobody's: they stay out of the counts and latencies
             self._record(total_ms, sum(len(j.todo) for j in jobs), sum(len(t) for t in cleaned), len(texts), "text")
         return results

@@ -119,3 +119,36 @@ def test_documents_mark_for_review_what_the_model_was_unsure_of(web_service, mon
            [("translated" if sure else "needs-review-translation", "mt-suggestion")] * 2
     entries = [e for e in polib.pofile(run(PO, "ui.po").decode()) if e.msgid]
     assert [("fuzzy" in e.flags, "confident" in e.tcomment) for e in entries] == [(not sure, sure)] * 2
+
+
+def test_the_openai_client_gets_logprobs_per_sentence_when_it_asks(live_server: LiveServer) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=live_server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    text = "Where is the printer? It is out of paper."
+    asked = client.chat.completions.create(model="en2es", messages=[{"role": "user", "content": text}],
+                                           logprobs=True)
+    want = live_server.service.translate_batch([text], "en", "es")[0]
+    entries = asked.choices[0].logprobs.content
+    assert [e.token for e in entries] == want.segment_texts and len(entries) == 2
+    assert [e.logprob for e in entries] == [pytest.approx(math.log(c), abs=1e-6) for c in want.segment_confidences]
+    assert asked.choices[0].message.content == want.text
+    plain = client.chat.completions.create(model="en2es", messages=[{"role": "user", "content": text}])
+    assert plain.choices[0].logprobs is None  # not asked: not sent
+
+
+def test_the_pages_line_names_the_sentences_to_check_first() -> None:
+    from hunyuan_mt.service import TranslationResult
+    from hunyuan_mt.web.ui import _info_line
+
+    def line(confidences: list[float | None]) -> str:
+        result = TranslationResult(text="x", source="en", target="es", detected=None, route=["en", "es"],
+                                   route_kind="direct", adapters=["en2es"], timings_ms={"total": 12.0},
+                                   segments=len(confidences), segment_confidences=confidences)
+        return _info_line(result, None, 0.012, review_below=0.5)
+
+    assert line([0.9, 0.3, 0.2]).endswith(" · **Confidence:** 20% · **Check first:** sentence 3 (20%), sentence 2 (30%)")
+    assert line([0.31]).endswith(" · **Confidence:** 31% (low: check it)")
+    assert line([0.9, None]).endswith(" · **Confidence:** 90%")
+    assert "Confidence" not in line([None])
+    assert line([0.1, 0.2, 0.3, 0.4, 0.9]).count("sentence") == 3 and "and 1 more" in line([0.1, 0.2, 0.3, 0.4, 0.9])

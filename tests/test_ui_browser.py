@@ -344,7 +344,9 @@ def test_a_document_job_survives_a_reload(page, live_server: LiveServer, tmp_pat
         assert job.state == "translating"
         page.screenshot(path=str(ARTIFACTS / "ui-document-job.png"), full_page=True)
         page.reload()
-        page.wait_for_selector("#hmt-source textarea")
+        # Loaded: the Text tab's box is in the page. Not "visible": the page may bring the Document tab forward
+        # (and hide it) before the wait first looks, which made this wait time out once in 1,300 tests.
+        page.wait_for_selector("#hmt-source textarea", state="attached")
         page.locator("[role=tab][aria-selected=true]", has_text="Document").wait_for()
         page.locator("#hmt-doc-note").get_by_text("before the page was loaded").wait_for()
         page.locator("#hmt-doc-out").get_by_text(segments).wait_for()

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -720,12 +721,14 @@ class RestApi:
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         # n choices: the translation, then the beam search's other outputs (fewer when it finds fewer distinct).
         contents = [result.text] + list(result.alternatives)[:n - 1]
+        choices: list[dict[str, Any]] = [
+            {"index": i, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+            for i, content in enumerate(contents)]
+        if fields.get("logprobs") is True:
+            choices[0]["logprobs"] = _sentence_logprobs(result)
         return JSONResponse({
             "id": completion_id, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": i, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
-                        for i, content in enumerate(contents)],
-            "usage": usage,
-            "route": result.route_label,
+            "choices": choices, "usage": usage, "route": result.route_label,
         })
 
     async def _stream_events(self, request: Request, stream: Iterator[Any], first: Any, chunks: "_ChatChunks",
@@ -775,6 +778,19 @@ class RestApi:
         ids.extend(f"{info.code}2{t}" for info in infos for t in info.targets)
         return JSONResponse({"object": "list", "data": [
             {"id": model_id, "object": "model", "created": 0, "owned_by": "hunyuan-mt"} for model_id in ids]})
+
+
+def _sentence_logprobs(result: Any) -> dict[str, Any]:
+    """OpenAI's `logprobs` for a chat translation, one entry per sentence rather than per token: the sentence's
+    text and the mean log-probability of its tokens (the log of its confidence; a sentence from the translation
+    memory 0.0). Sentences with no score (beam search) are left out. The clients parse it as they parse tokens."""
+    content = []
+    for text, confidence in zip(result.segment_texts, result.segment_confidences):
+        if confidence is None or not text.strip():
+            continue
+        content.append({"token": text, "logprob": round(math.log(confidence), 6), "bytes": list(text.encode()),
+                        "top_logprobs": []})
+    return {"content": content, "refusal": None}
 
 
 class _ChatChunks:

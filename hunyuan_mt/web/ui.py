@@ -323,7 +323,7 @@ class TranslatorUI:
         elapsed = time.perf_counter() - started
         if self.metrics is not None:
             self.metrics.observe_translation(result.source, result.target, result.route_kind, elapsed, "ui")
-        yield result.text, _info_line(result, terms, elapsed), result.source
+        yield result.text, _info_line(result, terms, elapsed, self.cfg.quality.review_below), result.source
 
     def translate_text(self, text: str, source: str, target: str, glossary: str | None = None,
                        request: gr.Request | None = None, context: str | None = None) -> tuple[str, str, str | None]:
@@ -615,8 +615,13 @@ def clear_document_result() -> tuple[None, str]:
     return None, ""
 
 
-def _info_line(result: Any, terms: Any, elapsed: float) -> str:
-    """The Text tab's line under a translation: route, detected language, latency, memory, glossary."""
+#: Sentences the line names for checking, at most (the least sure first).
+_CHECK_AT_MOST = 3
+
+
+def _info_line(result: Any, terms: Any, elapsed: float, review_below: float = 0.5) -> str:
+    """The Text tab's line under a translation: route, detected language, latency, the model's confidence (and the
+    sentences below `quality.review_below`, to check first), memory, glossary."""
     parts = [f"**Route:** {result.route_label}"]
     if result.detected is not None:
         lang = LANGUAGES.get(result.detected.code)
@@ -624,6 +629,16 @@ def _info_line(result: Any, terms: Any, elapsed: float) -> str:
         parts.append(f"**Detected:** {name} ({result.detected.confidence:.0%})")
     total_ms = result.timings_ms.get("total", elapsed * 1000.0)
     parts.append(f"**Latency:** {total_ms:.0f} ms")
+    if result.confidence is not None:
+        unsure = sorted((c, i) for i, c in enumerate(result.segment_confidences) if c is not None and c < review_below)
+        check = ""
+        if unsure and len(result.segment_confidences) > 1:
+            named = ", ".join(f"sentence {i + 1} ({c:.0%})" for c, i in unsure[:_CHECK_AT_MOST])
+            more = f" and {len(unsure) - _CHECK_AT_MOST} more" if len(unsure) > _CHECK_AT_MOST else ""
+            check = f" · **Check first:** {named}{more}"
+        elif unsure:
+            check = " (low: check it)"
+        parts.append(f"**Confidence:** {result.confidence:.0%}{check}")
     if result.memory_segments:
         near = f" ({result.memory_near_segments} near-exact: case or closing punctuation differed)" \
             if result.memory_near_segments else ""
