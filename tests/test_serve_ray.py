@@ -417,6 +417,19 @@ def test_http_ingress_is_the_libretranslate_api_and_names_the_replica(cluster: A
     r = httpx.post(f"{url}/translate_file", files={"file": ("a.txt", b"Hello world.\n")}, timeout=60,
                    data={"source": "en", "target": "es", "glossary": "world = planeta", "context": "A greeting."})
     assert "planeta" in httpx.get(r.json()["translatedFileUrl"], timeout=60).text
+    # Where each segment came from crosses it too: the XLIFF marks are the single-process service's, byte for byte
+    # (a memory entry "leveraged-tm", the model's by its confidence). The replicas sent none before.
+    from hunyuan_mt.web.doctranslate import translate_upload
+
+    xliff = (b'<?xml version="1.0" encoding="UTF-8"?>\n<xliff version="1.2" '
+             b'xmlns="urn:oasis:names:tc:xliff:document:1.2"><file source-language="en" target-language="es" '
+             b'datatype="plaintext" original="ui"><body><trans-unit id="1"><source>Save As</source></trans-unit>'
+             b'<trans-unit id="2"><source>Hello world, how are you today?</source></trans-unit></body></file></xliff>')
+    r = httpx.post(f"{url}/translate_file", files={"file": ("ui.xlf", xliff)}, timeout=60,
+                   data={"source": "en", "target": "es"})
+    served = httpx.get(r.json()["translatedFileUrl"], timeout=60).content
+    want, _ = translate_upload(reference, xliff, "ui.xlf", "en", "es", reference.cfg.limits)
+    assert served == want.data and b'state-qualifier="leveraged-tm"' in served
     r = httpx.get(f"{url}/languages", timeout=60)
     assert r.status_code == 200 and any(lang["code"] == "en" for lang in r.json())
 

@@ -165,7 +165,8 @@ class RemoteService:
                                   progress: Callable[[int, int], None] | None = None,
                                   glossary: Any = None, context: str | None = None,
                                   finished: Callable[[list[int], list[str]], None] | None = None,
-                                  chunk: int = DOC_CHUNK) -> tuple[list[str], list[str]]:
+                                  chunk: int = DOC_CHUNK,
+                                  origins: dict[str, str] | None = None) -> tuple[list[str], list[str]]:
         segments = list(segments)
         target = normalize_code(tgt)
         if isinstance(src, str) and src.strip().lower() == AUTO:
@@ -190,6 +191,8 @@ class RemoteService:
                                      glossary, context, model_id=model_id)
             out.extend(reply["texts"])
             replicas.append(reply["replica"])
+            if origins is not None:
+                origins.update(reply.get("origins") or {})
             if finished is not None:
                 finished(list(range(start, start + len(reply["texts"]))), reply["texts"])
             if progress:
@@ -243,9 +246,8 @@ class RemoteService:
                            finished: Callable[[list[int], list[str]], None] | None = None,
                            chunk: int = DOC_CHUNK) -> list[str]:
         """A document, one chunk per replica call; a cancelled `ticket` stops it between two chunks; `finished`
-        is told each chunk as it comes back (see TranslationService.translate_segments). `origins`
-        stays empty: the replicas do not send where each segment came from yet (documents then mark every
-        segment as the model's)."""
+        is told each chunk as it comes back, and `origins` gets each segment's origin as its replica saw it
+        (memory, exact or near; the model's, confident or not: see TranslationService.translate_segments)."""
         def report(done: int, total: int) -> None:
             if ticket is not None and ticket.cancelled:
                 raise Cancelled(f"Cancelled: {ticket.reason}.")
@@ -253,7 +255,7 @@ class RemoteService:
                 progress(done, total)
 
         texts, replicas = self._run(self.atranslate_segments(segments, src, tgt, report, glossary, context,
-                                                             finished, chunk))
+                                                             finished, chunk, origins))
         self._served(*replicas)
         return texts
 

@@ -138,13 +138,14 @@ class TranslatorReplica:
 
     async def translate_segments(self, segments: list[str], src: str, tgt: str,
                                  glossary: Any = None, context: str | None = None) -> dict[str, Any]:
+        origins: dict[str, str] = {}  # where each segment came from, and how sure the model was: sent back
         try:
             await self._pair_for_request()
             texts = await asyncio.to_thread(self.service.translate_segments, segments, src, tgt, None, glossary,
-                                            None, context)
+                                            None, context, origins)
         except TranslationError as exc:
             return self._reply(error=error_payload(exc))
-        return self._reply(texts=texts)
+        return self._reply(texts=texts, origins=origins)
 
     async def correct(self, text: str, src: str, tgt: str, translation: str, context: str | None = None,
                       machine: str | None = None, who: str | None = None) -> dict[str, Any]:
