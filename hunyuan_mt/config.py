@@ -399,10 +399,14 @@ class QualityConfig:
     #: XLIFF 1.2 `state="needs-review-translation"`, PO's `fuzzy` flag. At or above it: XLIFF `translated`
     #: (`mt-suggestion`), and no fuzzy flag. 1.0 marks every machine translation for review.
     review_below: float = 0.5
+    #: Word has no review state: a .docx segment marked for review gets a Word comment saying so ("machine
+    #: translation, low confidence: check it") when this is on. Off by default: comments change the delivered file.
+    docx_comments: bool = False
 
     def __post_init__(self) -> None:
         _check(isinstance(self.review_below, (int, float)) and not isinstance(self.review_below, bool)
                and 0 <= self.review_below <= 1, "quality.review_below", "a number from 0 to 1", self.review_below)
+        _check(isinstance(self.docx_comments, bool), "quality.docx_comments", "true or false", self.docx_comments)
 
 
 @dataclass

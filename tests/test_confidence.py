@@ -152,3 +152,40 @@ def test_the_pages_line_names_the_sentences_to_check_first() -> None:
     assert line([0.9, None]).endswith(" · **Confidence:** 90%")
     assert "Confidence" not in line([None])
     assert line([0.1, 0.2, 0.3, 0.4, 0.9]).count("sentence") == 3 and "and 1 more" in line([0.1, 0.2, 0.3, 0.4, 0.9])
+
+
+@pytest.mark.parametrize("review_below, comments_on, comments", [(1.0, True, 2), (1.0, False, 0), (0.0, True, 0)])
+def test_a_docx_gets_a_word_comment_on_each_segment_to_review_when_asked(
+        web_service, monkeypatch: pytest.MonkeyPatch, review_below: float, comments_on: bool, comments: int) -> None:
+    """quality.docx_comments: Word has no review state, so a segment below quality.review_below gets a comment
+    over its runs; off by default, and no comment for a confident segment. Written in a parser helper, as the
+    server writes documents."""
+    import dataclasses
+    import io
+
+    import docx
+
+    from hunyuan_mt.config import LimitsConfig
+    from hunyuan_mt.documents.parsers import DocumentParsers
+    from hunyuan_mt.web.doctranslate import translate_upload
+
+    cfg = web_service.cfg
+    monkeypatch.setattr(cfg, "quality", dataclasses.replace(cfg.quality, review_below=review_below,
+                                                           docx_comments=comments_on))
+    monkeypatch.setattr(cfg, "tm", dataclasses.replace(cfg.tm, enabled=False))
+    source = docx.Document()
+    source.add_paragraph("Open the file.")
+    source.add_paragraph("The printer on the second floor is ").add_run("out of paper").bold = True
+    data = io.BytesIO()
+    source.save(data)
+    parsers = DocumentParsers(LimitsConfig(parse_workers=1))
+    try:
+        rendered, _ = translate_upload(web_service, data.getvalue(), "a.docx", "en", "es", cfg.limits,
+                                       read=parsers.reader())
+    finally:
+        parsers.close()
+    out = docx.Document(io.BytesIO(rendered.data))
+    found = list(out.comments)
+    assert len(found) == comments
+    assert all(c.author == "Hunyuan-MT" and "low confidence" in c.text for c in found)
+    assert [p.text for p in out.paragraphs][0] != "Open the file."  # translated either way

@@ -129,6 +129,9 @@ class Document(ABC):
         #: Segment text → where its translation came from (ORIGINS), where the translator said: the formats with a
         #: place for it (XLIFF's state-qualifier, a PO comment) write it; unknown segments count as the model's.
         self.origins: dict[str, str] = {}
+        #: Whether a format whose only place for it is a comment (docx) comments the segments to review
+        #: (ORIGIN_MODEL: the model's, below quality.review_below; `quality.docx_comments`).
+        self.review_comments = False
 
     def render(self, translations: Sequence[str], target: str | None = None) -> RenderedDocument:
         """The translated document; `translations[i]` replaces `segments[i]`."""

@@ -60,7 +60,8 @@ class ParsedDocument(Document):
 
     def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
         return self._parsers.call(_render_in_helper, self._data, self._upload_name, self._limits, translations,
-                                  target, dict(self.origins), what=self.filename, doing="writing its translation")
+                                  target, dict(self.origins), self.review_comments, what=self.filename,
+                                  doing="writing its translation")
 
 
 class DocumentParsers:
@@ -327,9 +328,10 @@ def _read_in_helper(data: bytes, filename: str, limits: LimitsConfig) -> tuple[s
 
 
 def _render_in_helper(data: bytes, filename: str, limits: LimitsConfig, translations: list[str], target: str | None,
-                      origins: dict[str, str]) -> RenderedDocument:
+                      origins: dict[str, str], review_comments: bool = False) -> RenderedDocument:
     from .reader import read_document
 
     document = read_document(data, filename, limits)
     document.origins = origins
+    document.review_comments = review_comments
     return document.render(translations, target)

@@ -126,7 +126,8 @@ def read_document(data: bytes, filename: str, limits: LimitsConfig) -> Document:
 def translate_document(data: bytes | Document, filename: str, limits: LimitsConfig,
                        translate_segments: TranslateSegments, progress: Progress | None = None,
                        target: str | None = None, glossary: Glossary | None = None,
-                       origins: dict[str, str] | None = None, read: Reader | None = None) -> RenderedDocument:
+                       origins: dict[str, str] | None = None, read: Reader | None = None,
+                       review_comments: bool = False) -> RenderedDocument:
     """Read, translate and render an upload in one call (what the web layer and the CLI use). `data` may be a
     document `read_document` already read (a job checks the upload before it answers with an id). `read` reads
     it otherwise: `read_document` by default, the server's helper processes (`parsers.DocumentParsers`) there.
@@ -139,6 +140,7 @@ def translate_document(data: bytes | Document, filename: str, limits: LimitsConf
     translations, redone = translate_keeping_markup(document, translate_segments, progress, glossary)
     if origins is not None:
         document.origins = origins
+    document.review_comments = review_comments
     rendered = document.render(translations, target=target)
     if redone:
         note = (f"{redone} segment{'s' if redone > 1 else ''} whose markup came back out of order "

@@ -23,12 +23,14 @@ from docx.opc.exceptions import PackageNotFoundError
 from docx.opc.part import PartFactory, XmlPart
 from docx.oxml.ns import qn
 from docx.parts.hdrftr import FooterPart, HeaderPart
+from docx.text.paragraph import Paragraph
+from docx.text.run import Run
 from lxml import etree
 
 from ..config import LimitsConfig
 from ..errors import InvalidInput, UnsupportedDocument
 from .archive import check_zip
-from .base import Document, RenderedDocument, needs_translation, output_filename
+from .base import ORIGIN_MODEL, Document, RenderedDocument, needs_translation, output_filename
 from .runs import RunChunk, TextSlot, one_line
 
 log = logging.getLogger(__name__)
@@ -40,7 +42,9 @@ for _content_type in _NOTE_TYPES:
     PartFactory.part_type_for.setdefault(_content_type, XmlPart)
 
 DOCX_MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
-_P, _T = qn("w:p"), qn("w:t")
+_P, _T, _R = qn("w:p"), qn("w:t"), qn("w:r")
+#: The comment a segment to review gets (`quality.docx_comments`).
+_REVIEW_COMMENT = "Machine translation, low confidence (below quality.review_below): check it."
 _RPR = qn("w:rPr")
 # Elements that end a segment: the translation cannot move them, so the text on each side is translated apart.
 _BOUNDARIES = {qn("w:tab"), qn("w:br"), qn("w:cr"), qn("w:ptab"), qn("w:noBreakHyphen")}
@@ -132,13 +136,31 @@ class WordDocument(Document):
         return roots
 
     def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
-        for chunk, translation in zip(self._chunks, translations):
+        body = self._document.element.body
+        for chunk, translation, segment in zip(self._chunks, translations, self.segments):
             chunk.fill(one_line(translation))
+            if self.review_comments and self.origins.get(segment) == ORIGIN_MODEL:
+                self._comment(chunk, body)
         out = io.BytesIO()
         self._document.save(out)
         return RenderedDocument(out.getvalue(), output_filename(self.filename, ".docx", target), DOCX_MEDIA_TYPE,
                                 "Paragraph styles and run formatting are kept; where a sentence mixes formats, the "
                                 "formatting is placed at the matching position of the translation.")
+
+
+    def _comment(self, chunk: RunChunk, body: etree._Element) -> None:
+        """A Word comment over the segment's runs: Word's nearest thing to XLIFF's needs-review state. Only in the
+        body (python-docx anchors comments there), and only where the text sits in runs of one paragraph."""
+        runs = [slot.element.getparent() for group in chunk.groups for slot in group]
+        paragraphs = {id(r.getparent()) for r in runs if r is not None}
+        if not runs or any(r is None or r.tag != _R for r in runs) or len(paragraphs) != 1:
+            return
+        paragraph = runs[0].getparent()
+        if not any(ancestor is body for ancestor in paragraph.iterancestors()):
+            return
+        parent = Paragraph(paragraph, self._document._body)
+        self._document.add_comment([Run(runs[0], parent), Run(runs[-1], parent)], text=_REVIEW_COMMENT,
+                                   author="Hunyuan-MT", initials="MT")
 
 
 def read_word(data: bytes, filename: str, limits: LimitsConfig) -> WordDocument:

@@ -80,8 +80,10 @@ def translate_upload(service: Any, data: bytes | Document, filename: str, source
                        checkpoint)
 
     origins: dict[str, str] = {}
+    # The Ray ingress's stand-in for the service may carry no configuration: no comments there.
+    quality = getattr(getattr(service, "cfg", None), "quality", None)
     rendered = translate_document(data, filename, limits, run, progress=progress, target=target, glossary=glossary,
-                                  origins=origins, read=read)
+                                  origins=origins, read=read, review_comments=bool(quality and quality.docx_comments))
     return rendered, state["source"]
 
 
