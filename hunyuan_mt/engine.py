@@ -86,7 +86,7 @@ class Row:
     #: Glossary terms of the segment for the terminology prompt, (source, target) (glossary.mode: prompt).
     terms: tuple[tuple[str, str], ...] = ()
     #: Score the translation as it is decoded: its future then carries `score`, the mean log-probability of its
-    #: tokens (`Engine.run`'s `scores`). Rows that leave the decode loop (beam search, n_best) get None.
+    #: tokens (`future_scores`). Rows that leave the decode loop (beam search, n_best) get None.
     scored: bool = False
 
     @property
@@ -372,16 +372,12 @@ class BatchEngine:
                                            ticket=ticket, index=index, yields=self.cfg.documents_yield)))
         return prepared
 
-    def run(self, rows: Sequence[Row], timeout: float | None = None, ticket: "Ticket | None" = None,
-            scores: list[float | None] | None = None) -> list[str]:
+    def run(self, rows: Sequence[Row], timeout: float | None = None, ticket: "Ticket | None" = None) -> list[str]:
         """Translate `rows` (shared batches with concurrent callers). Raises the first failing row's error.
-        A row with `n_best` > 1 answers a list of translations, best first, in place of a string. `scores`, when
-        given, gets each row's mean token log-probability (`Row.scored`; None where there is none)."""
+        A row with `n_best` > 1 answers a list of translations, best first, in place of a string. (A scored row's
+        mean token log-probability is on its future: `submit`, then `future_scores`.)"""
         futures = self.submit(rows, ticket)
-        out = [f.result(timeout=timeout) for f in futures]
-        if scores is not None:
-            scores.extend(future_scores(futures))
-        return out
+        return [f.result(timeout=timeout) for f in futures]
 
     def run_each(self, rows: Sequence[Row], timeout: float | None = None) -> list[str | BaseException]:
         """Like `run`, but returns each row's error in its place instead of raising."""
@@ -920,7 +916,7 @@ class BatchEngine:
         if error is not None:
             p.future.set_exception(error)
         else:
-            p.future.score = score  # type: ignore[attr-defined]  # read by `run(scores=)`, set before it wakes
+            p.future.score = score  # type: ignore[attr-defined]  # read by `future_scores`, set before it wakes
             p.future.set_result(result if result is not None else "")
 
     @staticmethod

@@ -18,6 +18,7 @@ import re
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -147,7 +148,7 @@ class _Job:
     context: str | None = None
     #: Segment index → the glossary terms it holds, for the terminology prompt (glossary.mode: prompt).
     prompt_terms: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
-    #: Whether the model's segments are scored (`confidences`): text requests, not documents.
+    #: Whether the model's segments are scored (`confidences`): text requests, and documents that keep origins.
     scored: bool = False
     #: Segment index → the sum over its hops of each hop's mean token log-probability (None: a hop had none).
     logprob: dict[int, float | None] = field(default_factory=dict)
@@ -369,10 +370,8 @@ class TranslationService:
             detect_ms = (time.perf_counter() - t_detect) * 1000
             plans = [self.router.plan(s, target) for s, _ in sources]
             # With alternatives, segments the memory knows still go to the model: its n best are the alternatives.
-            jobs = [self._job(text, plan, glossary, model_too=bool(alternatives), context=context)
-                    for text, plan in zip(cleaned, plans)]
-            for job in jobs:
-                job.scored = not _warmup
+            jobs = [self._job(text, plan, glossary, model_too=bool(alternatives), context=context,
+                              scored=not _warmup) for text, plan in zip(cleaned, plans)]
             if _listen is not None:
                 for job in jobs:
                     _listen(job, -1, [], False)
@@ -467,10 +466,10 @@ class TranslationService:
         counted = _RowCounter(progress, total) if progress else None
         for start in range(0, total, chunk):
             part = todo[start:start + chunk]
-            # Documents report no memory suggestions: nobody would read them.
-            jobs = [self._job(texts[i], plan, glossary, suggest=False, context=context) for i in part]
-            for job in jobs:
-                job.scored = origins is not None  # where the document has a place to say how sure the model was
+            # Documents report no memory suggestions: nobody would read them. They are scored when their origins
+            # are kept: the formats with a place for it say how sure the model was.
+            jobs = [self._job(texts[i], plan, glossary, suggest=False, context=context, scored=origins is not None)
+                    for i in part]
             if counted is not None:
                 counted.limit = start + len(part)
             jobs = self._run_enforcing(jobs, [texts[i] for i in part], glossary, ticket=ticket, listen=counted)
@@ -487,7 +486,8 @@ class TranslationService:
         return out
 
     def _job(self, text: str, plan: RoutePlan, glossary: Glossary | None = None, model_too: bool = False,
-             visible: bool | None = None, suggest: bool = True, context: str | None = None) -> _Job:
+             visible: bool | None = None, suggest: bool = True, context: str | None = None,
+             scored: bool = False) -> _Job:
         if plan.kind == "identity":
             return _Job(plan, None, [], [text], [])
         # "prompt": the terms into a decoder-only model's prompt, where the route has one hop (a pivot's first hop
@@ -549,13 +549,17 @@ class TranslationService:
             prompt_terms = {i: found for i in todo if protected[i] is not None
                             and (found := glossary.pairs(protected[i]))}  # type: ignore[union-attr]
         return _Job(plan, layout, protected, current, todo, memory=memory, near=near_exact, required=required,
-                    visible=visible and bool(required), matches=matches, context=context, prompt_terms=prompt_terms)
+                    visible=visible and bool(required), matches=matches, context=context, prompt_terms=prompt_terms,
+                    scored=scored)
 
     def _model_origin(self, job: _Job) -> str:
         """A segment the model translated: ORIGIN_MODEL_SURE when every sentence of it scored at least
         `quality.review_below`, else ORIGIN_MODEL (to review)."""
-        scores = [c for i, c in enumerate(job.confidences()) if i in job.todo]
-        sure = bool(scores) and all(c is not None and c >= self.cfg.quality.review_below for c in scores)
+        review_below = self.cfg.quality.review_below
+        confidences = job.confidences()
+        scores = [confidences[i] for i in job.todo]
+        # 1.0 marks every one, even a segment whose confidence rounds to 1.0.
+        sure = review_below < 1.0 and bool(scores) and all(c is not None and c >= review_below for c in scores)
         return ORIGIN_MODEL_SURE if sure else ORIGIN_MODEL
 
     def _check_alternatives(self, alternatives: Any) -> None:
@@ -579,9 +583,7 @@ class TranslationService:
         if missed:
             # The same text and memory: its suggestions are the first run's, not looked up again.
             again = [self._job(texts[n], jobs[n].plan, glossary, model_too, visible=False, suggest=False,
-                               context=jobs[n].context) for n in missed]
-            for n, job in zip(missed, again):
-                job.scored = jobs[n].scored
+                               context=jobs[n].context, scored=jobs[n].scored) for n in missed]
             self._run_jobs(again, n_best, ticket, listen)
             for n, job in zip(missed, again):
                 job.current = [job.memory.get(i, text) for i, text in enumerate(job.current)]
@@ -611,13 +613,12 @@ class TranslationService:
             last = [n for n, (job, _) in enumerate(where) if n_best > 1 and k == len(job.plan.hops) - 1]
             # The n-best rows go in the same round as the plain ones: the engine runs both together.
             extra = [dataclasses.replace(rows[n], n_best=n_best) for n in last]
-            scores: list[float | None] = []
             if listen is not None and not getattr(listen, "final_only", False) and len(rows) > 1:
-                outs = self._first_alone(rows, extra, where, k, ticket, listen, scores)
+                futures = self._first_alone(rows, extra, where, k, ticket, listen)
             else:
-                outs = self.engine.run(rows + extra, ticket=self._round_ticket(ticket, listen, where, k),
-                                       scores=scores)
-            for (job, i), text, score in zip(where, outs, scores):
+                futures = self.engine.submit(rows + extra, self._round_ticket(ticket, listen, where, k))
+            outs = [f.result() for f in futures]
+            for (job, i), text, score in zip(where, outs, future_scores(futures)):
                 job.current[i] = text
                 if job.scored:
                     before = job.logprob.get(i, 0.0)
@@ -635,7 +636,7 @@ class TranslationService:
                         job.nbest[i] = [_masking.restore(h, prot) for h in job.nbest[i]]
 
     def _first_alone(self, rows: list[Row], extra: list[Row], where: list[tuple[_Job, int]], k: int,
-                     ticket: Ticket | None, listen: Callable[..., None], scores: list[float | None]) -> list[Any]:
+                     ticket: Ticket | None, listen: Callable[..., None]) -> list[Future]:
         """A stream's round: its first sentence enters alone, and the others once it has its first token, so the
         reader waits for one row's prefill before the first words, not for every row's (they join a step later)."""
         started = threading.Event()
@@ -646,10 +647,7 @@ class TranslationService:
 
         futures = self.engine.submit(rows[:1], self._round_ticket(ticket, first, where[:1], k))
         started.wait(_STREAM_HEAD_START_S)
-        futures += self.engine.submit(rows[1:] + extra, self._round_ticket(ticket, listen, where[1:], k))
-        out = [f.result() for f in futures]
-        scores.extend(future_scores(futures))
-        return out
+        return futures + self.engine.submit(rows[1:] + extra, self._round_ticket(ticket, listen, where[1:], k))
 
     @staticmethod
     def _round_ticket(ticket: Ticket | None, listen: Callable[..., None] | None, where: list[tuple[_Job, int]],

@@ -181,7 +181,7 @@ def test_a_docx_gets_a_word_comment_on_each_segment_to_review_when_asked(
     parsers = DocumentParsers(LimitsConfig(parse_workers=1))
     try:
         rendered, _ = translate_upload(web_service, data.getvalue(), "a.docx", "en", "es", cfg.limits,
-                                       read=parsers.reader())
+                                       read=parsers.reader(), review_comments=cfg.quality.docx_comments)
     finally:
         parsers.close()
     out = docx.Document(io.BytesIO(rendered.data))
@@ -189,3 +189,20 @@ def test_a_docx_gets_a_word_comment_on_each_segment_to_review_when_asked(
     assert len(found) == comments
     assert all(c.author == "Hunyuan-MT" and "low confidence" in c.text for c in found)
     assert [p.text for p in out.paragraphs][0] != "Open the file."  # translated either way
+
+
+def test_review_below_one_marks_even_a_segment_whose_confidence_rounds_to_one(web_service,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Confidences are rounded to 4 places: a very sure segment shows 1.0. `review_below: 1.0` is documented to mark
+    every machine translation for review, so it must not count such a segment as at or above it."""
+    import dataclasses
+
+    from hunyuan_mt.documents.base import ORIGIN_MODEL, ORIGIN_MODEL_SURE
+    from hunyuan_mt.service import _Job
+
+    job = _Job(None, None, [None], ["Abra el archivo."], [0], scored=True, logprob={0: -1e-7})
+    assert job.confidences() == [1.0]
+    cfg = web_service.cfg
+    for review_below, origin in ((1.0, ORIGIN_MODEL), (0.5, ORIGIN_MODEL_SURE)):
+        monkeypatch.setattr(cfg, "quality", dataclasses.replace(cfg.quality, review_below=review_below))
+        assert web_service._model_origin(job) == origin

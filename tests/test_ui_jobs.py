@@ -41,7 +41,7 @@ def no_progress(*args: Any, **kwargs: Any) -> None:
 def page(live_server: LiveServer) -> Iterator[Any]:
     """The page's handlers with the page login on (so downloads and jobs are owned), over its own job queue."""
     cfg = with_server(live_server.cfg, auth="user:secret")
-    jobs = DocumentJobs(cfg.jobs, runner=document_runner(live_server.service, cfg.limits))
+    jobs = DocumentJobs(cfg.jobs, runner=document_runner(live_server.service, cfg))
     demo = build_ui(live_server.service, cfg, WebMetrics(live_server.service), jobs=jobs)
     ui = demo.hmt_ui
     try:

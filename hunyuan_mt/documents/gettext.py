@@ -6,9 +6,9 @@ catalogue `msgfmt` takes: the header, every entry's order, `msgctxt`, comments, 
 entries stay as they were. An entry already translated is left alone (a translator's work is never overwritten); an
 entry the model fills below `quality.review_below` confidence gets the `fuzzy` flag, which is how gettext says
 "check me" (msgfmt leaves fuzzy entries out of the compiled catalogue until someone removes the flag), and one at
-or above it a translator comment saying it is a confident machine translation (1.0 flags them all); an entry the translation memory filled gets a translator
-comment saying so, and the fuzzy flag only when the match was near-exact (an exact one is a person's translation). A plural entry gets its singular's translation in
-msgstr[0] and its plural's in every other form the header's Plural-Forms asks for (2 without one). Placeholders
+or above it a translator comment saying it is a confident machine translation (1.0 flags them all); an entry the
+translation memory filled gets a translator comment saying so, and the fuzzy flag only when the match was
+near-exact (an exact one is a person's translation). A plural entry gets its singular's translation in msgstr[0] and its plural's in every other form the header's Plural-Forms asks for (2 without one). Placeholders
 (`%s`, `{name}`, `%(count)d`) travel as masking spans like everywhere else. A .pot comes back as a .po whose
 header names the target language.
 """

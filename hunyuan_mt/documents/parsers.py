@@ -32,6 +32,7 @@ from ..config import LimitsConfig
 from ..errors import Busy, Cancelled, InputTooLarge, InvalidInput, ServerStopping, TranslationError
 from ..helpers import become_helper, main_not_rerun
 from .base import Document, RenderedDocument
+from .reader import read_document, upload_name
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +50,17 @@ class ParsedDocument(Document):
     """A document read in a helper process: its segments are here, its tree is not. Rendering reads the upload
     again in a helper and writes the translations into it there."""
 
-    def __init__(self, parsers: "DocumentParsers", data: bytes, filename: str, limits: LimitsConfig,
+    def __init__(self, parsers: "DocumentParsers", data: bytes, limits: LimitsConfig,
                  shape: tuple[str, str, bool, list[str]]) -> None:
         name, self.kind, self.sentinel_markup, segments = shape
         super().__init__(name, segments)
         self._parsers = parsers
         self._data = data
-        self._upload_name = filename
         self._limits = limits
 
     def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
-        return self._parsers.call(_render_in_helper, self._data, self._upload_name, self._limits, translations,
+        # Read again under the name it was read with (`upload_name` of it is itself).
+        return self._parsers.call(_render_in_helper, self._data, self.filename, self._limits, translations,
                                   target, dict(self.origins), self.review_comments, what=self.filename,
                                   doing="writing its translation")
 
@@ -90,14 +91,12 @@ class DocumentParsers:
     def read(self, data: bytes, filename: str, limits: LimitsConfig | None = None, gone: Gone | None = None) -> Document:
         """`documents.read_document` in a helper: the same checks and the same errors, under the deadline.
         `gone()` says whether the caller has left (its client disconnected): the parse is then stopped."""
-        from .reader import read_document
-
         limits = limits or self.limits
         if not self.isolated:
             return read_document(data, filename, limits)
-        shape = self.call(_read_in_helper, data, filename, limits, what=_shown_name(filename), doing="reading it",
+        shape = self.call(_read_in_helper, data, filename, limits, what=upload_name(filename), doing="reading it",
                           gone=gone)
-        return ParsedDocument(self, data, filename, limits, shape)
+        return ParsedDocument(self, data, limits, shape)
 
     def reader(self, gone: Gone | None = None) -> Callable[[bytes, str, LimitsConfig], Document]:
         """`read` as `documents.translate_document` takes it, for a caller that may leave."""
@@ -285,12 +284,6 @@ def _ending(code: int | None) -> str:
     return f"code {code}"
 
 
-def _shown_name(filename: str) -> str:
-    from pathlib import PurePath
-
-    return PurePath((filename or "").replace("\\", "/")).name or "upload"
-
-
 # ------------------------------------------------------------------ in the helper process
 
 def _serve(conn: Connection, parent: int) -> None:
@@ -315,22 +308,18 @@ def _serve(conn: Connection, parent: int) -> None:
 
 
 def _import_readers() -> None:
-    """Everything a first upload of each format would import, so that no call pays for it."""
-    from . import reader  # noqa: F401 - every format module and its library
+    """What a first upload would import beyond this module's imports (every format module and its library came
+    with `reader`), so that no call pays for it."""
     from ruamel.yaml import YAML  # noqa: F401 - imported by the YAML reader on first use
 
 
 def _read_in_helper(data: bytes, filename: str, limits: LimitsConfig) -> tuple[str, str, bool, list[str]]:
-    from .reader import read_document
-
     document = read_document(data, filename, limits)
     return document.filename, document.kind, document.sentinel_markup, document.segments
 
 
 def _render_in_helper(data: bytes, filename: str, limits: LimitsConfig, translations: list[str], target: str | None,
                       origins: dict[str, str], review_comments: bool = False) -> RenderedDocument:
-    from .reader import read_document
-
     document = read_document(data, filename, limits)
     document.origins = origins
     document.review_comments = review_comments

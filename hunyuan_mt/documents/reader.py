@@ -103,9 +103,14 @@ def _check_content(data: bytes, filename: str, ext: str, fmt: _Format) -> None:
                                   "extension says; upload the real file or give it the right extension")
 
 
+def upload_name(filename: str) -> str:
+    """An upload's name as messages and the document give it: its last path part (either slash), or "upload"."""
+    return PurePath((filename or "").replace("\\", "/")).name or "upload"
+
+
 def read_document(data: bytes, filename: str, limits: LimitsConfig) -> Document:
     """Parse an upload into segments. UnsupportedDocument / InputTooLarge / InvalidInput carry a readable reason."""
-    name = PurePath((filename or "").replace("\\", "/")).name or "upload"
+    name = upload_name(filename)
     ext = _extension(name)
     fmt = _FORMATS.get(ext)
     if fmt is None:

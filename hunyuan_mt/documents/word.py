@@ -23,7 +23,6 @@ from docx.opc.exceptions import PackageNotFoundError
 from docx.opc.part import PartFactory, XmlPart
 from docx.oxml.ns import qn
 from docx.parts.hdrftr import FooterPart, HeaderPart
-from docx.text.paragraph import Paragraph
 from docx.text.run import Run
 from lxml import etree
 
@@ -152,15 +151,14 @@ class WordDocument(Document):
         """A Word comment over the segment's runs: Word's nearest thing to XLIFF's needs-review state. Only in the
         body (python-docx anchors comments there), and only where the text sits in runs of one paragraph."""
         runs = [slot.element.getparent() for group in chunk.groups for slot in group]
-        paragraphs = {id(r.getparent()) for r in runs if r is not None}
-        if not runs or any(r is None or r.tag != _R for r in runs) or len(paragraphs) != 1:
+        if not runs or any(r is None or r.tag != _R for r in runs):
             return
-        paragraph = runs[0].getparent()
-        if not any(ancestor is body for ancestor in paragraph.iterancestors()):
+        paragraphs = {r.getparent() for r in runs}  # the elements themselves: lxml keeps one proxy per live node
+        if len(paragraphs) != 1 or not any(ancestor is body for ancestor in runs[0].getparent().iterancestors()):
             return
-        parent = Paragraph(paragraph, self._document._body)
-        self._document.add_comment([Run(runs[0], parent), Run(runs[-1], parent)], text=_REVIEW_COMMENT,
-                                   author="Hunyuan-MT", initials="MT")
+        # A run needs only its story part from its parent, which the document gives.
+        self._document.add_comment([Run(runs[0], self._document), Run(runs[-1], self._document)],
+                                   text=_REVIEW_COMMENT, author="Hunyuan-MT", initials="MT")
 
 
 def read_word(data: bytes, filename: str, limits: LimitsConfig) -> WordDocument:

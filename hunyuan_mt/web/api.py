@@ -162,7 +162,7 @@ class RestApi:
         #: Where uploads are read and written: helper processes, under a deadline (shared with the page).
         self.parsers = DocumentParsers(cfg.limits)
         self.jobs = DocumentJobs(cfg.jobs, store=self.store,
-                                 runner=document_runner(service, cfg.limits, self.parsers.reader()))
+                                 runner=document_runner(service, cfg, self.parsers.reader()))
         self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms, self.store.glossaries)
         self._limiter: anyio.CapacityLimiter | None = None  # made on first use: it needs the running loop
 
@@ -456,7 +456,7 @@ class RestApi:
         ticket = Ticket(background=True)
         rendered, _ = await self._watched(request, ticket, "file", functools.partial(
             translate_upload, self.service, data, filename, source, target, self.cfg.limits, None, charge, glossary,
-            ticket, context, None, self.parsers.reader(lambda: ticket.cancelled)))
+            ticket, context, None, self.parsers.reader(lambda: ticket.cancelled), self.cfg.quality.docx_comments))
         owner = caller if self.policy.downloads_owned else None
         token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type, owner, caller)
         # Starlette puts path parameters in as they are: a name with spaces or non-ASCII letters made a link that

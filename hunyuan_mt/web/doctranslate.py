@@ -50,9 +50,10 @@ def translate_upload(service: Any, data: bytes | Document, filename: str, source
                      charge: Callable[[int], None] | None = None,
                      glossary: Any = None, ticket: Any = None,
                      context: str | None = None, checkpoint: Checkpoint | None = None,
-                     read: Reader | None = None) -> tuple[RenderedDocument, str]:
+                     read: Reader | None = None, review_comments: bool = False) -> tuple[RenderedDocument, str]:
     """(rendered document, source code actually used). `source` may be "auto". `data` may be the upload already
-    read (`documents.read_document`); else `read` reads it (the server's helper processes).
+    read (`documents.read_document`); else `read` reads it (the server's helper processes). `review_comments`
+    (`quality.docx_comments`) has a .docx comment its segments to review.
 
     `charge(characters)` is called once the document is read, before anything is translated: the caller's
     character budget (`AccessPolicy.spend_chars`) refuses a document that does not fit. `ticket` (background,
@@ -80,10 +81,8 @@ def translate_upload(service: Any, data: bytes | Document, filename: str, source
                        checkpoint)
 
     origins: dict[str, str] = {}
-    # The Ray ingress's stand-in for the service may carry no configuration: no comments there.
-    quality = getattr(getattr(service, "cfg", None), "quality", None)
     rendered = translate_document(data, filename, limits, run, progress=progress, target=target, glossary=glossary,
-                                  origins=origins, read=read, review_comments=bool(quality and quality.docx_comments))
+                                  origins=origins, read=read, review_comments=review_comments)
     return rendered, state["source"]
 
 
@@ -93,16 +92,17 @@ def job_spec(filename: str, source: str, target: str, glossary: Any, context: st
                    getattr(glossary, "name", None), context)
 
 
-def document_runner(service: Any, limits: LimitsConfig, read: Reader | None = None) -> Runner:
-    """Document jobs' work over `service` (the REST API's and the page's, which share one job queue). `read`
-    reads an upload kept as bytes (a job restored after a restart)."""
+def document_runner(service: Any, cfg: Config, read: Reader | None = None) -> Runner:
+    """Document jobs' work over `service` (the REST API's and the page's, which share one job queue), under `cfg`'s
+    limits and quality settings. `read` reads an upload kept as bytes (a job restored after a restart)."""
     def runner(spec: JobSpec, upload: bytes | Document, checkpoint: Checkpoint) -> Work:
         glossary = Glossary(spec.glossary_terms, spec.glossary_name or "inline") \
             if spec.glossary_terms is not None else None
 
         def work(progress: Callable[[int, int], None], ticket: Any) -> tuple[RenderedDocument, str]:
-            return translate_upload(service, upload, spec.filename, spec.source, spec.target, limits, progress,
-                                    None, glossary, ticket, spec.context, checkpoint, read)
+            return translate_upload(service, upload, spec.filename, spec.source, spec.target, cfg.limits, progress,
+                                    None, glossary, ticket, spec.context, checkpoint, read,
+                                    cfg.quality.docx_comments)
         return work
     return runner
 

@@ -208,7 +208,7 @@ class TranslatorUI:
         self._own_parsers = parsers is None
         self.parsers = parsers if parsers is not None else DocumentParsers(cfg.limits)
         self.jobs = jobs if jobs is not None else DocumentJobs(
-            cfg.jobs, store=jobs_store(cfg), runner=document_runner(service, cfg.limits, self.parsers.reader()))
+            cfg.jobs, store=jobs_store(cfg), runner=document_runner(service, cfg, self.parsers.reader()))
         # Stored glossaries are in the jobs' store (the REST API's), else the configured one.
         store = self.jobs.store if self.jobs.store is not None else jobs_store(cfg)
         self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms, store.glossaries)
