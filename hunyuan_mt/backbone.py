@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from . import cpu, footprint, heap, int8, int8_embedding, kernels, prompts
+from . import cpu, footprint, heap, inline, int8, int8_embedding, kernels, prompts
 from .int8_layer import fuse_siblings
 from .config import GenerationConfig, ModelConfig
 from .decode import CausalBatch, LlamaBatch, MarianBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
@@ -77,6 +77,8 @@ class PromptRow:
     context: str | None = None
     #: Glossary terms the segment holds, (source, target), for the terminology prompt (glossary.mode: prompt).
     terms: tuple[tuple[str, str], ...] = ()
+    #: Which of the text's sentinels are a document's inline markup (inline.py), not protected spans.
+    markup: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -496,18 +498,32 @@ class Backbone:
                     return tid
         return None
 
+    @property
+    def markup_form(self) -> str:
+        """How this backbone is shown a document's inline markup (inline.FORMS): the card's tags need a prompt."""
+        form = self.cfg.markup_form
+        return "sentinels" if form == "tags" and self.arch != DECODER_ONLY else form
+
+    def read_output(self, output: str, text: str, markup: tuple[int, ...]) -> str:
+        """The model's `output` for a row of `text` with the row's `markup` back as the reader's sentinels
+        (inline.py)."""
+        return inline.from_model(output, text, markup, self.markup_form)
+
     def prompt_text(self, row: PromptRow) -> str:
         """The exact string fed to the tokenizer for this row."""
+        form = self.markup_form
+        text = inline.to_model(row.text, row.markup, form)
         if self.arch == DECODER_ONLY:
-            prompt = prompts.build(self.cfg.prompt, row.text, row.src, row.tgt, row.context, row.terms)
+            prompt = prompts.build(self.cfg.prompt, text, row.src, row.tgt, row.context, row.terms,
+                                   formatted=form == "tags" and bool(row.markup))
             if getattr(self.tokenizer, "chat_template", None):
                 return self.tokenizer.apply_chat_template(
                     [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
                 )
             return prompt
         if self._target_prefix:
-            return f"{self._target_prefix.format(row.tgt)} {row.text}"
-        return row.text
+            return f"{self._target_prefix.format(row.tgt)} {text}"
+        return text
 
     def _encode(self, row: PromptRow) -> tuple[int, ...]:
         tok = self.tokenizer

@@ -85,6 +85,18 @@ class ModelConfig:
     #: The instruction a decoder-only model is given (prompts.py): "hunyuan-mt" (Hunyuan-MT-7B's card) or
     #: "hy-mt1.5" (the HY-MT1.5 card's templates, for HY-MT1.5 and Hy-MT2). Encoder-decoder models take no prompt.
     prompt: str = "hunyuan-mt"
+    #: How a document's inline markup reaches the model (inline.py): "sentinels" (as the reader wrote them),
+    #: "spaced" (markup sentinels set apart from the words beside them, the source's spacing put back: the demo,
+    #: trained so), "tags" (the HY-MT1.5 card's formatted-translation template, `<s1>…</s1>`), or "auto": "tags"
+    #: under the "hy-mt1.5" prompt, else "sentinels".
+    markup: str = "auto"
+
+    @property
+    def markup_form(self) -> str:
+        """`markup` with "auto" resolved (inline.FORMS)."""
+        if self.markup != "auto":
+            return self.markup
+        return "tags" if self.prompt == "hy-mt1.5" else "sentinels"
 
     def __post_init__(self) -> None:
         # YAML reads on/off/true/false as booleans; environment variables and --set give strings.
@@ -106,6 +118,8 @@ class ModelConfig:
         _check(self.kv_cache in ("auto", "float32", "float16"), "model.kv_cache", "one of auto, float32, float16",
                self.kv_cache)
         _check(self.prompt in ("hunyuan-mt", "hy-mt1.5"), "model.prompt", "one of hunyuan-mt, hy-mt1.5", self.prompt)
+        _check(self.markup in ("auto", "sentinels", "spaced", "tags"), "model.markup",
+               "one of auto, sentinels, spaced, tags", self.markup)
         _check(self.attn_implementation in ("auto", "sdpa", "flash_attention_2", "eager"),
                "model.attn_implementation", "one of auto, sdpa, flash_attention_2, eager", self.attn_implementation)
         _check(isinstance(self.cpu_threads, int) and self.cpu_threads >= 0, "model.cpu_threads", "an integer >= 0",

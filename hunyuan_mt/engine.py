@@ -85,6 +85,9 @@ class Row:
     context: str | None = None
     #: Glossary terms of the segment for the terminology prompt, (source, target) (glossary.mode: prompt).
     terms: tuple[tuple[str, str], ...] = ()
+    #: Which of the text's sentinels are a document's inline markup (inline.py): the backbone shows them to the
+    #: model in its own form, and the service reads them back (`Backbone.read_output`).
+    markup: tuple[int, ...] = ()
     #: Score the translation as it is decoded: its future then carries `score`, the mean log-probability of its
     #: tokens (`future_scores`). Rows that leave the decode loop (beam search, n_best) get None.
     scored: bool = False
@@ -965,7 +968,7 @@ class BatchEngine:
     def _prompt_row(row: Row) -> Any:
         from .backbone import PromptRow
 
-        return PromptRow(row.text, row.src, row.tgt, row.context, row.terms)
+        return PromptRow(row.text, row.src, row.tgt, row.context, row.terms, row.markup)
 
 
 def _pct(values: list[float], q: float) -> float | None:

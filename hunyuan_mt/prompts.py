@@ -13,6 +13,13 @@ context a request may add (text that shapes the translation and is not itself tr
   lines come first and the contextual template after them (the card has no template for both; this is the two
   composed).
 
+- A document segment with inline markup, under "hy-mt1.5" (`model.markup`: tags; inline.py): the card's formatted
+  translation template, `将以下<source></source>之间的文本翻译为{target}，注意只需要输出翻译后的结果，不要额外解释，
+  原文中的<sn></sn>标签表示标签内文本包含格式信息，需要在译文中相应的位置尽量保留该标签。输出格式为：<target>str</target>`,
+  a blank line, and `<source>{text}</source>` with the text's pieces as `<s1>…</s1>` (the technical report's
+  Table 3 shows the numbering and the `<target>` answer). Glossary terms' lines and a context line come before it
+  (the card has no template for both; these are composed as above).
+
 The card asks for the languages' full names, Chinese ones in a Chinese instruction and English ones in an English
 instruction. The chat template (the model's own) wraps the result as the user turn; the card uses no system prompt.
 """
@@ -47,11 +54,18 @@ def clean_context(context: Any, limit: int) -> str | None:
 
 
 def build(style: str, text: str, src: str, tgt: str, context: str | None = None,
-          terms: tuple[tuple[str, str], ...] = ()) -> str:
+          terms: tuple[tuple[str, str], ...] = (), formatted: bool = False) -> str:
     """The user turn for `text` from `src` into `tgt` (canonical codes), with a request's context and the glossary
-    terms the segment holds (source term, target term)."""
+    terms the segment holds (source term, target term). `formatted`: `text` holds `<sN>` pairs (inline.to_tags)
+    and takes the card's formatted-translation template."""
     target = LANGUAGES[tgt]
     preface = ("参考下面的翻译：\n" + "\n".join(f"{s} 翻译成 {t}" for s, t in terms) + "\n\n") if terms else ""
+    if formatted:
+        if context and context.strip():
+            preface += f"{context.strip()}\n"
+        return (f"{preface}将以下<source></source>之间的文本翻译为{target.chinese}，注意只需要输出翻译后的结果，"
+                "不要额外解释，原文中的<sn></sn>标签表示标签内文本包含格式信息，需要在译文中相应的位置尽量保留该标签。"
+                f"输出格式为：<target>str</target>\n\n<source>{text}</source>")
     if context and context.strip():
         return (f"{preface}{context.strip()}\n参考上面的信息，把下面的文本翻译成{target.chinese}，注意不需要翻译上文，"
                 f"也不要额外解释：\n{text}")

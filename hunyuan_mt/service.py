@@ -30,7 +30,7 @@ from .config import Config, load_config
 from .detect import Detection, detect as detect_language, ready as detector_ready, start as start_detector
 from .engine import BatchEngine, Row, future_scores
 from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
-from . import prompts
+from . import inline, prompts
 from .glossary import Glossary, has_terms
 from .prompts import CONTROL_CHARS, SURROGATES
 from .adapters.watch import VersionWatch
@@ -605,8 +605,10 @@ class TranslationService:
                     continue
                 hop = job.plan.hops[k]
                 for i in job.todo:
+                    prot = job.protected[i]
                     rows.append(Row(job.current[i], hop.src, hop.tgt, hop.adapter, context=job.context,
-                                    terms=job.prompt_terms.get(i, ()), scored=job.scored))
+                                    terms=job.prompt_terms.get(i, ()), scored=job.scored,
+                                    markup=inline.markup_indices(prot.spans) if prot is not None else ()))
                     where.append((job, i))
             if not rows:
                 continue
@@ -618,14 +620,14 @@ class TranslationService:
             else:
                 futures = self.engine.submit(rows + extra, self._round_ticket(ticket, listen, where, k))
             outs = [f.result() for f in futures]
-            for (job, i), text, score in zip(where, outs, future_scores(futures)):
-                job.current[i] = text
+            for (job, i), text, score, row in zip(where, outs, future_scores(futures), rows):
+                job.current[i] = self.backbone.read_output(text, row.text, row.markup)
                 if job.scored:
                     before = job.logprob.get(i, 0.0)
                     job.logprob[i] = None if before is None or score is None else before + score
             for n, hypotheses in zip(last, outs[len(rows):]):
                 job, i = where[n]
-                job.nbest[i] = list(hypotheses)
+                job.nbest[i] = [self.backbone.read_output(h, rows[n].text, rows[n].markup) for h in hypotheses]
         for job in jobs:
             if job.layout is None:
                 continue

@@ -32,11 +32,11 @@ _NOTE = "Tags, attributes, scripts, styles and code are kept; only the text was 
 _KEEP_TAGS = {"script", "style", "code", "pre", "textarea", "kbd", "samp", "var", "template", "svg", "math"}
 # Kept elements that sit inside a sentence ("Call <code>f()</code> to save."): the whole element is one sentinel of
 # the sentence around it, so the sentence is translated whole and the code comes back as it was.
-_INLINE_KEEP_TAGS = {"code", "kbd", "samp", "var"}
+INLINE_KEEP_TAGS = {"code", "kbd", "samp", "var"}
 _VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
               "track", "wbr"}
 # Tags that sit inside a sentence; any other tag ends the segment.
-_INLINE_TAGS = {"a", "abbr", "b", "bdi", "bdo", "big", "cite", "data", "del", "dfn", "em", "font", "i", "img", "ins",
+INLINE_TAGS = {"a", "abbr", "b", "bdi", "bdo", "big", "cite", "data", "del", "dfn", "em", "font", "i", "img", "ins",
                 "label", "mark", "q", "s", "small", "span", "strike", "strong", "sub", "sup", "time", "tt", "u",
                 "br", "wbr"}
 _META_CHARSET = re.compile(r"""(<meta\b[^>]*?\bcharset\s*=\s*["']?)[\w.:-]+""", re.I)
@@ -117,13 +117,13 @@ class _Scanner(HTMLParser):
                 or "notranslate" in (attributes.get("class") or "").split())
         start = self._offset()
         if keep and not self._keeping() and tag not in _VOID_TAGS and (
-                tag in _INLINE_KEEP_TAGS or tag in _INLINE_TAGS):
+                tag in INLINE_KEEP_TAGS or tag in INLINE_TAGS):
             # The element, its content and its end tag are one item: an inline sentinel, copied whole.
             self.items.append(_Item(start, "inline"))
             self._silent_from = len(self._stack)
             self._push(tag, True)
             return
-        inline = tag in _INLINE_TAGS and not keep
+        inline = tag in INLINE_TAGS and not keep
         shown = () if keep or self._keeping() else self._text_attributes(start)
         self.items.append(_Item(start, "inline" if inline else "break", attributes=shown))
         if tag not in _VOID_TAGS:
@@ -134,7 +134,7 @@ class _Scanner(HTMLParser):
             return
         start = self._offset()
         shown = () if self._keeping() else self._text_attributes(start)
-        self.items.append(_Item(start, "inline" if tag in _INLINE_TAGS else "break", attributes=shown))
+        self.items.append(_Item(start, "inline" if tag in INLINE_TAGS else "break", attributes=shown))
 
     def _text_attributes(self, start: int) -> tuple[tuple[int, int, str], ...]:
         raw = self.get_starttag_text() or ""
@@ -153,7 +153,7 @@ class _Scanner(HTMLParser):
             if len(self._stack) <= self._silent_from:
                 self._silent_from = None  # the inline element kept whole has ended: its item covers it
             return
-        inline = tag in _INLINE_TAGS and not keep_before
+        inline = tag in INLINE_TAGS and not keep_before
         self.items.append(_Item(self._offset(), "inline" if inline else "break"))
 
     def handle_data(self, data: str) -> None:
