@@ -90,3 +90,64 @@ def test_gimp_help_pages_are_found_by_name_in_each_locale(tmp_path: Path) -> Non
     assert [(stem, other.parent.name) for stem, _, other in gimp.pages(tmp_path, "zh")] == \
         [("gimp-tool-crop", "zh_CN")]
     assert list(gimp.pages(tmp_path, "it")) == []
+
+
+TAGGED_EN = """<html><head><meta charset="utf-8"></head><body>
+<p>Click <a class="link" href="ch03.en.html">here</a> to change your <span class="guilabel">Password</span>.</p>
+<p>Run <code class="literal">apt-get update</code> first.</p>
+<p>Press <span class="guibutton">OK</span> and then <em>wait</em>.</p>
+<p>The <span class="guimenu">File</span> menu <b>holds</b> everything.</p>
+<div><p>Only <em>one</em> segment.</p></div>
+</body></html>"""
+
+TAGGED_ES = """<html><head><meta charset="utf-8"></head><body>
+<p>Pulse <a class="link" href="ch03.es.html">aquí</a> para cambiar su <span class="guilabel">Contraseña</span>.</p>
+<p>Ejecute <code class="literal">apt-get update</code> primero.</p>
+<p>Pulse <span class="guibutton">Aceptar</span> y luego <b>espere</b>.</p>
+<p>Todo está en el menú <b>contiene</b> <span class="guimenu">Archivo</span>.</p>
+<div><p>Solo <em>un</em> segmento.</p></div>
+</body></html>"""
+
+
+def test_tagged_blocks_keep_the_readers_sentinels_spaced_and_pair_only_the_same_markup(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {"ch02": (TAGGED_EN, TAGGED_ES)})
+    folder = root / "usr" / "share" / "debian-reference"
+    english = manuals.page_tagged_blocks(folder / "ch02.en.html")
+    # One entry per block of page_blocks (positions agree with the plain reading).
+    assert len(english) == len(manuals.page_blocks(folder / "ch02.en.html"))
+    shape, text = english[0]
+    assert shape == (("a", "link"), ("span", "guilabel"))
+    assert text == "Click ⟦0⟧ here ⟦1⟧ to change your ⟦2⟧ Password ⟦3⟧."
+    # Inline code alone is no formatted word: that block is not a tagged one.
+    assert english[1] is None
+    pairs = [(en, es) for _, en, es in manuals.aligned_tagged_blocks(english,
+                                                                     manuals.page_tagged_blocks(folder / "ch02.es.html"))]
+    assert pairs == [
+        ("Click ⟦0⟧ here ⟦1⟧ to change your ⟦2⟧ Password ⟦3⟧.",
+         "Pulse ⟦0⟧ aquí ⟦1⟧ para cambiar su ⟦2⟧ Contraseña ⟦3⟧."),
+        ("Only ⟦0⟧ one ⟦1⟧ segment.", "Solo ⟦0⟧ un ⟦1⟧ segmento."),
+    ]   # <em> against <b>, and elements in another order: the words between may not correspond
+
+
+def test_tagged_segments_train_and_their_held_out_pages_stay_out_of_training(tmp_path: Path) -> None:
+    from hunyuan_mt.demo import corpus as corpus_module
+
+    pages = {f"ch{n:02d}": (TAGGED_EN.replace("Password", f"Password{n}"), TAGGED_ES.replace("Contraseña", f"Clave{n}"))
+             for n in range(60, 80)}   # ch61, ch74 and ch76 are held out
+    root = _tree(tmp_path, pages)
+    entries = list(sources.tagged_manual_pages(root, ["es"])) + list(sources.manual_pages(root, ["es"]))
+    assert {e.origin for e in entries} == {"tagged:debian-reference", "manuals:debian-reference"}
+    built = corpus_module.build_corpus(entries, test_size=2, frequent_size=2, seed=1)
+    held = {stem for stem in pages if corpus_module._tag_held_out(f"tagged:debian-reference/{stem}")}
+    assert held and len(held) < len(pages)
+    tested = {en for en, _ in built.tag_test["en2es"]}
+    assert {en for en in tested if "Password" in en} == {
+        f"Click ⟦0⟧ here ⟦1⟧ to change your ⟦2⟧ Password{stem[2:]} ⟦3⟧." for stem in held}
+    assert tested - {en for en in tested if "Password" in en} == {"Only ⟦0⟧ one ⟦1⟧ segment."}
+    assert built.tag_test["es2en"] == [(es, en) for en, es in built.tag_test["en2es"]]
+    trained = [(s, t, o) for s, t, o in built.train["en2es"]]
+    tagged_rows = [row for row in trained if row[2] == "tagged"]
+    assert tagged_rows and len(tagged_rows) == corpus_module.TAG_REPEAT * built.stats["en2es"]["tagged"]
+    for stem in held:  # neither the tagged block nor the plain one of a held-out page trains
+        assert not any(f"Password{stem[2:]}" in s or f"Clave{stem[2:]}" in t for s, t, _ in trained)
+    assert not any("Only" in s for s, _, _ in trained)   # on every page, held-out ones too: tested, not trained

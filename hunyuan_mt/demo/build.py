@@ -49,6 +49,7 @@ def extract(data_root: Path, keep: Corpus | None = None) -> Corpus:
         sources.gnome_help(data_root / "docs"),
         sources.man_pages(data_root / "manpages"),
         sources.manual_pages(data_root / "manuals"),
+        sources.tagged_manual_pages(data_root / "manuals"),
     )
     corpus = build_corpus(entries, keep=keep)
     write_corpus(corpus, data_root / "demo")
@@ -199,7 +200,7 @@ def ship(checkpoint: Path, corpus: Corpus, out: Path, eval_limit: int | None = N
     for direction in ADAPTER_DIRECTIONS:
         src, tgt = direction.split("2")
         origins = {k: v for k, v in corpus.stats[direction].items()
-                   if k not in ("train", "test", "help_test", "para_test")}
+                   if k not in ("train", "test", "help_test", "para_test", "tag_test")}
         metadata = {
             "pair": direction, "source": src, "target": tgt, "base_model": "models/demo",
             "data_sources": [{"id": origin, "pairs": count, **sources.SOURCES[origin]} for origin, count in

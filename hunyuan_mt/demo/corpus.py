@@ -45,6 +45,13 @@ MAN_KIND = "manpages"
 MANUAL_KIND = "manuals"
 #: Every source read paragraph by paragraph.
 PARAGRAPH_KINDS = (HELP_KIND, PARA_KIND, MAN_KIND, MANUAL_KIND)
+#: The manuals' blocks with inline markup (`sources.tagged_manual_pages`): segments whose formatted words change
+#: language. Pages are held out by name, for the tagged test and from the manuals' plain blocks alike; the training
+#: pairs are repeated, as they are few beside the rest (a few thousand per direction).
+TAGGED_KIND = "tagged"
+TAG_HELD_OUT_PERCENT = 8
+TAG_REPEAT = 5
+TAG_MAX_SPANS = 12
 #: Whole paragraphs and runs of two sentences up to this long are trained on (about 100 tokens, inside the
 #: 128-token examples a paragraph build uses); the held-out paragraphs are PARA_TEST_MIN_CHARS to this long.
 PARAGRAPH_MAX_CHARS = 400
@@ -157,6 +164,7 @@ class Corpus:
     frequent: dict[str, list[tuple[str, str]]] = field(default_factory=dict)     # raw (en, reference) per en2x
     help_test: dict[str, list[tuple[str, str]]] = field(default_factory=dict)    # raw held-out help sentences
     para_test: dict[str, list[tuple[str, str]]] = field(default_factory=dict)    # raw held-out paragraphs
+    tag_test: dict[str, list[tuple[str, str]]] = field(default_factory=dict)     # held-out tagged segments
     stats: dict[str, dict[str, int]] = field(default_factory=dict)
     #: Per direction, the UI translations in order of preference (a source's most common translation first),
     #: for the translation memory; empty when the corpus was read back from disk.
@@ -180,8 +188,14 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
     # paragraphs for the test.
     para_pairs: list[tuple[str, str, str, str, str]] = []
     paragraphs: list[tuple[str, str, str, str]] = []
+    tagged: list[tuple[str, str, str, str]] = []         # (page, en, lang, text) with markup sentinels
     for entry in entries:
         kind = entry.origin.split(":")[0]
+        if kind == TAGGED_KIND:
+            if (len(entry.en) <= PARAGRAPH_MAX_CHARS and len(entry.text) <= PARAGRAPH_MAX_CHARS
+                    and _ratio_ok(entry.en, entry.text, entry.lang) and not is_offensive(entry.en, entry.text)):
+                tagged.append((entry.key.split("#")[0], entry.en, entry.lang, entry.text))
+            continue
         if kind in PARAGRAPH_KINDS:
             page = entry.key.split("#")[0]
             if kind == HELP_KIND:
@@ -226,10 +240,12 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
     held_out = {lang: {best(en, lang) for en in test_en} for lang in LANGS}
     help_train, help_en, help_refs = _hold_out_help(help_pairs, corpus, test_size, random.Random(seed))
     para_en, para_refs = _hold_out_paragraphs(paragraphs, corpus, para_test_size, random.Random(seed))
-    # Nothing held out, UI string, help sentence or paragraph, may reach training through any source.
-    test_en |= help_en | para_en
+    tag_en, tag_refs = _hold_out_tagged(tagged, corpus, para_test_size, random.Random(seed))
+    # Nothing held out, UI string, help sentence, paragraph or tagged segment, may reach training through any
+    # source.
+    test_en |= help_en | para_en | tag_en
     for lang in LANGS:
-        held_out[lang] |= help_refs.get(lang, set()) | para_refs.get(lang, set())
+        held_out[lang] |= help_refs.get(lang, set()) | para_refs.get(lang, set()) | tag_refs.get(lang, set())
     if keep is not None:
         corpus.test, corpus.frequent, corpus.help_test = keep.test, keep.frequent, keep.help_test
         for lang in LANGS:
@@ -263,7 +279,8 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
         if _add(pairs, en, lang, text, HELP_KIND):
             per_lang[lang] += 1
     para_train = [(en, lang, text, origin) for page, en, lang, text, origin in para_pairs
-                  if not is_held_out_page(page, _held_out_percent(origin))]
+                  if not is_held_out_page(page, _held_out_percent(origin))
+                  and not (origin == MANUAL_KIND and _tag_held_out(page))]
     rng.shuffle(para_train)
     per_lang.clear()
     for en, lang, text, origin in para_train:
@@ -271,16 +288,21 @@ def build_corpus(entries: Iterable[Entry], test_size: int = 400, frequent_size: 
             continue
         if _add(pairs, en, lang, text, origin, max_spans=PARAGRAPH_MAX_SPANS):
             per_lang[lang] += 1
+    for page, en, lang, text in tagged:
+        if not _tag_held_out(page) and en not in test_en and text not in held_out[lang]:
+            _add(pairs, en, lang, text, TAGGED_KIND, max_spans=TAG_MAX_SPANS)
 
     for direction, items in pairs.items():
         corpus.preferred[direction] = [(s, t, o) for (s, t), o in items.items()]  # insertion order: most common first
         corpus.train[direction] = [(s, t, o) for (s, t), o in items.items()]
+        corpus.train[direction] += [row for row in corpus.train[direction] if row[2] == TAGGED_KIND] * (TAG_REPEAT - 1)
         rng.shuffle(corpus.train[direction])
-        corpus.stats[direction] = dict(Counter(o for _, _, o in corpus.train[direction]))
+        corpus.stats[direction] = dict(Counter(items.values()))
         corpus.stats[direction]["train"] = len(items)
         corpus.stats[direction]["test"] = len(corpus.test[direction])
         corpus.stats[direction]["help_test"] = len(corpus.help_test.get(direction, []))
         corpus.stats[direction]["para_test"] = len(corpus.para_test.get(direction, []))
+        corpus.stats[direction]["tag_test"] = len(corpus.tag_test.get(direction, []))
     corpus.stats["es2de"] = {"train": 0, "test": len(corpus.test["es2de"])}
     return corpus
 
@@ -333,6 +355,31 @@ def is_held_out_page(page: str, percent: int | None = None) -> bool:
 
 def _held_out_percent(origin: str) -> int:
     return {PARA_KIND: PARA_HELD_OUT_PERCENT, MAN_KIND: 0, MANUAL_KIND: 0}.get(origin, HELP_HELD_OUT_PERCENT)
+
+
+def _tag_held_out(page: str) -> bool:
+    """Whether a manual page ("manuals:gimp-help/foo" or "tagged:gimp-help/foo": the same page) is held out for
+    the tagged test."""
+    return is_held_out_page(page.split(":", 1)[-1], TAG_HELD_OUT_PERCENT)
+
+
+def _hold_out_tagged(tagged: list[tuple[str, str, str, str]], corpus: Corpus, size: int, rng: random.Random
+                     ) -> tuple[set[str], dict[str, set[str]]]:
+    """Fill `corpus.tag_test` with the tagged segments of the held-out manual pages, as the reader gave them
+    (markup sentinels spaced). Returns every held-out English segment and reference."""
+    tested: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for page, en, lang, text in tagged:
+        if _tag_held_out(page):
+            tested[lang].append((en, text))
+    _sample_both_ways(tested, size, rng, corpus.tag_test)
+    # The same blocks read plain (the manuals' source flattens the markup) are held out too.
+    both = {lang: [(e, t) for en, text in rows for e, t in ((en, text), (_plain(en), _plain(text)))]
+            for lang, rows in tested.items()}
+    return ({en for rows in both.values() for en, _ in rows}, {lang: {t for _, t in rows} for lang, rows in both.items()})
+
+
+def _plain(tagged: str) -> str:
+    return " ".join(re.sub(r"⟦\d+⟧", " ", tagged).split())
 
 
 def _hold_out_paragraphs(paragraphs: list[tuple[str, str, str, str]], corpus: Corpus, size: int,
@@ -398,7 +445,8 @@ def _add(pairs: dict[str, dict[tuple[str, str], str]], en: str, lang: str, text:
 
 def write_corpus(corpus: Corpus, root: Path) -> None:
     for part, rows in (("train", corpus.train), ("test", corpus.test), ("frequent", corpus.frequent),
-                       ("help_test", corpus.help_test), ("para_test", corpus.para_test)):
+                       ("help_test", corpus.help_test), ("para_test", corpus.para_test),
+                       ("tag_test", corpus.tag_test)):
         folder = root / part
         folder.mkdir(parents=True, exist_ok=True)
         for direction, items in rows.items():
@@ -421,7 +469,7 @@ def load_corpus(root: Path) -> Corpus:
     for direction_file in sorted((root / "train").glob("*.jsonl")):
         corpus.train[direction_file.stem] = [(r["src"], r["tgt"], r.get("origin", "")) for r in read_jsonl(direction_file)]
     for part, target in (("test", corpus.test), ("frequent", corpus.frequent), ("help_test", corpus.help_test),
-                         ("para_test", corpus.para_test)):
+                         ("para_test", corpus.para_test), ("tag_test", corpus.tag_test)):
         for direction_file in sorted((root / part).glob("*.jsonl")):   # no such folder: an older extraction
             target[direction_file.stem] = [(r["src"], r["tgt"]) for r in read_jsonl(direction_file)]
     return corpus

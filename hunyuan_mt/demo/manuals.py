@@ -6,6 +6,13 @@ rendered to HTML by the same stylesheets. So a page and its translation have the
 and the blocks align by position. A page whose block count differs (a translation of another version) is skipped,
 not guessed at.
 
+The same blocks with their inline markup (links, emphasis, GUI labels, inline code) give the tagged segments that
+teach the demo to translate formatted words (`page_tagged_blocks`): each block goes through the server's own HTML
+reader, so a training segment carries its sentinels exactly as an uploaded page's would, and the markup sentinels
+are spaced as the demo's backbone sees them (`inline.space_markup`). A block pairs with its translation only when
+both hold the same inline elements in the same order (tag and class), so the words between two sentinels are the
+translation of the words between the same two in English.
+
 Translators leave what they have not done yet in English, whole or in part ("Abbildung 8.41. Example for layer
 mode"): a block that is the English text, or mostly English phrases copied from it, is not a translation and is
 dropped.
@@ -28,6 +35,8 @@ _VERBATIM = {"pre", "script", "style", "code"}
 _COPIED_RUN = 4
 _WORD = re.compile(r"[A-Za-z]+")
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_WITHOUT_SENTINELS = re.compile(r"⟦\d+⟧")
+_WORDS = re.compile(r"[^\W\d_]{2}")
 
 
 @dataclass(frozen=True)
@@ -64,19 +73,76 @@ MANUALS = (
 def page_blocks(path: Path) -> list[str]:
     """The page's blocks in document order, inline markup flattened and whitespace collapsed ("" for an empty
     block: it keeps its position)."""
+    return [" ".join(element.text_content().split()) for element in _block_elements(path)]
+
+
+def _block_elements(path: Path) -> Iterator:
+    """The page's block elements in document order (what `page_blocks` and `page_tagged_blocks` read)."""
     from lxml import html
 
     root = html.parse(str(path)).getroot()
     if root is None:
-        return []
-    blocks: list[str] = []
+        return
     for element in root.iter(*_BLOCKS):
         if any(parent.tag in _VERBATIM for parent in element.iterancestors()):
             continue
         if element.tag in _CONTAINERS and any(True for _ in element.iterdescendants("p")):
             continue
-        blocks.append(" ".join(element.text_content().split()))
+        yield element
+
+
+def page_tagged_blocks(path: Path) -> list[tuple[tuple[tuple[str, str], ...], str] | None]:
+    """Per block of `page_blocks` (the same positions): its inline elements' (tag, class) in document order and
+    its text as the HTML reader segments it, markup sentinels spaced; None for a block without a formatted word
+    (an inline element, not code, around two letters or more), with other than inline elements, or that the reader
+    does not give as one segment."""
+    from lxml import etree
+
+    from ..documents.encoding import decode_text
+    from ..documents.htmlpage import INLINE_KEEP_TAGS, INLINE_TAGS, HtmlDocument
+    from ..inline import space_markup
+
+    blocks: list[tuple[tuple[tuple[str, str], ...], str] | None] = []
+    for element in _block_elements(path):
+        shape: list[tuple[str, str]] = []
+        inline, formatted = True, False
+        kept: set = set()  # inline code elements: each is one sentinel, whatever is inside
+        for child in element.iterdescendants():
+            if not isinstance(child.tag, str):
+                continue
+            if child.getparent() in kept:
+                kept.add(child)
+                continue
+            if child.tag in INLINE_KEEP_TAGS:
+                kept.add(child)
+            if child.tag not in INLINE_TAGS and child.tag not in INLINE_KEEP_TAGS:
+                inline = False
+                break
+            shape.append((child.tag, child.get("class") or ""))
+            # An element whose words are language (a link, emphasis, a GUI label), not inline code.
+            formatted = formatted or (child not in kept and bool(_WORDS.search(child.text_content())))
+        if not inline or not formatted:
+            blocks.append(None)
+            continue
+        raw = etree.tostring(element, encoding="unicode", with_tail=False).encode("utf-8")
+        segments = HtmlDocument("block.html", decode_text(raw, "block.html")).segments
+        blocks.append((tuple(shape), space_markup(" ".join(segments[0].split()))) if len(segments) == 1 else None)
     return blocks
+
+
+def aligned_tagged_blocks(english: list, translated: list) -> Iterator[tuple[int, str, str]]:
+    """(position, English, translation) of two pages' `page_tagged_blocks` whose inline elements agree and that
+    hold a formatted word (`page_tagged_blocks`), with as many sentinels each; nothing when the pages' block counts
+    differ. Untranslated and mostly untranslated blocks are left out."""
+    if len(english) != len(translated):
+        return
+    for position, (en, text) in enumerate(zip(english, translated)):
+        if (en is None or text is None or en[0] != text[0] or en[1] == text[1]
+                or len(_WITHOUT_SENTINELS.findall(en[1])) != len(_WITHOUT_SENTINELS.findall(text[1]))):
+            continue  # a translation that moved markup out of the block's edges is not the same markup
+        plain_en, plain = _WITHOUT_SENTINELS.sub(" ", en[1]), _WITHOUT_SENTINELS.sub(" ", text[1])
+        if not mostly_copied(plain_en, plain):
+            yield position, en[1], text[1]
 
 
 def mostly_copied(en: str, text: str) -> bool:

@@ -74,6 +74,12 @@ SOURCES: dict[str, dict[str, str]] = {
         "licence": "GPL-2+ (Debian Reference, Osamu Aoki and its translators), GFDL-1.2+ without invariant "
                    "sections (the GIMP Documentation Team)",
     },
+    "tagged": {
+        "name": "The same HTML manuals' blocks with their inline markup (links, emphasis, GUI labels, inline code) "
+                "kept as the server's HTML reader segments them, aligned where both sides hold the same inline "
+                "elements in the same order",
+        "licence": "as the manuals: GPL-2+ (Debian Reference), GFDL-1.2+ without invariant sections (GIMP help)",
+    },
 }
 
 
@@ -280,6 +286,24 @@ def manual_pages(root: Path, langs: Iterable[str] = ("es", "de", "fr", "zh")) ->
                 for position, en, text in manuals.aligned_blocks(english_cache[english], manuals.page_blocks(page)):
                     yield Entry(key=f"manuals:{manual.name}/{stem}#{position}", en=en, lang=lang, text=text,
                                 origin=f"manuals:{manual.name}")
+
+
+def tagged_manual_pages(root: Path, langs: Iterable[str] = ("es", "de", "fr", "zh")) -> Iterator[Entry]:
+    """The manuals' blocks that hold inline markup, as the HTML reader segments them, aligned where both sides
+    hold the same inline elements (`manuals.aligned_tagged_blocks`). The key is
+    `tagged:<manual>/<page>#<position>`: the page is the one `manual_pages` reads."""
+    from . import manuals
+
+    english_cache: dict[Path, list] = {}
+    for manual in manuals.MANUALS:
+        for lang in langs:
+            for stem, english, page in manual.pages(root, lang):
+                if english not in english_cache:
+                    english_cache[english] = manuals.page_tagged_blocks(english)
+                for position, en, text in manuals.aligned_tagged_blocks(english_cache[english],
+                                                                        manuals.page_tagged_blocks(page)):
+                    yield Entry(key=f"tagged:{manual.name}/{stem}#{position}", en=en, lang=lang, text=text,
+                                origin=f"tagged:{manual.name}")
 
 
 # --- Babel / CLDR ---------------------------------------------------------------------------------------------
