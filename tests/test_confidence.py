@@ -85,6 +85,9 @@ XLIFF = (b'<?xml version="1.0" encoding="UTF-8"?>\n<xliff version="1.2" xmlns="u
          b'<trans-unit id="1"><source>Open the file.</source></trans-unit>'
          b'<trans-unit id="2"><source>The printer on the second floor is out of paper.</source></trans-unit>'
          b'</body></file></xliff>')
+XLIFF_2 = (b'<?xml version="1.0" encoding="UTF-8"?>\n<xliff version="2.0" xmlns="urn:oasis:names:tc:xliff:document:2.0" '
+           b'srcLang="en"><file id="f"><unit id="1"><segment><source>Open the file.</source></segment>'
+           b'<segment><source>The printer on the second floor is out of paper.</source></segment></unit></file></xliff>')
 PO = (b'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n\n'
       b'msgid "Open the file."\nmsgstr ""\n\nmsgid "The printer on the second floor is out of paper."\nmsgstr ""\n')
 
@@ -117,6 +120,9 @@ def test_documents_mark_for_review_what_the_model_was_unsure_of(web_service, mon
     targets = etree.fromstring(run(XLIFF, "ui.xlf")).iter("{urn:oasis:names:tc:xliff:document:1.2}target")
     assert [(t.get("state"), t.get("state-qualifier")) for t in targets] == \
            [("translated" if sure else "needs-review-translation", "mt-suggestion")] * 2
+    segments = etree.fromstring(run(XLIFF_2, "ui.xliff")).iter("{urn:oasis:names:tc:xliff:document:2.0}segment")
+    assert [(s.get("state"), s.get("subState")) for s in segments] == \
+           [("translated" if sure else "initial", "hunyuan-mt:mt-suggestion")] * 2
     entries = [e for e in polib.pofile(run(PO, "ui.po").decode()) if e.msgid]
     assert [("fuzzy" in e.flags, "confident" in e.tcomment) for e in entries] == [(not sure, sure)] * 2
 

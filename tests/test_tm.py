@@ -240,6 +240,12 @@ original="ui"><body>
 <trans-unit id="b"><source>the disk is full</source></trans-unit>
 <trans-unit id="c"><source>Open the settings to change the folder.</source></trans-unit>
 </body></file></xliff>"""
+XLIFF_UNITS_2 = b"""<?xml version="1.0" encoding="UTF-8"?>
+<xliff version="2.0" xmlns="urn:oasis:names:tc:xliff:document:2.0" srcLang="en"><file id="ui">
+<unit id="a"><segment><source>The disk is full.</source></segment></unit>
+<unit id="b"><segment><source>the disk is full</source></segment></unit>
+<unit id="c"><segment><source>Open the settings to change the folder.</source></segment></unit>
+</file></xliff>"""
 
 PO_ENTRIES = b'''msgid ""
 msgstr ""
@@ -277,6 +283,13 @@ def test_documents_say_which_segments_came_from_memory_exact_or_near_and_which_f
     assert states == {"a": ("translated", "leveraged-tm"), "b": ("needs-review-translation", "leveraged-tm"),
                       "c": ("needs-review-translation", "mt-suggestion")}
     assert targets["a"].text == "El disco está lleno." and targets["b"].text == "El disco está lleno"
+    # XLIFF 2.x: the same decisions in its states, the origin in the segment's subState.
+    rendered, _ = translate_upload(service, XLIFF_UNITS_2, "ui.xliff", "en", "es", memory_server.cfg.limits)
+    ns2 = "{urn:oasis:names:tc:xliff:document:2.0}"
+    states = {unit.get("id"): (unit.find(f"{ns2}segment").get("state"), unit.find(f"{ns2}segment").get("subState"))
+              for unit in etree.fromstring(rendered.data).iter(f"{ns2}unit")}
+    assert states == {"a": ("translated", "hunyuan-mt:leveraged-tm"), "b": ("initial", "hunyuan-mt:leveraged-tm-near"),
+                      "c": ("initial", "hunyuan-mt:mt-suggestion")}
 
     rendered, _ = translate_upload(service, PO_ENTRIES, "ui.po", "en", "es", memory_server.cfg.limits)
     entries = {e.msgid: e for e in polib.pofile(rendered.data.decode())}

@@ -2,10 +2,12 @@
 
 Read and written with lxml (already the XML library under python-docx), with entity resolution and network access
 off. A unit marked translate="no", and one whose target already holds a translation, is left alone. A new target
-is marked as machine output for review: state="needs-review-translation" with state-qualifier="mt-suggestion" in
-1.2, state="translated" on the segment in 2.x (2.x has no standard marker for machine output). In 1.2 a target the
-translation memory gave says so: state-qualifier="leveraged-tm", with state="translated" for an exact entry and
-"needs-review-translation" for a near-exact one. The file's target
+says where it came from and whether it needs review. In 1.2: state-qualifier="mt-suggestion" for the model's and
+"leveraged-tm" for the translation memory's, with state="translated" for an exact memory entry and a model
+translation at or above `quality.review_below`, "needs-review-translation" for the rest. 2.x has neither a review
+state nor a standard qualifier: the segment's state is "translated" or, for review, "initial" (a target that is not
+a translation yet), and its subState (the 2.x way to refine a state, "prefix:value") says where the target came from:
+`hunyuan-mt:mt-suggestion`, `hunyuan-mt:leveraged-tm` or `hunyuan-mt:leveraged-tm-near`. The file's target
 language is set to the one asked for.
 
 Inline codes travel as masking sentinels, like HTML tags: a paired code's start and end (`<g>…</g>` in 1.2,
@@ -36,6 +38,11 @@ _STATES_1 = {ORIGIN_MEMORY: ("translated", "leveraged-tm"),
              ORIGIN_MEMORY_NEAR: ("needs-review-translation", "leveraged-tm"),
              ORIGIN_MODEL: ("needs-review-translation", "mt-suggestion"),
              ORIGIN_MODEL_SURE: ("translated", "mt-suggestion")}
+#: XLIFF 2.x's segment state and subState per origin (the same decisions in the states 2.x has).
+_STATES_2 = {ORIGIN_MEMORY: ("translated", "hunyuan-mt:leveraged-tm"),
+             ORIGIN_MEMORY_NEAR: ("initial", "hunyuan-mt:leveraged-tm-near"),
+             ORIGIN_MODEL: ("initial", "hunyuan-mt:mt-suggestion"),
+             ORIGIN_MODEL_SURE: ("translated", "hunyuan-mt:mt-suggestion")}
 XLIFF_1 = "urn:oasis:names:tc:xliff:document:1.2"
 XLIFF_2 = "urn:oasis:names:tc:xliff:document:2.0"
 # Elements whose content is text to translate (the start and end are codes), and codes copied whole.
@@ -163,12 +170,15 @@ class XliffDocument(Document):
             else:
                 unit.source.addnext(new)
                 new.tail = unit.source.tail
+            origin = self.origins.get(unit.protected.text, ORIGIN_MODEL)
             if self._ns == XLIFF_1:
-                state, qualifier = _STATES_1[self.origins.get(unit.protected.text, ORIGIN_MODEL)]
+                state, qualifier = _STATES_1[origin]
                 new.set("state", state)
                 new.set("state-qualifier", qualifier)
             else:
-                unit.holder.set("state", "translated")
+                state, sub_state = _STATES_2[origin]
+                unit.holder.set("state", state)
+                unit.holder.set("subState", sub_state)
         if target:
             if self._ns == XLIFF_1:
                 for file in self._root.iter(self._q("file")):
