@@ -13,6 +13,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 @functools.cache
@@ -36,3 +42,39 @@ def collect_and_trim() -> None:
     in a process holding transformers: once per operation that drops many objects, never per step."""
     gc.collect()
     trim()
+
+
+MADV_DONTNEED = 4
+
+
+def release_file_pages(tensors: Iterable["torch.Tensor"], path: Path) -> int:
+    """Take this process's pages of the mappings of the file `path` that hold `tensors` out of its resident set
+    (madvise MADV_DONTNEED). The pages stay in the kernel's page cache, so touching the tensors again reads them
+    back without the disk while memory allows, and costs nothing while it does not: the adapter cache's copy of an
+    attached adapter, which its slot holds too (BENCHMARKS.md, issue 46: 36 MB an adapter of HY-MT1.5-1.8B's shapes).
+
+    Only a private mapping of that very file is advised: an anonymous page, or a page of a file mapping written
+    to, would be lost, and these are never written. Returns the bytes advised (0 where there is nothing to do or
+    no glibc)."""
+    libc = _libc()
+    if libc is None:
+        return 0
+    target = str(Path(path).resolve())
+    pointers = {t.untyped_storage().data_ptr() for t in tensors if t.device.type == "cpu"}
+    advised = 0
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            lines = maps.readlines()
+    except OSError:
+        return 0
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or fields[5].strip() != target or not fields[1].endswith("p"):
+            continue
+        low, high = (int(x, 16) for x in fields[0].split("-"))
+        if any(low <= p < high for p in pointers):
+            madvise = libc.madvise
+            madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+            if madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_DONTNEED) == 0:
+                advised += high - low
+    return advised

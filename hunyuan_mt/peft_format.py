@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
+from pathlib import Path
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +70,8 @@ class AdapterWeights:
     fingerprint: tuple[int, ...] | None
     #: The same weights scaled and converted for slot copies (lora.PreparedAdapter), made on first attach.
     prepared: Any = None
+    #: The safetensors file the tensors were read from (they map its pages), if they were.
+    source: Path | None = None
 
     @property
     def nbytes(self) -> int:

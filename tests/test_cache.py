@@ -165,6 +165,36 @@ def test_ram_tier_hit_does_not_read_disk(marian, make_cache, marian_adapters: Pa
     assert cache.ram_tier() == ["en2fr"] and cache.lru_order() == ["en2de"]
 
 
+def _resident_kb(path: Path) -> tuple[int, int]:
+    """(mappings of `path` in this process, their resident kB), from /proc/self/smaps."""
+    target, mappings, resident, inside = str(path.resolve()), 0, 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:  # a mapping's header line
+            inside = len(fields) == 6 and fields[5] == target
+            mappings += inside
+        elif inside and fields[0] == "Rss:":
+            resident += int(fields[1])
+    return mappings, resident
+
+
+def test_the_copy_kept_for_re_attaching_is_not_resident_while_its_slot_holds_it(marian, make_cache, adapters_copy,
+                                                                                 references) -> None:
+    """A float32 slot on the CPU is copied from the adapter file's own pages, which are then given back: the
+    cache's RAM-tier copy costs no resident memory (the slot holds the adapter), and re-attaching from it reads
+    the same numbers (the reference is PEFT's output)."""
+    weights = adapters_copy / "en2de" / "adapter_model.safetensors"
+    cache = make_cache(marian, adapters_copy, slots=1, ram_tier=4)
+    assert run(marian, cache, "en2de") == references["en2de"]
+    mappings, resident = _resident_kb(weights)
+    assert mappings >= 1 and resident == 0
+    touch(cache, "en2fr")                      # en2de to the RAM tier, still mapped, still not resident
+    assert cache.ram_tier() == ["en2de"] and _resident_kb(weights) == (mappings, 0)
+    before = cache.stats()
+    assert run(marian, cache, "en2de") == references["en2de"]
+    assert cache.stats().disk_loads == before.disk_loads and _resident_kb(weights)[1] == 0
+
+
 def test_leased_adapter_survives_eviction_pressure(marian, make_cache, marian_adapters: Path, references) -> None:
     """Invariant 3: a generation holding en2de runs while five other pairs churn through the slots."""
     cache = make_cache(marian, marian_adapters, slots=3)

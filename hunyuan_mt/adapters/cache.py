@@ -729,6 +729,10 @@ class AdapterCache:
                         self._count("grows")
                         log.info("slot LoRA layers grew for %s: %s", weights.pair.key, lora.info())
                 lora.load(index, adapter)
+            if weights.source is not None:
+                # The slot holds the adapter now; the copy kept for re-attaching stays as the file's pages in the
+                # page cache, out of this process's resident memory until it is attached again.
+                heap.release_file_pages((t for pair in adapter.tensors.values() for t in pair), weights.source)
             self._count("attaches")
             self._attach_ms.append((time.perf_counter() - t0) * 1000)
 

@@ -255,7 +255,8 @@ def read_adapter(info: AdapterInfo) -> AdapterWeights:
         raise AdapterUnusable(f"Adapter {name} is unusable: {exc.message}") from None
     except Exception as exc:  # truncated/corrupt safetensors, read errors
         raise AdapterUnusable(f"Adapter {name} could not be read: {_short(exc)}") from None
-    return AdapterWeights(pair=info.pair, config=config, state_dict=state_dict, fingerprint=now)
+    return AdapterWeights(pair=info.pair, config=config, state_dict=state_dict, fingerprint=now,
+                          source=info.path / WEIGHTS_FILE)
 
 
 #: A version's folder name: "v" and its number.

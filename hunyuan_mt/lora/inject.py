@@ -31,7 +31,8 @@ _SERIALS = itertools.count(1)
 
 @dataclass(frozen=True)
 class PreparedAdapter:
-    """An adapter ready for slot copies: module path → (A [r, in], B·scale [out, r]) in the slots' dtype."""
+    """An adapter ready for slot copies: module path → (A [r, in], B [out, r]), and the factor each B still needs
+    in the slot (`scales`; a module not in it was scaled already)."""
 
     key: str
     tensors: dict[str, tuple[torch.Tensor, torch.Tensor]]
@@ -39,6 +40,8 @@ class PreparedAdapter:
     rank: int
     #: Names these weights (unique in the process): what is derived from them is kept under it (SlotMapping.holds).
     serial: int = field(default_factory=lambda: next(_SERIALS), compare=False)
+    #: Module path → the LoRA scale B is multiplied by as it goes into a slot.
+    scales: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def modules(self) -> set[str]:
@@ -50,18 +53,30 @@ class PreparedAdapter:
 
 
 def prepare(weights: AdapterWeights, dtype: torch.dtype, pin: bool = False) -> PreparedAdapter:
-    """Scale and convert an adapter once. `pin` puts the tensors in page-locked memory (fast, async copies to a
+    """An adapter made ready for slot copies, once.
+
+    Float32 slots on the CPU take A and B as they were read (the safetensors file's own pages, in the file's dtype):
+    the copy converts them and B is scaled in the slot, in float32 as it would have been here, so the slots hold
+    the same numbers and the copy kept for re-attaching is pages the kernel can take back from this process
+    (`heap.release_file_pages`) instead of a second float32 adapter. Other slots get A and B·scale converted to
+    their dtype here (the scaling in float32 first), in page-locked memory with `pin` (fast, async copies to a
     GPU)."""
     tensors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    scales: dict[str, float] = {}
+    as_read = dtype == torch.float32 and not pin
     for module, (a, b) in lora_modules(weights.state_dict).items():
         scale = lora_scale(weights.config, module)
+        if as_read and a.device.type == "cpu" and b.device.type == "cpu":
+            tensors[module] = (a, b)
+            scales[module] = scale
+            continue
         a = a.to(dtype=dtype).contiguous()
         b = (b.to(torch.float32) * scale).to(dtype=dtype).contiguous()
         if pin:
             a, b = a.pin_memory(), b.pin_memory()
         tensors[module] = (a, b)
     rank = max((a.shape[0] for a, _ in tensors.values()), default=0)
-    return PreparedAdapter(weights.pair.key, tensors, rank)
+    return PreparedAdapter(weights.pair.key, tensors, rank, scales=scales)
 
 
 def _parent(model: nn.Module, path: str) -> tuple[nn.Module, str]:
@@ -146,17 +161,24 @@ class SlotLoRA:
         targets: list[torch.Tensor] = []
         sources: list[torch.Tensor] = []
         zeros: list[torch.Tensor] = []
+        scaled: list[torch.Tensor] = []
+        factors: list[float] = []
         for path, (a, b) in adapter.tensors.items():
             t, s, z = self.layers[path].copies(slot, a, b)
             targets += t
             sources += s
             zeros += z
+            if path in adapter.scales:
+                scaled.append(t[1])   # this slot's B, copied as read
+                factors.append(adapter.scales[path])
         for path in stale:
             zeros += [self.layers[path].a_t[slot], self.layers[path].b_t[slot]]
         # One call for all the copies and one for the zeros, not two per layer: a load runs on the decode loop's
         # thread, between steps, and each tensor call gives the GIL up to the web server's threads.
         with torch.no_grad():
             torch._foreach_copy_(targets, sources, non_blocking=True)
+            if scaled:
+                torch._foreach_mul_(scaled, factors)
             if zeros:
                 torch._foreach_zero_(zeros)
         self._written[slot] = set(adapter.modules)

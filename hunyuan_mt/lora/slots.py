@@ -48,8 +48,8 @@ class SlotLinear(nn.Module):
 
     def copies(self, slot: int, a: torch.Tensor, b: torch.Tensor
                ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
-        """Copying one adapter into `slot` (a is A [r, in], b is B·scale [out, r], r ≤ the slot rank), as
-        (targets, their sources, tensors to zero): `SlotLoRA.load` runs those of every layer in one foreach call
+        """Copying one adapter into `slot` (a is A [r, in], b is B [out, r], r ≤ the slot rank), as
+        (targets: this slot's A and B, their sources, tensors to zero): `SlotLoRA.load` runs those of every layer in one foreach call
         each, then invalidates the slot in the mapping."""
         r = a.shape[0]
         targets, sources = [self.a_t[slot, :, :r], self.b_t[slot, :r]], [a.t(), b.t()]
