@@ -6,7 +6,8 @@ confidence and its sentence-level chrF against the reference, per direction.
 
 The sets are each direction's standing held-out UI strings (`adapters/<pair>/heldout.tsv`, 400 rows each, drawn
 from the system's gettext catalogues and kept out of training; `python -m hunyuan_mt.demo.heldout`). The help
-paragraphs held out by `build-demo` (data/demo/para_test) are used too when that folder exists. The service
+sentences and paragraphs held out by `build-demo` (data/demo/help_test: LibreOffice's help, para_test: GNOME's help)
+are used too when the extraction is there. The service
 translates them with the translation memory off (the model answers every row) in `translate_batch` calls of 64,
 as the REST API does. A row's confidence is `TranslationResult.confidence` (its least confident sentence's
 geometric-mean token probability); its quality is sacrebleu's sentence chrF. Spearman's ρ is Pearson's on pandas' ranks
@@ -39,8 +40,8 @@ def heldout_ui(build: Path, direction: str) -> list[tuple[str, str]]:
     return read_rows(path.read_bytes(), path.name, src, tgt)
 
 
-def heldout_help(build: Path, direction: str) -> list[tuple[str, str]] | None:
-    path = build / "data" / "demo" / "para_test" / f"{direction}.jsonl"
+def heldout_help(build: Path, direction: str, part: str) -> list[tuple[str, str]] | None:
+    path = build / "data" / "demo" / part / f"{direction}.jsonl"
     if not path.exists():
         return None
     return [(r["src"], r["tgt"]) for r in map(json.loads, path.read_text(encoding="utf-8").splitlines())]
@@ -82,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for direction in DIRECTIONS:
             table[f"{direction} UI"] = score(service, direction, heldout_ui(args.build, direction))
-            help_rows = heldout_help(args.build, direction)
-            if help_rows:
-                table[f"{direction} help"] = score(service, direction, help_rows)
+            for part, name in (("help_test", "help sentences"), ("para_test", "help paragraphs")):
+                help_rows = heldout_help(args.build, direction, part)
+                if help_rows:
+                    table[f"{direction} {name}"] = score(service, direction, help_rows)
             print(direction, {k: v for k, v in table.items() if k.startswith(direction)}, flush=True)
     finally:
         service.close()
