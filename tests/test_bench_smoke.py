@@ -156,3 +156,21 @@ def test_hunyuan_cpu_bench_runs_ours_and_transformers_on_a_tiny_model(tmp_path: 
     text = "\n".join(lines)
     assert "ours ÷ transformers eager, decode" in text and "4 concurrent ÷ transformers + PEFT" in text
     assert "llama.cpp: not installed" in text
+
+
+def test_tagged_bench_files_read_back_their_formatted_pieces() -> None:
+    """bench.tagged writes each held-out segment as HTML, .docx, .pptx, .odt and XLIFF with its formatted pieces
+    marked; the server's readers see one sentinel pair per formatted piece, and a translator that gives every
+    segment back as it came leaves the bench reading the same pieces out of the rendered file."""
+    from bench import tagged
+    from hunyuan_mt.config import LimitsConfig
+    from hunyuan_mt.documents import read_document, translate_document
+
+    assert tagged.usable("Click ⟦0⟧ here ⟦1⟧ to ⟦2⟧ save ⟦3⟧.") == ["Click ", "here", " to ", "save", "."]
+    assert tagged.usable("Run ⟦0⟧ now") is None and tagged.usable("a ⟦0⟧ 1 ⟦1⟧ b") is None
+    segments = [["Click ", "here", " to ", "save", "."], ["", "Open", " the menu"]]
+    for fmt, (make, read, name) in tagged.FORMATS.items():
+        data = make(segments)
+        assert read_document(data, name, LimitsConfig()).segments[0].count("⟦") == 4, fmt
+        rendered = translate_document(data, name, LimitsConfig(), lambda texts, progress: list(texts))
+        assert read(rendered.data) == [(["here", "save"], "Click here to save."), (["Open"], "Open the menu")], fmt
