@@ -266,8 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                          "model.path": str(Path(root) / "models" / "demo"),
                          "cache.adapters_dir": str(Path(root) / "adapters")}
             cfg = load_config(None, overrides, env={})
-            # A backbone of its own: the process-wide one is shared by configurations that differ only in how
-            # they serve (model.markup), and would keep the first one's.
+            # A backbone of its own, closed with its service: the builds and forms run one after another.
             service = TranslationService(cfg, backbone=Backbone.load_uncached(cfg.model))
             try:
                 for direction in directions:

@@ -49,6 +49,9 @@ def test_backbone_loads_once_for_many_callers(tmp_path: Path, marian_dir: Path) 
     assert backbone_mod.LOAD_COUNT - before == 1
     assert len(got) == 8 and all(b is got[0] for b in got) and again is got[0]
     assert got[0].warmup_ms is not None  # the warm-up generation ran at load
+    # The markup form (and the prompt style) shape every row's input: another one is another backbone.
+    spaced = load_backbone(ModelConfig(path=str(model_dir), markup="spaced", warmup=False))
+    assert spaced is not got[0] and (spaced.markup_form, got[0].markup_form) == ("spaced", "sentinels")
 
 
 def test_architecture_dtype_and_info(fresh_backbone, marian_dir: Path, hunyuan_dir: Path) -> None:
