@@ -142,6 +142,11 @@ def future_scores(futures: Sequence[Future]) -> list[float | None]:
     return [getattr(f, "score", None) for f in futures]
 
 
+def future_tokens(futures: Sequence[Future]) -> list[tuple[list[int], list[float]] | None]:
+    """Each answered row's output tokens and their log-probabilities (`Row.scored`), or None."""
+    return [getattr(f, "tokens", None) for f in futures]
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """One forward of the engine: for tests, metrics and the status page."""
@@ -842,7 +847,9 @@ class BatchEngine:
                         self._batch.picker.eos:
                     self.stats.length_capped += 1
                 self._tell(p, live.output, True)
-                self._finish(p, result=self.backbone.decode(live.output), score=live.mean_logprob)
+                output = live.output
+                self._finish(p, result=self.backbone.decode(output), score=live.mean_logprob,
+                             tokens=(list(output), live.logprobs[:len(output)]) if live.logprobs else None)
         if any(p.ticket is not None and p.ticket.on_tokens is not None and not p.ticket.final_only
                for p in self._running.values()):
             for live in self._batch.live:
@@ -911,7 +918,7 @@ class BatchEngine:
     # ------------------------------------------------------------------ bookkeeping
 
     def _finish(self, p: _Pending, result: str | None = None, error: BaseException | None = None,
-                score: float | None = None) -> None:
+                score: float | None = None, tokens: tuple[list[int], list[float]] | None = None) -> None:
         self._release(p)
         if p.future.done():
             return
@@ -920,6 +927,7 @@ class BatchEngine:
             p.future.set_exception(error)
         else:
             p.future.score = score  # type: ignore[attr-defined]  # read by `future_scores`, set before it wakes
+            p.future.tokens = tokens  # type: ignore[attr-defined]  # read by `future_tokens`
             p.future.set_result(result if result is not None else "")
 
     @staticmethod

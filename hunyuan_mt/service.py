@@ -28,7 +28,7 @@ from .adapters.request import Pair
 from .backbone import Backbone, load_backbone
 from .config import Config, load_config
 from .detect import Detection, detect as detect_language, ready as detector_ready, start as start_detector
-from .engine import BatchEngine, Row, future_scores
+from .engine import BatchEngine, Row, future_scores, future_tokens
 from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
 from . import inline, prompts
 from .glossary import Glossary, has_terms
@@ -96,6 +96,9 @@ class TranslationResult:
     segment_confidences: list[float | None] = field(default_factory=list)
     #: Each segment's translation, in order (what `segment_confidences` score; the text joins them).
     segment_texts: list[str] = field(default_factory=list)
+    #: Per segment, its last hop's tokens as (text, log-probability), the texts joining into the segment's
+    #: translation; None where the model gave none that join up (memory, beam search, a repaired placeholder).
+    segment_tokens: list[list[tuple[str, float]] | None] = field(default_factory=list)
 
     @property
     def confidence(self) -> float | None:
@@ -152,6 +155,8 @@ class _Job:
     scored: bool = False
     #: Segment index → the sum over its hops of each hop's mean token log-probability (None: a hop had none).
     logprob: dict[int, float | None] = field(default_factory=dict)
+    #: Segment index → its last hop's output tokens and their log-probabilities (scored jobs).
+    tokens: dict[int, tuple[list[int], list[float]]] = field(default_factory=dict)
 
     def confidences(self) -> list[float | None]:
         """Each segment's confidence in (0, 1]: the geometric mean of its tokens' probabilities, multiplied over a
@@ -346,7 +351,7 @@ class TranslationService:
 
     def translate_batch(self, texts: Sequence[str], src: str, tgt: str, *, alternatives: int = 0,
                         glossary: Glossary | None = None, ticket: Ticket | None = None, context: str | None = None,
-                        _single: bool = False, _warmup: bool = False,
+                        token_logprobs: bool = False, _single: bool = False, _warmup: bool = False,
                         _listen: Callable[..., None] | None = None) -> list[TranslationResult]:
         """Translate several texts at once; all their sentences share engine batches.
 
@@ -356,7 +361,8 @@ class TranslationService:
         alternatives gets. `glossary` terms found in a text come out as the glossary's target terms. `ticket`
         cancels the request's rows (the edges cancel it when the client goes away). `context` is text that shapes
         every segment's translation and is not translated (a decoder-only backbone reads it in its prompt;
-        encoder-decoder models have no prompt and ignore it)."""
+        encoder-decoder models have no prompt and ignore it). `token_logprobs` fills each result's
+        `segment_tokens` (the OpenAI endpoint's per-token `logprobs`; a decode per token, so only when asked)."""
         t0 = time.perf_counter()
         try:
             self._check_alternatives(alternatives)
@@ -395,7 +401,8 @@ class TranslationService:
                 alternatives=_alternatives(job, alternatives), memory_segments=len(job.memory),
                 memory_near_segments=len(job.near),
                 glossary_terms=job.terms, memory_matches=_matches(job),
-                segments=len(job.current), segment_confidences=job.confidences(), segment_texts=list(job.current)))
+                segments=len(job.current), segment_confidences=job.confidences(), segment_texts=list(job.current),
+                segment_tokens=self._token_pieces(job) if token_logprobs else []))
         if not _warmup:  # the warm-up's requests are nobody's: they stay out of the counts and latencies
             self._record(total_ms, sum(len(j.todo) for j in jobs), sum(len(t) for t in cleaned), len(texts), "text")
         return results
@@ -552,6 +559,32 @@ class TranslationService:
                     visible=visible and bool(required), matches=matches, context=context, prompt_terms=prompt_terms,
                     scored=scored)
 
+    def _token_pieces(self, job: _Job) -> list[list[tuple[str, float]] | None]:
+        """`TranslationResult.segment_tokens` of a job: each token's text is what decoding it adds to the tokens
+        before it, with complete placeholders put back; a segment whose pieces do not join into its translation
+        exactly (a sentinel the model dropped and restore appended, a repaired spacing) gets None."""
+        out: list[list[tuple[str, float]] | None] = []
+        for i, text in enumerate(job.current):
+            found = job.tokens.get(i)
+            if found is None or i in job.memory:
+                out.append(None)
+                continue
+            ids, logprobs = found
+            spans = job.protected[i].spans if job.protected[i] is not None else []
+            pieces: list[tuple[str, float]] = []
+            before = ""
+            for n, logprob in enumerate(logprobs):
+                decoded = self.backbone.decode(ids[:n + 1])
+                piece = decoded[len(before):] if decoded.startswith(before) else None
+                if piece is None:
+                    break
+                pieces.append((_masking.SENTINEL.sub(lambda m: spans[int(m.group(1))] if int(m.group(1)) < len(spans)
+                                                     else m.group(0), piece), logprob))
+                before = decoded
+            joined = "".join(p for p, _ in pieces)
+            out.append(pieces if len(pieces) == len(logprobs) and joined.strip() == text.strip() else None)
+        return out
+
     def _model_origin(self, job: _Job) -> str:
         """A segment the model translated: ORIGIN_MODEL_SURE when every sentence of it scored at least
         `quality.review_below`, else ORIGIN_MODEL (to review)."""
@@ -620,8 +653,11 @@ class TranslationService:
             else:
                 futures = self.engine.submit(rows + extra, self._round_ticket(ticket, listen, where, k))
             outs = [f.result() for f in futures]
-            for (job, i), text, score, row in zip(where, outs, future_scores(futures), rows):
+            for (job, i), text, score, tokens, row in zip(where, outs, future_scores(futures), future_tokens(futures),
+                                                          rows):
                 job.current[i] = self.backbone.read_output(text, row.text, row.markup)
+                if tokens is not None and k == len(job.plan.hops) - 1:
+                    job.tokens[i] = tokens
                 if job.scored:
                     before = job.logprob.get(i, 0.0)
                     job.logprob[i] = None if before is None or score is None else before + score

@@ -127,18 +127,28 @@ def test_documents_mark_for_review_what_the_model_was_unsure_of(web_service, mon
     assert [("fuzzy" in e.flags, "confident" in e.tcomment) for e in entries] == [(not sure, sure)] * 2
 
 
-def test_the_openai_client_gets_logprobs_per_sentence_when_it_asks(live_server: LiveServer) -> None:
+def test_the_openai_client_gets_logprobs_per_token_when_it_asks(live_server: LiveServer) -> None:
+    """One entry per token the model wrote, their texts joining into the message (placeholders put back, the
+    space between sentences on the next one's first token), and each sentence's tokens averaging to the log of its
+    confidence."""
     import openai
 
     client = openai.OpenAI(base_url=live_server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
-    text = "Where is the printer? It is out of paper."
+    text = "Where is the printer? It is out of paper on 3 floors."
     asked = client.chat.completions.create(model="en2es", messages=[{"role": "user", "content": text}],
                                            logprobs=True)
-    want = live_server.service.translate_batch([text], "en", "es")[0]
+    want = live_server.service.translate_batch([text], "en", "es", token_logprobs=True)[0]
     entries = asked.choices[0].logprobs.content
-    assert [e.token for e in entries] == want.segment_texts and len(entries) == 2
-    assert [e.logprob for e in entries] == [pytest.approx(math.log(c), abs=1e-6) for c in want.segment_confidences]
     assert asked.choices[0].message.content == want.text
+    assert "".join(e.token for e in entries) == want.text and len(entries) > len(want.segment_texts)
+    assert any("3" in e.token for e in entries) and not any("⟦" in e.token for e in entries)
+    for pieces, confidence in zip(want.segment_tokens, want.segment_confidences):
+        assert pieces and "".join(p for p, _ in pieces).strip() in want.text
+        mean = sum(lp for _, lp in pieces) / len(pieces)
+        assert math.exp(mean) == pytest.approx(confidence, abs=1e-3)
+    # A token that adds no text (the end of the sentence) is not an entry.
+    assert [e.logprob for e in entries] == [pytest.approx(lp, abs=1e-6) for pieces in want.segment_tokens
+                                            for piece, lp in pieces if piece]
     plain = client.chat.completions.create(model="en2es", messages=[{"role": "user", "content": text}])
     assert plain.choices[0].logprobs is None  # not asked: not sent
 

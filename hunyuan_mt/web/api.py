@@ -714,7 +714,8 @@ class RestApi:
             return StreamingResponse(self._stream_events(request, stream, first, chunks, ticket, started),
                                      media_type="text/event-stream")
         results = await self._watched(request, ticket, "openai", functools.partial(
-            self.service.translate_batch, [text], source, target, alternatives=n - 1, ticket=ticket))
+            self.service.translate_batch, [text], source, target, alternatives=n - 1, ticket=ticket,
+            token_logprobs=fields.get("logprobs") is True))
         self._observe(results, started, "openai")
         result = results[0]
         usage = {"prompt_tokens": len(text.split()), "completion_tokens": len(result.text.split())}
@@ -725,7 +726,7 @@ class RestApi:
             {"index": i, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
             for i, content in enumerate(contents)]
         if fields.get("logprobs") is True:
-            choices[0]["logprobs"] = _sentence_logprobs(result)
+            choices[0]["logprobs"] = _chat_logprobs(result)
         return JSONResponse({
             "id": completion_id, "object": "chat.completion", "created": created, "model": model,
             "choices": choices, "usage": usage, "route": result.route_label,
@@ -780,16 +781,27 @@ class RestApi:
             {"id": model_id, "object": "model", "created": 0, "owned_by": "hunyuan-mt"} for model_id in ids]})
 
 
-def _sentence_logprobs(result: Any) -> dict[str, Any]:
-    """OpenAI's `logprobs` for a chat translation, one entry per sentence rather than per token: the sentence's
-    text and the mean log-probability of its tokens (the log of its confidence; a sentence from the translation
-    memory 0.0). Sentences with no score (beam search) are left out. The clients parse it as they parse tokens."""
-    content = []
-    for text, confidence in zip(result.segment_texts, result.segment_confidences):
+def _chat_logprobs(result: Any) -> dict[str, Any]:
+    """OpenAI's `logprobs` for a chat translation: one entry per token of each sentence the model wrote (its last
+    hop's, the text each token adds, placeholders put back), the whitespace between sentences joined to the next
+    sentence's first token, so the entries' texts join into the message. A sentence without token scores that join
+    up (from the translation memory: log-probability 0.0; a repaired placeholder: its mean log-probability) is one
+    entry; one with no score at all (beam search) is left out, and so the texts no longer join up."""
+    content: list[dict[str, Any]] = []
+    cursor = 0
+    tokens = result.segment_tokens or [None] * len(result.segment_texts)
+    for text, confidence, pieces in zip(result.segment_texts, result.segment_confidences, tokens):
         if confidence is None or not text.strip():
             continue
-        content.append({"token": text, "logprob": round(math.log(confidence), 6), "bytes": list(text.encode()),
-                        "top_logprobs": []})
+        found = result.text.find(text.strip(), cursor)
+        gap = result.text[cursor:found] if found >= 0 else ""
+        cursor = found + len(text.strip()) if found >= 0 else cursor
+        # A token that adds no text (the end of the sentence, half a character) is no entry.
+        entries = [(p, lp) for p, lp in pieces if p] if pieces else [(text.strip(), math.log(confidence))]
+        for n, (piece, logprob) in enumerate(entries):
+            piece = gap + piece.lstrip() if n == 0 else piece
+            content.append({"token": piece, "logprob": round(logprob, 6), "bytes": list(piece.encode()),
+                            "top_logprobs": []})
     return {"content": content, "refusal": None}
 
 
