@@ -68,15 +68,13 @@ def space_markup(text: str, markup: Collection[int] | None = None) -> str:
 
 def unspace_markup(translated: str, source: str, markup: Collection[int]) -> str:
     """The model's `translated` with the source's spacing around each markup sentinel: where the source had no
-    space on a side, none is left there; where it had one, the model's choice stands, except beside Chinese or
-    Japanese text, which has none between words."""
-    glued: dict[int, tuple[bool, bool]] = {}
+    space on a side, none is left there; where it had one, there is one between the sentinel and a word, except
+    beside Chinese or Japanese text, which has none between words."""
+    glued: dict[int, tuple[bool | None, bool | None]] = {}
     for match in SENTINEL.finditer(source):
         index = int(match.group(1))
         if index in markup:
-            left = match.start() == 0 or not source[match.start() - 1].isspace()
-            right = match.end() == len(source) or not source[match.end()].isspace()
-            glued[index] = (left, right)
+            glued[index] = (_glued(source[:match.start()][-1:]), _glued(source[match.end():][:1]))
     if not glued:
         return translated
 
@@ -85,16 +83,31 @@ def unspace_markup(translated: str, source: str, markup: Collection[int]) -> str
         if index not in glued:
             return match.group(0)
         left, right = glued[index]
-        before, after = match.group(1), match.group(3)
         text_before = match.string[:match.start()]
         text_after = match.string[match.end():]
-        if left or (text_before and _CJK.match(text_before[-1])):
-            before = ""
-        if right or (text_after and _CJK.match(text_after[0])):
-            after = ""
-        return f"{before}⟦{index}⟧{after}"
+        return (_side(match.group(1), left, text_before[-1:]) + f"⟦{index}⟧"
+                + _side(match.group(3), right, text_after[:1]))
 
     return re.sub(r"([ \t]*)⟦(\d+)⟧([ \t]*)", fix, translated)
+
+
+def _glued(neighbour: str) -> bool | None:
+    """Whether the source glues a sentinel to this neighbouring character ("" at an end: glued), or None where it
+    says nothing: beside Chinese or Japanese text, which glues everything."""
+    if not neighbour:
+        return True
+    if _CJK.match(neighbour):
+        return None
+    return not neighbour.isspace()
+
+
+def _side(space: str, glued: bool | None, neighbour: str) -> str:
+    """The whitespace to keep on one side of a markup sentinel in the output, `space` being the model's."""
+    if glued or (neighbour and _CJK.match(neighbour)):
+        return ""
+    if glued is False and not space and neighbour and _word(neighbour):
+        return " "
+    return space
 
 
 def to_tags(text: str, markup: Collection[int]) -> str:

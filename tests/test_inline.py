@@ -28,6 +28,8 @@ def test_unspacing_puts_back_the_sources_spacing() -> None:
     out = "Pulse ⟦0⟧ aquí ⟦1⟧ para cambiar su ⟦2⟧ contraseña ⟦3⟧ ."
     assert inline.unspace_markup(out, source, {0, 1, 2, 3}) == \
         "Pulse ⟦0⟧aquí⟦1⟧ para cambiar su ⟦2⟧contraseña⟦3⟧."
+    # Where the source had a space, a word glued to the sentinel gets one back.
+    assert inline.unspace_markup("Pulse ⟦0⟧ aquí ⟦1⟧para", source, {0, 1, 2, 3}) == "Pulse ⟦0⟧aquí⟦1⟧ para"
     # A protected span is not markup: its spacing is the model's.
     assert inline.unspace_markup("a ⟦0⟧ b", "a⟦0⟧b", set()) == "a ⟦0⟧ b"
 
@@ -35,6 +37,8 @@ def test_unspacing_puts_back_the_sources_spacing() -> None:
 def test_unspacing_beside_chinese_leaves_no_space() -> None:
     source = "Click ⟦0⟧ here ⟦1⟧ now"
     assert inline.unspace_markup("现在 点击 ⟦0⟧ 这里 ⟦1⟧ 吧", source, {0, 1}) == "现在 点击⟦0⟧这里⟦1⟧吧"
+    # A Chinese source glues everything: that says nothing about English spacing, which stays the model's.
+    assert inline.unspace_markup("Click ⟦0⟧ here ⟦1⟧ now.", "点击⟦0⟧这里⟦1⟧吧。", {0, 1}) == "Click ⟦0⟧ here ⟦1⟧ now."
 
 
 def test_round_trip_through_the_spaced_form_is_the_identity_for_a_model_that_copies() -> None:
