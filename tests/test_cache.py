@@ -195,6 +195,24 @@ def test_the_copy_kept_for_re_attaching_is_not_resident_while_its_slot_holds_it(
     assert cache.stats().disk_loads == before.disk_loads and _resident_kb(weights)[1] == 0
 
 
+def test_only_the_named_files_mapping_is_given_back(tmp_path: Path) -> None:
+    """An anonymous tensor, or one mapped from another file, is never advised (its pages would be lost)."""
+    import safetensors.torch
+
+    from hunyuan_mt import heap
+
+    first, second = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    safetensors.torch.save_file({"w": torch.arange(300_000, dtype=torch.float32)}, str(first))
+    safetensors.torch.save_file({"w": torch.ones(300_000)}, str(second))
+    mapped = safetensors.torch.load_file(str(first))["w"]
+    anonymous = torch.arange(300_000, dtype=torch.float32)
+    assert heap.release_file_pages([anonymous, mapped], second) == 0
+    assert _resident_kb(first)[1] > 0
+    assert heap.release_file_pages([anonymous, mapped], first) > 0 and _resident_kb(first)[1] == 0
+    assert torch.equal(anonymous, torch.arange(300_000, dtype=torch.float32))
+    assert torch.equal(mapped, torch.arange(300_000, dtype=torch.float32))   # read back from the page cache
+
+
 def test_leased_adapter_survives_eviction_pressure(marian, make_cache, marian_adapters: Path, references) -> None:
     """Invariant 3: a generation holding en2de runs while five other pairs churn through the slots."""
     cache = make_cache(marian, marian_adapters, slots=3)
