@@ -18,6 +18,10 @@ os.environ.setdefault("HMT_MODEL__COMPILE", "false")
 import tempfile  # noqa: E402
 
 os.environ["HMT_DATA"] = tempfile.mkdtemp(prefix="hmt-data-")
+# Gradio keeps the files a page hands out in one folder per content hash under GRADIO_TEMP_DIR, and a page that
+# closes deletes the files it made: two test processes translating the same document made the same folder, and one
+# server's shutdown took the other's download away (a 500 in test_access). Each test process gets its own.
+os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="hmt-gradio-")
 
 import pytest
 import torch

@@ -107,7 +107,7 @@ def hy_service(hunyuan_dir, hunyuan_adapters):
     from hunyuan_mt.service import TranslationService
 
     cfg = load_config(overrides={
-        "model.path": str(hunyuan_dir), "model.warmup": False, "model.prompt": "hy-mt1.5",
+        "model.path": str(hunyuan_dir), "model.warmup": False, "model.prompt": "hy-mt1.5", "model.markup": "auto",
         "cache.adapters_dir": str(hunyuan_adapters), "routing.pivot": "en", "memory.enabled": False,
         "limits.max_new_tokens": 8, "limits.max_chars": 300, "engine.max_wait_ms": 1, "model.quantization": "none",
     }, env={})
