@@ -500,8 +500,9 @@ def test_a_glossary_term_that_leaves_its_element_is_translated_piece_by_piece():
 
     translations, redone = translate_keeping_markup(doc, translate, glossary=glossary)
     assert redone == 1 and "<b>archivo</b>" in doc.render(translations, "es").data.decode()
-    kept, redone = translate_keeping_markup(doc, translate)  # without a glossary the order alone is checked
-    assert redone == 0 and "⟦0⟧⟦1⟧ archivo" in kept[0]
+    # Without a glossary too: the element came back empty, its word outside it (see the test below).
+    kept, redone = translate_keeping_markup(doc, translate)
+    assert redone == 1 and "⟦0⟧archivo⟦1⟧" in kept[0]
 
 
 def test_html_tags_come_back_exactly_once_whatever_the_translator_does():
@@ -784,6 +785,25 @@ def test_markup_out_of_order_is_translated_piece_by_piece() -> None:
     # One pass for the segments, a second for the pieces between the tags of the two that came back swapped.
     assert sent[1] == ["Click", "Save", "to keep your changes.", "Plain", "one", "."]
     assert "2 segments whose markup came back out of order were translated piece by piece" in rendered.note
+
+
+def test_markup_emptied_by_the_model_is_translated_piece_by_piece() -> None:
+    """Sentinels back in order but the formatted word moved out of them (`su contraseña <strong></strong>.`): the
+    formatting would sit on nothing, so the pieces are translated between the tags instead."""
+    sent: list[list[str]] = []
+
+    def moving(segments: list[str], progress=None) -> list[str]:
+        sent.append(list(segments))
+        if len(sent) == 1:
+            return ["Pulse ⟦0⟧aquí⟦1⟧ para cambiar su contraseña ⟦2⟧⟦3⟧."]
+        return [{"Click": "Pulse", "here": "aquí", "to change your": "para cambiar su",
+                 "password": "contraseña"}.get(s, s) for s in segments]
+
+    rendered = translate_document(b'<p>Click <a href="/s">here</a> to change your <strong>password</strong>.</p>',
+                                  "page.html", LIMITS, moving)
+    assert '<p>Pulse <a href="/s">aquí</a> para cambiar su <strong>contraseña</strong>.</p>' in rendered.data.decode()
+    assert sent[1] == ["Click", "here", "to change your", "password", "."]
+    assert "1 segment whose markup came back out of order was translated piece by piece" in rendered.note
 
 
 def test_markup_in_order_is_kept_as_the_model_gave_it() -> None:

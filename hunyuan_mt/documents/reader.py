@@ -185,7 +185,8 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
             if pieces is None:  # a document's own sentinels are always in order
                 continue
             came_back = masking.split_at_sentinels(out, count)
-            if came_back is None or (glossary is not None and not _terms_stay(pieces, came_back, glossary)):
+            if (came_back is None or _emptied(pieces, came_back)
+                    or (glossary is not None and not _terms_stay(pieces, came_back, glossary))):
                 redo[i] = pieces
     if redo:
         texts = list(dict.fromkeys(p.strip() for pieces in redo.values() for p in pieces if p.strip()))
@@ -194,6 +195,12 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
             translated[i] = masking.join_pieces([_around(p, done.get(p.strip(), p)) for p in pieces])
     by_source = dict(zip(unique, translated))
     return [by_source[s] for s in document.segments], len(redo)
+
+
+def _emptied(pieces: list[str], translated: list[str]) -> bool:
+    """Whether a piece that held words came back empty: the model moved them out of their markup
+    (`su contraseña <strong></strong>.`), which would leave the formatting on nothing."""
+    return any(any(ch.isalpha() for ch in piece) and not out.strip() for piece, out in zip(pieces, translated))
 
 
 def _terms_stay(pieces: list[str], translated: list[str], glossary: Glossary) -> bool:
