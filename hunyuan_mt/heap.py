@@ -27,7 +27,10 @@ def _libc() -> ctypes.CDLL | None:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:       # not glibc (musl, macOS): nothing to trim this way
         return None
-    return libc if hasattr(libc, "malloc_trim") else None
+    if not hasattr(libc, "malloc_trim"):
+        return None
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    return libc
 
 
 def trim() -> None:
@@ -73,8 +76,6 @@ def release_file_pages(tensors: Iterable["torch.Tensor"], path: Path) -> int:
             continue
         low, high = (int(x, 16) for x in fields[0].split("-"))
         if any(low <= p < high for p in pointers):
-            madvise = libc.madvise
-            madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-            if madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_DONTNEED) == 0:
+            if libc.madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_DONTNEED) == 0:
                 advised += high - low
     return advised

@@ -25,13 +25,13 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 
-from .masking import SENTINEL, sentinel
+from .masking import MARKUP_TAG, SENTINEL, sentinel
 
 FORMS = ("sentinels", "spaced", "tags")
 
 _CJK = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\u3000-\u303f\uff00-\uffef]")
 _TAG = re.compile(r"<(/?)s(\d+)>")
-_MARKUP_TAG = re.compile(r"</?[A-Za-z][\w:.-]*(?:\s+[^<>]*?)?\s*/?>")
+_MARKUP_TAG = re.compile(MARKUP_TAG)
 _TARGET = re.compile(r"^\s*<target>(.*?)(?:</target>\s*)?$", re.S)
 
 
@@ -74,7 +74,8 @@ def unspace_markup(translated: str, source: str, markup: Collection[int]) -> str
     for match in SENTINEL.finditer(source):
         index = int(match.group(1))
         if index in markup:
-            glued[index] = (_glued(source[:match.start()][-1:]), _glued(source[match.end():][:1]))
+            start, end = match.start(), match.end()
+            glued[index] = (_glued(source[max(start - 1, 0):start]), _glued(source[end:end + 1]))
     if not glued:
         return translated
 
@@ -83,10 +84,9 @@ def unspace_markup(translated: str, source: str, markup: Collection[int]) -> str
         if index not in glued:
             return match.group(0)
         left, right = glued[index]
-        text_before = match.string[:match.start()]
-        text_after = match.string[match.end():]
-        return (_side(match.group(1), left, text_before[-1:]) + f"⟦{index}⟧"
-                + _side(match.group(3), right, text_after[:1]))
+        start, end = match.start(), match.end()
+        return (_side(match.group(1), left, translated[max(start - 1, 0):start]) + f"⟦{index}⟧"
+                + _side(match.group(3), right, translated[end:end + 1]))
 
     return re.sub(r"([ \t]*)⟦(\d+)⟧([ \t]*)", fix, translated)
 

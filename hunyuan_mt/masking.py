@@ -78,6 +78,9 @@ _SEMVER_BUILD = r"\+[0-9A-Za-z]+(?:\.[0-9A-Za-z]+)*"
 _VERSION = (rf"(?<![\w.])(?:[vV]\d+(?:\.\d+)*(?:{_SEMVER_PRE})?(?:{_SEMVER_BUILD})?"
             rf"|\d+(?:\.\d+){{1,3}}(?:(?=-[0-9A-Za-z.]*[A-Za-z]){_SEMVER_PRE}(?:{_SEMVER_BUILD})?|{_SEMVER_BUILD}))"
             r"(?![\w])")
+#: A markup tag, start or end (`<b>`, `</a>`, `<img src="x"/>`): a span of its own here, and what `inline` counts
+#: as markup in a text sent with format=html.
+MARKUP_TAG = r"</?[A-Za-z][\w:.-]*(?:\s+[^<>]*?)?\s*/?>"
 _ISO_DATE = r"(?<![\w.,])\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2})?)?(?![\w])"
 
 # One alternation, tried left to right at each position, so the longer constructs (a URL that holds digits, a tag
@@ -86,7 +89,7 @@ _PATTERNS: tuple[str, ...] = (
     r"⟦\d+⟧",                                                  # sentinel-looking text already in the input
     r"`[^`\n]+`",                                              # `code spans`
     r"<!--.*?-->",                                             # markup comments
-    r"</?[A-Za-z][\w:.-]*(?:\s+[^<>]*?)?\s*/?>",               # markup tags
+    MARKUP_TAG,                                                # markup tags
     r"&(?:[A-Za-z][A-Za-z0-9]{1,31}|#\d{1,7}|#x[0-9A-Fa-f]{1,6});",  # character entities
     r"(?:https?|ftp|file)://[^\s<>\"'`]+",                     # URLs with a scheme
     r"www\.[^\s<>\"'`]+",                                      # bare www URLs

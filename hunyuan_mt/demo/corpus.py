@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..masking import protect, protect_pair
+from ..masking import SENTINEL, protect, protect_pair
 from ..segment import split_text
 from .sources import Entry, is_offensive
 
@@ -379,7 +379,7 @@ def _hold_out_tagged(tagged: list[tuple[str, str, str, str]], corpus: Corpus, si
 
 
 def _plain(tagged: str) -> str:
-    return " ".join(re.sub(r"⟦\d+⟧", " ", tagged).split())
+    return " ".join(SENTINEL.sub(" ", tagged).split())
 
 
 def _hold_out_paragraphs(paragraphs: list[tuple[str, str, str, str]], corpus: Corpus, size: int,

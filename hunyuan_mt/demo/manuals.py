@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..masking import SENTINEL
+
 #: Elements whose text is one block. A list item, definition term or table cell that holds paragraphs is not a
 #: block of its own: its paragraphs are.
 _BLOCKS = ("p", "li", "dt", "td", "th", "h1", "h2", "h3", "h4", "h5", "title", "caption")
@@ -35,7 +37,6 @@ _VERBATIM = {"pre", "script", "style", "code"}
 _COPIED_RUN = 4
 _WORD = re.compile(r"[A-Za-z]+")
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
-_WITHOUT_SENTINELS = re.compile(r"⟦\d+⟧")
 _WORDS = re.compile(r"[^\W\d_]{2}")
 
 
@@ -138,9 +139,9 @@ def aligned_tagged_blocks(english: list, translated: list) -> Iterator[tuple[int
         return
     for position, (en, text) in enumerate(zip(english, translated)):
         if (en is None or text is None or en[0] != text[0] or en[1] == text[1]
-                or len(_WITHOUT_SENTINELS.findall(en[1])) != len(_WITHOUT_SENTINELS.findall(text[1]))):
+                or len(SENTINEL.findall(en[1])) != len(SENTINEL.findall(text[1]))):
             continue  # a translation that moved markup out of the block's edges is not the same markup
-        plain_en, plain = _WITHOUT_SENTINELS.sub(" ", en[1]), _WITHOUT_SENTINELS.sub(" ", text[1])
+        plain_en, plain = SENTINEL.sub(" ", en[1]), SENTINEL.sub(" ", text[1])
         if not mostly_copied(plain_en, plain):
             yield position, en[1], text[1]
 

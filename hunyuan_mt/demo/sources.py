@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import re
 from html.parser import HTMLParser
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -277,15 +277,7 @@ def manual_pages(root: Path, langs: Iterable[str] = ("es", "de", "fr", "zh")) ->
     language's page of the same name. The key is `manuals:<manual>/<page>#<position>`."""
     from . import manuals
 
-    english_cache: dict[Path, list[str]] = {}
-    for manual in manuals.MANUALS:
-        for lang in langs:
-            for stem, english, page in manual.pages(root, lang):
-                if english not in english_cache:
-                    english_cache[english] = manuals.page_blocks(english)
-                for position, en, text in manuals.aligned_blocks(english_cache[english], manuals.page_blocks(page)):
-                    yield Entry(key=f"manuals:{manual.name}/{stem}#{position}", en=en, lang=lang, text=text,
-                                origin=f"manuals:{manual.name}")
+    return _manual_entries(root, langs, "manuals", manuals.page_blocks, manuals.aligned_blocks)
 
 
 def tagged_manual_pages(root: Path, langs: Iterable[str] = ("es", "de", "fr", "zh")) -> Iterator[Entry]:
@@ -294,16 +286,24 @@ def tagged_manual_pages(root: Path, langs: Iterable[str] = ("es", "de", "fr", "z
     `tagged:<manual>/<page>#<position>`: the page is the one `manual_pages` reads."""
     from . import manuals
 
+    return _manual_entries(root, langs, "tagged", manuals.page_tagged_blocks, manuals.aligned_tagged_blocks)
+
+
+def _manual_entries(root: Path, langs: Iterable[str], kind: str, read: Callable[[Path], list],
+                    align: Callable[[list, list], Iterator[tuple[int, str, str]]]) -> Iterator[Entry]:
+    """Every manual page with a translation in each of `langs`: `read` gives a page's blocks (each English page
+    read once), `align` pairs the two pages' blocks."""
+    from . import manuals
+
     english_cache: dict[Path, list] = {}
     for manual in manuals.MANUALS:
         for lang in langs:
             for stem, english, page in manual.pages(root, lang):
                 if english not in english_cache:
-                    english_cache[english] = manuals.page_tagged_blocks(english)
-                for position, en, text in manuals.aligned_tagged_blocks(english_cache[english],
-                                                                        manuals.page_tagged_blocks(page)):
-                    yield Entry(key=f"tagged:{manual.name}/{stem}#{position}", en=en, lang=lang, text=text,
-                                origin=f"tagged:{manual.name}")
+                    english_cache[english] = read(english)
+                for position, en, text in align(english_cache[english], read(page)):
+                    yield Entry(key=f"{kind}:{manual.name}/{stem}#{position}", en=en, lang=lang, text=text,
+                                origin=f"{kind}:{manual.name}")
 
 
 # --- Babel / CLDR ---------------------------------------------------------------------------------------------
