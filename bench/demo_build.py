@@ -24,11 +24,12 @@ from .report import write_results
 DIRECTIONS = ("en2es", "en2de", "en2fr", "en2zh")
 
 
-def _service(build: Path) -> Any:
+def _service(build: Path, extra: dict[str, Any] | None = None) -> Any:
+    """A service on the demo build in `build` (models/demo, adapters/), memory off; `extra` settings on top."""
     from hunyuan_mt.service import TranslationService
 
     overrides = {"model.path": str(build / "models" / "demo"), "cache.adapters_dir": str(build / "adapters"),
-                 "tm.enabled": False, "memory.enabled": False}
+                 "tm.enabled": False, "memory.enabled": False, **(extra or {})}
     return TranslationService(load_config(None, overrides, env={}))
 
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .demo_build import _service
 from .report import write_results
 
 SENTINEL = re.compile(r"⟦\d+⟧")
@@ -252,9 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="tagged", help="results file name under bench/results")
     parser.add_argument("--formats", default=",".join(FORMATS), help="of " + ", ".join(FORMATS))
     args = parser.parse_args(argv)
-    from hunyuan_mt.backbone import Backbone
-    from hunyuan_mt.config import PROJECT_ROOT, load_config
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.config import PROJECT_ROOT
 
     builds = dict(b.split("=", 1) for b in args.build) or {"shipped": str(PROJECT_ROOT)}
     forms = args.form or ["sentinels", "spaced"]
@@ -262,12 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     for build, root in builds.items():
         for form in forms:
-            overrides = {"model.warmup": False, "memory.enabled": False, "tm.enabled": False, "model.markup": form,
-                         "model.path": str(Path(root) / "models" / "demo"),
-                         "cache.adapters_dir": str(Path(root) / "adapters")}
-            cfg = load_config(None, overrides, env={})
-            # A backbone of its own, closed with its service: the builds and forms run one after another.
-            service = TranslationService(cfg, backbone=Backbone.load_uncached(cfg.model))
+            service = _service(Path(root), {"model.warmup": False, "model.markup": form})
             try:
                 for direction in directions:
                     rows = held_out(args.data, direction, args.limit)
