@@ -139,7 +139,8 @@ def run_ours(model_dir: Path, adapters: Path, args: argparse.Namespace) -> dict[
 
     t0 = time.perf_counter()
     backbone = Backbone.load_uncached(ModelConfig(path=str(model_dir), warmup=False, quantization=args.quantization,
-                                                  cpu_threads=args.threads, compile="false"))
+                                                  int8_kernel=args.int8_kernel, cpu_threads=args.threads,
+                                                  compile="false"))
     load_s = time.perf_counter() - t0
     registry = AdapterRegistry(adapters, backbone.spec)
     registry.scan()
@@ -154,7 +155,8 @@ def run_ours(model_dir: Path, adapters: Path, args: argparse.Namespace) -> dict[
     pairs = [Pair.parse(p) for p in PAIRS]
     held = cache.lease(pairs)
     slots = list(held.__enter__().slots)
-    memory = {"rss_mb": rss_mb(), "int8_weight_mb": _int8_bytes(backbone.model) / 2**20}
+    memory = {"rss_mb": rss_mb(), "int8_weight_mb": _int8_bytes(backbone.model) / 2**20,
+              "weight_mb": _weight_bytes(backbone.model) / 2**20}
     ids = tuple(prompt(args.prompt, backbone.model.config.vocab_size))
     picker = TokenPicker.for_model(backbone.model, GenerationConfig(), None, encoder_decoder=False)
 
@@ -195,6 +197,21 @@ def _int8_bytes(model: Any) -> int:
 
     return sum(m.in_features * m.out_features + 4 * m.out_features for m in model.modules()
                if isinstance(m, Int8Layer))
+
+
+def _weight_bytes(model: Any) -> int:
+    """Bytes of the model's quantized linear weights as they are held: `_int8_bytes` for 8-bit layers; a 4-bit
+    layer's half byte a weight and its scale per column and group (a fused part counts its own columns)."""
+    from hunyuan_mt.int8_layer import Int8Layer, Int8Part
+
+    total = 0
+    for m in model.modules():
+        if not isinstance(m, Int8Layer):
+            continue
+        layer = m.whole if isinstance(m, Int8Part) else m
+        bits, group = getattr(layer, "bits", 8), getattr(layer, "group", m.in_features)
+        total += m.in_features * m.out_features * bits // 8 + 4 * m.out_features * (m.in_features // group)
+    return total
 
 
 def _one_stream(generate: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -288,8 +305,8 @@ def _worker(engine: str, args: argparse.Namespace) -> dict[str, Any]:
 def _spawn(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "bench.hunyuan_cpu", "--worker", engine, "--preset", args.preset, "--runs",
            str(args.runs), "--prompt", str(args.prompt), "--new", str(args.new), "--requests", str(args.requests),
-           "--threads", str(args.threads), "--quantization", args.quantization] + (["--peft"] if args.peft else []) + \
-        ([] if args.compile else ["--no-compile"])
+           "--threads", str(args.threads), "--quantization", args.quantization, "--int8-kernel", args.int8_kernel] + \
+        (["--peft"] if args.peft else []) + ([] if args.compile else ["--no-compile"])
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -352,7 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--quantization", default="int8", choices=("int8", "none"))
+    parser.add_argument("--quantization", default="int8", choices=("int8", "int4", "none"),
+                        help="ours: the weights (with --ours, for each variant that names none)")
+    parser.add_argument("--int8-kernel", default="auto", choices=("auto", "int_mm", "fbgemm", "qgemm"))
+    parser.add_argument("--ours", default="",
+                        help="several of ours in one invocation, comma-separated QUANTIZATION[:KERNEL]: "
+                        "int8:fbgemm,int8:qgemm,int4")
     parser.add_argument("--no-compile", dest="compile", action="store_false",
                         help="our decode step eager (the service compiles it ahead of time by default)")
     parser.add_argument("--peft", action="store_true", help="also transformers + PEFT one request at a time "
@@ -367,7 +389,12 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = build(args.preset, folder)
     results: dict[str, Any] = {"preset": args.preset, "shapes": PRESETS[args.preset], "cpu": cpu_line(),
                                "args": {k: v for k, v in vars(args).items() if k != "worker"}}
-    results["ours"] = _spawn("ours", args)
+    variants = [v for v in args.ours.split(",") if v] or [f"{args.quantization}:{args.int8_kernel}"]
+    for variant in variants:
+        quantization, _, kernel = variant.partition(":")
+        own = argparse.Namespace(**{**vars(args), "quantization": quantization, "int8_kernel": kernel or "auto"})
+        results[f"ours {variant}"] = _spawn("ours", own)
+    results["ours"] = results[f"ours {variants[0]}"]
     results["transformers"] = _spawn("transformers", args)
     ggufs, note = gguf_files(folder, model_dir)
     results["llama_cpp_note"] = note
@@ -382,7 +409,7 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
     lines = [f"# Hunyuan family on the CPU: {args.preset}", "",
              f"CPU: {r['cpu']}; {args.threads} threads; prompt {args.prompt} tokens, {args.new} new tokens (EOS "
              f"ignored); medians of {args.runs} runs. Command: `python -m bench.hunyuan_cpu --preset {args.preset}"
-             f"{'' if args.compile else ' --no-compile'}`",
+             f"{'' if args.compile else ' --no-compile'}{f' --ours {args.ours}' if args.ours else ''}`",
              "", "| engine | first token (s) | decode tok/s | one stream tok/s | "
              f"{args.requests} requests over 8 adapters tok/s | RSS MB |", "|---|---|---|---|---|---|"]
 
@@ -393,29 +420,36 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
         return (f"| {name} | {d['first_token_s']:.3f} | {d['decode_tok_s']:.1f} | {d['stream_tok_s']:.1f} | {c} | "
                 f"{d['rss_mb']:.0f} |")
 
-    how = "compiled" if ours.get("compiled") else "eager"
-    lines.append(row(f"ours ({args.quantization}, {ours.get('batch', '?')} {how}, adapter attached)", ours,
-                     ours.get("concurrent_tok_s")))
+    variants = [k for k in r if k.startswith("ours ")]
+    for key in variants:
+        d = r[key]
+        how = "compiled" if d.get("compiled") else "eager"
+        lines.append(row(f"ours {key[5:]} ({d.get('int8_kernel') or 'float32'}, {d.get('batch', '?')} {how}, "
+                         "adapter attached)", d, d.get("concurrent_tok_s")))
     lines.append(row("transformers eager (float32; + PEFT one at a time)", hf, hf.get("peft_sequential_tok_s")))
     for key in [k for k in r if k.startswith("llama.cpp ")]:
         lines.append(row(key, r[key]))
-    lines.append("")
-    if "error" not in ours:
-        lines.append(f"- ours ÷ transformers eager, decode: **{ours['decode_tok_s'] / hf['decode_tok_s']:.2f}×**"
+    for key in variants:
+        ours = r[key]
+        if "error" in ours:
+            continue
+        lines += ["", f"{key}:"]
+        lines.append(f"- ÷ transformers eager, decode: **{ours['decode_tok_s'] / hf['decode_tok_s']:.2f}×**"
                      if "error" not in hf else "- transformers failed")
-        lines.append(f"- ours: {args.requests} concurrent ÷ one stream: "
+        lines.append(f"- {args.requests} concurrent ÷ one stream: "
                      f"**{ours['concurrent_tok_s'] / ours['stream_tok_s']:.2f}×**")
         if "peft_sequential_tok_s" in hf:
-            lines.append(f"- ours {args.requests} concurrent ÷ transformers + PEFT one at a time: "
+            lines.append(f"- {args.requests} concurrent ÷ transformers + PEFT one at a time: "
                          f"**{ours['concurrent_tok_s'] / hf['peft_sequential_tok_s']:.2f}×**")
-        for key in [k for k in r if k.startswith("llama.cpp ") and "error" not in r[k]]:
-            lines.append(f"- ours ÷ {key}, decode: **{ours['decode_tok_s'] / r[key]['decode_tok_s']:.2f}×**")
-        weights = max(ours['int8_weight_mb'], 1)
-        lines.append(f"- ours resident {ours['rss_mb']:.0f} MB with 8 adapters attached; int8 weights "
-                     f"{ours['int8_weight_mb']:.0f} MB: **{ours['rss_mb'] / weights:.2f}×**")
+        for peer in [k for k in r if k.startswith("llama.cpp ") and "error" not in r[k]]:
+            lines.append(f"- ÷ {peer}, decode: **{ours['decode_tok_s'] / r[peer]['decode_tok_s']:.2f}×**")
+        int8_mb, own_mb = max(ours["int8_weight_mb"], 1), max(ours.get("weight_mb", ours["int8_weight_mb"]), 1)
+        lines.append(f"- resident {ours['rss_mb']:.0f} MB with 8 adapters attached; the int8 weights {int8_mb:.0f} "
+                     f"MB: **{ours['rss_mb'] / int8_mb:.2f}×**" + ("" if abs(own_mb - int8_mb) < 1 else
+                     f"; its own weights {own_mb:.0f} MB: {ours['rss_mb'] / own_mb:.2f}×"))
         if "rss_after_mb" in ours:
-            lines.append(f"- ours resident after the {args.requests} concurrent requests (batch drained): "
-                         f"{ours['rss_after_mb']:.0f} MB: **{ours['rss_after_mb'] / weights:.2f}×**")
+            lines.append(f"- resident after the {args.requests} concurrent requests (batch drained): "
+                         f"{ours['rss_after_mb']:.0f} MB: {ours['rss_after_mb'] / int8_mb:.2f}× the int8 weights")
     if r.get("llama_cpp_note"):
         lines.append(f"- llama.cpp: {r['llama_cpp_note']}")
     return lines

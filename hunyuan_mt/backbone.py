@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from . import cpu, footprint, heap, inline, int8, int8_embedding, kernels, prompts
+from . import cpu, footprint, heap, inline, int8, int8_embedding, int8_packed, kernels, prompts
 from .int8_layer import fuse_siblings
 from .config import GenerationConfig, ModelConfig
 from .decode import CausalBatch, LlamaBatch, MarianBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
@@ -202,6 +202,10 @@ def loaded_backbones() -> list[Backbone]:
         return list(_INSTANCES.values())
 
 
+#: The `model.quantization` values that quantize the weights on the CPU after loading (not bitsandbytes).
+CPU_QUANTIZATION = ("int8", "int4")
+
+
 def resolve_quantization(cfg: ModelConfig, device: str, dtype: torch.dtype) -> tuple[str, str]:
     """`model.quantization` as it will run, and a note saying why when it was chosen for the user ("auto") or the
     user's choice will run slow. "auto" is int8 only on a CPU whose int8 GEMM beats float32 (`int8.gemm_speed`):
@@ -232,8 +236,10 @@ def int8_speed(cfg: ModelConfig) -> int8.GemmSpeed:
     speed = int8.gemm_speed(torch.get_num_threads())
     if cfg.int8_kernel == "auto":
         return speed
-    if not (int8.int8_fbgemm.available() if cfg.int8_kernel == "fbgemm" else int8.int_mm_available()):
-        raise ConfigError(f"model.int8_kernel: {cfg.int8_kernel} is not in this torch build; set it to auto.")
+    have = {"fbgemm": int8.int8_fbgemm.available, "int_mm": int8.int_mm_available, "qgemm": int8_packed.available}
+    if not have[cfg.int8_kernel]():
+        where = "built here (a C++ compiler and ninja)" if cfg.int8_kernel == "qgemm" else "in this torch build"
+        raise ConfigError(f"model.int8_kernel: {cfg.int8_kernel} is not {where}; set it to auto.")
     return replace(speed, pinned=cfg.int8_kernel)
 
 
@@ -241,15 +247,19 @@ def _quantization_config(cfg: ModelConfig, device: str, dtype: torch.dtype) -> A
     """bitsandbytes' config for 8bit/4bit (CUDA), None otherwise; int8 is checked here and applied after loading."""
     if cfg.quantization == "none":
         return None
-    if cfg.quantization == "int8":
+    if cfg.quantization in CPU_QUANTIZATION:
+        name = cfg.quantization
         if device != "cpu":
-            raise ConfigError(f"model.quantization: int8 runs on the CPU (torch._int_mm or fbgemm); this profile runs "
-                              f"on {device}. Use 8bit (bitsandbytes) on CUDA, or none.")
+            raise ConfigError(f"model.quantization: {name} runs on the CPU; this profile runs on {device}. Use "
+                              f"{'8bit' if name == 'int8' else '4bit'} (bitsandbytes) on CUDA, or none.")
         if dtype != torch.float32:
-            raise ConfigError("model.quantization: int8 takes a float32 model (model.dtype: float32 or auto).")
-        if not int8.available():
+            raise ConfigError(f"model.quantization: {name} takes a float32 model (model.dtype: float32 or auto).")
+        if name == "int8" and not int8.available():
             raise ConfigError("model.quantization: int8 needs torch._int_mm or fbgemm on the CPU, "
                               "which this torch build lacks; set model.quantization: none.")
+        if name == "int4" and not int8_packed.available():
+            raise ConfigError("model.quantization: int4 needs our qgemm kernel, which could not be built here (a C++ "
+                              "compiler and ninja; the log says why); set model.quantization: int8.")
         return None
     if not device.startswith("cuda"):
         raise ConfigError(
@@ -276,7 +286,9 @@ def _check_footprint(cfg: ModelConfig, folder: Path, hf_config: Any, dtype: torc
     which halves the peak of loading it in float32 first (Hunyuan-MT-7B: ~15 instead of ~30 GB)."""
     import psutil
 
-    int8_weights = cfg.quantization == "int8"
+    # int4 is estimated as int8 (its 4-bit layers take a little over half): a start may be refused that would fit,
+    # never admitted that would not.
+    int8_weights = cfg.quantization in CPU_QUANTIZATION
     try:
         decoder_only = not getattr(hf_config, "is_encoder_decoder", False)
         found = footprint.check(folder, int8_weights, bool(getattr(hf_config, "tie_word_embeddings", False)),
@@ -432,11 +444,12 @@ class Backbone:
         model.eval()
         model.requires_grad_(False)
         kernel = None
-        if cfg.quantization == "int8":
-            # The kernel configured, or the faster of the two on this CPU (timed once per process).
+        if cfg.quantization in CPU_QUANTIZATION:
+            # The kernel configured, or the faster on this CPU (timed once per process); 4-bit weights: qgemm.
             linear_bytes = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-            kernel = int8.kernel_for(int8_speed(cfg), linear_bytes)
-            int8.quantize_linears(model, kernel)
+            bits = 4 if cfg.quantization == "int4" else 8
+            kernel = "qgemm" if bits == 4 else int8.kernel_for(int8_speed(cfg), linear_bytes)
+            int8.quantize_linears(model, kernel, bits)
             if arch == DECODER_ONLY:
                 # The token table as int8 too (the tied output projection's own rows where it has them) or read
                 # from the checkpoint file: in float32 it was a third of a 1.8B Hunyuan's resident memory
@@ -614,7 +627,7 @@ class Backbone:
         lean = self.batch_class is not None and issubclass(self.batch_class, LeanBatch)
         if mode == "float32" or not lean or not self.device.startswith("cpu"):
             return None
-        if mode == "auto" and (self.cfg.quantization != "int8" or kernels.decode_attention() is None):
+        if mode == "auto" and (self.cfg.quantization not in CPU_QUANTIZATION or kernels.decode_attention() is None):
             return None
         return torch.float16
 
@@ -628,6 +641,10 @@ class Backbone:
                                                               and self.dtype != torch.float32):
             return (f"the compiled step is built for int8 and float32 weights (model.quantization "
                     f"{self.cfg.quantization}, {self.dtype})")
+        if self.int8_kernel == "qgemm":
+            # At the sizes qgemm is chosen for, its GEMMs are the step and there is nothing for the compiler to fuse
+            # (the 1.8B compiled with fbgemm: 156 s to compile, the same speed; BENCHMARKS.md).
+            return "the compiled step is not built for the qgemm kernel (the GEMMs are the step at its sizes)"
         return None
 
     def compile_step(self) -> bool:

@@ -51,11 +51,14 @@ class ModelConfig:
     #: "auto" → cuda:0 when available, else cpu.
     device: str = "auto"
     #: "none"; "int8": int8 weights with per-row scales on the CPU (activations per token; hunyuan_mt/int8.py,
-    #: int8_fbgemm.py; LoRA on top); "auto": int8 where this CPU runs an int8 GEMM faster than float32 (timed at
-    #: load), else none; "8bit" or "4bit": bitsandbytes on CUDA.
+    #: int8_fbgemm.py; LoRA on top); "int4": 4-bit weights on the CPU, a scale per 128 inputs, through our qgemm
+    #: kernel (int8_packed.py: half int8's bytes, so a large model decodes faster; rounded without calibration);
+    #: "auto": int8 where this CPU runs an int8 GEMM faster than float32 (timed at load), else none; "8bit" or
+    #: "4bit": bitsandbytes on CUDA.
     quantization: str = "none"
     #: Which GEMM multiplies int8 weights: "int_mm" (torch._int_mm; fast with AVX-512, a plain loop on AVX2 alone),
-    #: "fbgemm" (built for AVX2; 7-bit weights), or "auto": the faster here (timed at load with the above).
+    #: "fbgemm" (built for AVX2; 7-bit weights), "qgemm" (ours, kernels/qgemm.cpp; 7-bit weights; for models too
+    #: large for the caches), or "auto": the faster here (int8.kernel_for).
     int8_kernel: str = "auto"
     #: "auto": flash_attention_2 on CUDA when flash_attn works and the dtype is fp16/bf16, else sdpa; on CPU
     #: transformers picks. Or "sdpa", "flash_attention_2", "eager".
@@ -111,10 +114,10 @@ class ModelConfig:
         _check(self.dtype in ("auto", "float32", "bfloat16", "float16"), "model.dtype",
                "one of auto, float32, bfloat16, float16", self.dtype)
         _check(bool(_DEVICE.match(self.device)), "model.device", "auto, cpu, cuda or cuda:N", self.device)
-        _check(self.quantization in ("none", "auto", "int8", "8bit", "4bit"), "model.quantization",
-               "one of none, auto, int8, 8bit, 4bit", self.quantization)
-        _check(self.int8_kernel in ("auto", "int_mm", "fbgemm"), "model.int8_kernel",
-               "one of auto, int_mm, fbgemm", self.int8_kernel)
+        _check(self.quantization in ("none", "auto", "int8", "int4", "8bit", "4bit"), "model.quantization",
+               "one of none, auto, int8, int4, 8bit, 4bit", self.quantization)
+        _check(self.int8_kernel in ("auto", "int_mm", "fbgemm", "qgemm"), "model.int8_kernel",
+               "one of auto, int_mm, fbgemm, qgemm", self.int8_kernel)
         _check(self.kv_cache in ("auto", "float32", "float16"), "model.kv_cache", "one of auto, float32, float16",
                self.kv_cache)
         _check(self.prompt in ("hunyuan-mt", "hy-mt1.5"), "model.prompt", "one of hunyuan-mt, hy-mt1.5", self.prompt)

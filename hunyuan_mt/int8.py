@@ -1,7 +1,9 @@
 """int8 weights on the CPU: every `nn.Linear` of the backbone becomes an int8 layer (`model.quantization: int8`),
-multiplied by one of two kernels (`model.int8_kernel`, by default the faster on this CPU, timed by `gemm_speed`):
-`Int8Linear` below, through `torch._int_mm`, where torch has an int8 kernel for the CPU (AVX-512), or
-`int8_fbgemm.FbgemmLinear`, through fbgemm, on CPUs with AVX2 alone, where `torch._int_mm` is a plain loop.
+multiplied by one of three kernels (`model.int8_kernel`, by default the faster on this CPU, timed by `gemm_speed`,
+or for a model too large for the caches chosen by `kernel_for`): `Int8Linear` below, through `torch._int_mm`, where
+torch has an int8 kernel for the CPU (AVX-512); `int8_fbgemm.FbgemmLinear`, through fbgemm, on CPUs with AVX2
+alone, where `torch._int_mm` is a plain loop; `int8_packed.PackedLinear`, through our own GEMM (`kernels/qgemm.cpp`)
+for a large decoder-only model's steps. `model.quantization: int4` is that GEMM's 4-bit weights.
 
 The weights are quantized once, at load, symmetrically with one scale per output row; activations are quantized
 per token, symmetrically, at every call (`int8_linear`); `torch._int_mm` multiplies the two in int8 with int32
@@ -33,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import int8_fbgemm
+from . import int8_fbgemm, int8_packed
 from .int8_layer import Int8Layer, stacked_bias, symmetric
 
 log = logging.getLogger(__name__)
@@ -142,8 +144,9 @@ def int_mm_available() -> bool:
 #: fbgemm is chosen over torch._int_mm only when its probe takes less than this share of torch._int_mm's.
 _FBGEMM_MARGIN = 0.5
 
-#: The int8 kernels: torch's `_int_mm` (oneDNN; fast with AVX-512) and fbgemm (`int8_fbgemm`; built for AVX2).
-KERNELS = ("int_mm", "fbgemm")
+#: The int8 kernels: torch's `_int_mm` (oneDNN; fast with AVX-512), fbgemm (`int8_fbgemm`; built for AVX2) and
+#: ours (`int8_packed`, qgemm.cpp: for models too large for the caches; `kernel_for`).
+KERNELS = ("int_mm", "fbgemm", "qgemm")
 
 
 @dataclass(frozen=True)
@@ -195,15 +198,22 @@ _PROBE = (48, 384, 768)
 #: the probe's cache-resident GEMM: there fbgemm's weight, packed once at load, reads at ~3× the rate of
 #: torch._int_mm, which has oneDNN reorder its operand at every call (a gate projection of HY-MT1.5-1.8B, 2048 →
 #: 6144, cold, 2 threads on an Intel Xeon with AMX: 1 row 0.63 against 1.99 ms, 16 rows 1.34 against 2.10, 64 rows
-#: 3.37 against 3.33; BENCHMARKS.md). The demo model (about 13M parameters) keeps the probe's choice.
+#: 3.37 against 3.33; BENCHMARKS.md), and our qgemm, where the CPU has AVX-512 VNNI, reads faster still. The demo
+#: model (about 13M parameters) keeps the probe's choice.
 LARGE_MODEL_BYTES = 256 * 2**20
 
 
 def kernel_for(speed: GemmSpeed, weight_bytes: int) -> str:
-    """The int8 kernel for a model with `weight_bytes` of int8 linear weights: the pinned one, fbgemm for a model
-    too large for the CPU's caches (where this torch build has it), else the probe's faster one."""
-    if speed.pinned is None and weight_bytes > LARGE_MODEL_BYTES and int8_fbgemm.available():
-        return "fbgemm"
+    """The int8 kernel for a model with `weight_bytes` of int8 linear weights: the pinned one; for a model too
+    large for the CPU's caches, qgemm where the CPU has AVX-512 VNNI (1.8B's layers in a step, 2-core Xeon: 1 row
+    54.5 against fbgemm's 59.9 ms, 16 rows 88 against 132; `python -m bench.qgemm`), else fbgemm (where this torch
+    build has it: qgemm's AVX2 path has not been measured against it on an AVX2-only CPU); else the probe's faster
+    one."""
+    if speed.pinned is None and weight_bytes > LARGE_MODEL_BYTES:
+        if int8_packed.available() and int8_packed.isa() == "avx512_vnni":
+            return "qgemm"
+        if int8_fbgemm.available():
+            return "fbgemm"
     return speed.kernel
 
 
@@ -293,20 +303,28 @@ def weight_and_bias(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | Non
     return module.weight.detach().to(torch.float32), (None if module.bias is None else module.bias.detach())
 
 
-def quantize_linears(model: nn.Module, kernel: str = "int_mm") -> int:
+def quantize_linears(model: nn.Module, kernel: str = "int_mm", bits: int = 8) -> int:
     """Replace every nn.Linear of `model` by an int8 layer multiplied by `kernel` (Int8Linear for "int_mm",
-    int8_fbgemm.FbgemmLinear for "fbgemm"). Returns how many.
+    int8_fbgemm.FbgemmLinear for "fbgemm", int8_packed.PackedLinear for "qgemm"), or with `bits=4` by qgemm's 4-bit
+    layer (`model.quantization: int4`). Returns how many.
 
     Tied output projections (Marian's lm_head shares the token embeddings) get their own int8 copy; the
     embedding table stays float32 for look-ups.
     """
     if kernel not in KERNELS:
         raise ValueError(f"int8 kernel {kernel!r}: one of {', '.join(KERNELS)}")
-    layer: Any = Int8Linear if kernel == "int_mm" else int8_fbgemm.FbgemmLinear
+    if bits == 4 and kernel != "qgemm":
+        raise ValueError("4-bit weights are multiplied by qgemm only")
+    layer: Any = (Int8Linear if kernel == "int_mm" else int8_fbgemm.FbgemmLinear if kernel == "fbgemm"
+                  else int8_packed.layer_class(bits))
     targets = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     for name, linear in targets:
         parent_path, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_path) if parent_path else model
-        setattr(parent, attr, layer.from_linear(linear))
-    log.info("int8 weights: %d linear layers quantized (per-row scales, %s)", len(targets), kernel)
+        # A layer whose width the kernel cannot step through keeps the probe-independent fallback: fbgemm.
+        kind = layer if layer is Int8Linear or layer is int8_fbgemm.FbgemmLinear or \
+            int8_packed.fits(linear.in_features, bits) else int8_fbgemm.FbgemmLinear
+        setattr(parent, attr, kind.from_linear(linear))
+    log.info("%d-bit weights: %d linear layers quantized (%s, %s)", bits, len(targets), kernel,
+             "per-row scales" if bits == 8 else f"scales per {int8_packed.GROUP} inputs")
     return len(targets)

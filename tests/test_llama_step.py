@@ -136,14 +136,24 @@ def test_lora_rows_equal_peft_on_transformers(hunyuan_dir: Path, all_module_adap
         assert backbone.decode(out[0, ids.shape[1]:].tolist()) == text, pair
 
 
-@pytest.mark.parametrize("quantization", ["none", "int8"])
-def test_mixed_rows_have_the_logits_they_have_alone(quantization: str, hunyuan_dir: Path,
+@pytest.mark.parametrize("weights", ["none", "int8", "qgemm", "int4"])
+def test_mixed_rows_have_the_logits_they_have_alone(weights: str, hunyuan_dir: Path,
                                                     all_module_adapters: Path, fresh_backbone, make_cache,
                                                     two_threads) -> None:
     """Invariant 5 for the lean decoder-only step: rows of three adapters (ranks 8 and 4) and the bare backbone,
-    joining at different steps, get at every step the logits each gets alone, to the bit."""
-    backbone = fresh_backbone(hunyuan_dir, quantization=quantization, cpu_threads=2)
+    joining at different steps, get at every step the logits each gets alone, to the bit: float32, int8 (the
+    probe's kernel, and our qgemm) and qgemm's 4-bit weights."""
+    from hunyuan_mt import int8_packed
+
+    if weights in ("qgemm", "int4") and not int8_packed.available():
+        pytest.skip("the CPU kernels cannot be built here")
+    kwargs = {"qgemm": dict(quantization="int8", int8_kernel="qgemm")}.get(weights, dict(quantization=weights))
+    backbone = fresh_backbone(hunyuan_dir, cpu_threads=2, **kwargs)
     assert backbone.batch_class is LlamaBatch
+    if weights in ("qgemm", "int4"):
+        bits = 4 if weights == "int4" else 8
+        layers = [m for m in backbone.model.modules() if isinstance(m, int8_packed.PackedLinear)]
+        assert layers and all(m.bits == bits for m in layers) and backbone.int8_kernel == "qgemm"
     cache = make_cache(backbone, all_module_adapters, slots=3, pinned=[])
     pairs = ["en2es", "en2de", "fr2en"]
     texts = {"en2es": ["Open the file.", "Save the document before closing the window?"],
@@ -194,12 +204,12 @@ def test_a_prefill_in_groups_gives_every_row_the_logits_and_tokens_of_one_prefil
         assert tokens == grouped_tokens and all(len(t) == NEW for t in tokens.values())
 
 
-@pytest.mark.parametrize("kernel", ["int_mm", "fbgemm"])
+@pytest.mark.parametrize("kernel", ["int_mm", "fbgemm", "qgemm"])
 def test_int8_token_table_shares_the_tied_projection_and_serves_both_forwards(model_dir: Path, kernel: str,
                                                                             fresh_backbone) -> None:
     """With int8 weights the token table is the tied torch._int_mm output projection's own int8 rows (no second
     copy; within a row's quantization step of the float table), or else the checkpoint's own rows read from
-    its file (fbgemm keeps its packed weight outside torch; exactly the float table); and transformers' forward
+    its file (fbgemm and qgemm pack their weights; exactly the float table); and transformers' forward
     over the same modules picks the lean step's greedy tokens."""
     from hunyuan_mt.int8 import Int8Linear
     from hunyuan_mt.int8_embedding import FileTable, Int8Embedding

@@ -25,6 +25,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from .. import invariant
 from ..int8 import Int8Linear, int8_linear, weight_and_bias
 from ..int8_fbgemm import FbgemmBase, FbgemmLinear, fbgemm_linear, linear_op
+from ..int8_packed import PackedBase, PackedLinear, qgemm_linear
 from ..int8_layer import Int8Layer, Int8Part, stacked_bias
 from ..lora.grouped import GroupedLoRA, LoRATensors, add_low_rank, apply_lora
 from ..lora.mapping import SlotMapping
@@ -83,13 +84,15 @@ class Projection:
             raise ValueError("Projection: an extra bias is for a layer without one")
         bias = own_bias if bias is None else bias
         #: The base layer as `project` takes it: (int8 weightᵀ, scales, bias) for torch._int_mm, fbgemm's handle,
-        #: bias and op (`FbgemmBase`), or (float weight, bias).
+        #: bias and op (`FbgemmBase`), qgemm's packed weight (`PackedBase`), or (float weight, bias).
         self.base: tuple[Any, ...] = (packed(weight, bias) if q is None else FbgemmBase(q.scale, bias, linear_op())
-                                      if isinstance(q, FbgemmLinear) else (q.weight_t, q.scale, bias))
+                                      if isinstance(q, FbgemmLinear) else q.base()._replace(bias=bias)
+                                      if isinstance(q, PackedLinear) else (q.weight_t, q.scale, bias))
         #: The base unpacked: what a compiled step freezes (and packs itself); the int8 layer as it is.
         self.plain: tuple[Any, ...] = self.base if q is not None else (weight, bias)
         slots = [m if isinstance(m, SlotLinear) else None for m in modules]
-        # LoRA's A joins the base GEMM over torch._int_mm's weight; over fbgemm's packed one it stays float32.
+        # LoRA's A joins the base GEMM over torch._int_mm's weight; over fbgemm's or qgemm's packed one it stays
+        # float32.
         int8_base = (q.weight_t, q.scale) if isinstance(q, Int8Linear) else None
         self.lora = (GroupedLoRA(slots, self.widths, mapping, int8_base) if mapping is not None and any(slots)
                      else None)
@@ -114,6 +117,8 @@ def project(x: torch.Tensor, base: tuple[torch.Tensor | None, ...], lora: LoRATe
         y = torch.ops.mkldnn._linear_pointwise(x, base.weight, base.bias, "none", [], "")
     elif isinstance(base, FbgemmBase):
         y = fbgemm_linear(x, base.handle, base.bias, base.op)
+    elif isinstance(base, PackedBase):
+        y = qgemm_linear(x, base)
     else:
         y = int8_linear(x, *base) if len(base) == 3 else invariant.linear(x, *base)
     return y if lora is None else apply_lora(x, y, lora)

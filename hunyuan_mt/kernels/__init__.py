@@ -1,6 +1,7 @@
 """CPU kernels of our own, built from C++ source on first use: `decode_attention`; `fbgemm_linear`, the int8 GEMM
 of `int8_fbgemm` called without Python in between (fbgemm_linear.cpp says why); `move_rows`, a running batch's
-cache compaction in one call (move_rows.cpp).
+cache compaction in one call (move_rows.cpp); `qgemm`, the 8-bit and 4-bit weight GEMM of a large decoder-only
+model's steps (qgemm.cpp, `int8_packed`).
 
 A Marian decode step's attention (one new query per row, over the keys and values the rows have cached) is a pass
 over memory, and memory is what a CPU has least of: on the 2-core box ~9 GB/s, and the key/value slices a 64-row
@@ -37,7 +38,7 @@ import torch
 log = logging.getLogger(__name__)
 
 _SOURCES = tuple(Path(__file__).with_name(name)
-                 for name in ("decode_attention.cpp", "fbgemm_linear.cpp", "move_rows.cpp"))
+                 for name in ("decode_attention.cpp", "fbgemm_linear.cpp", "move_rows.cpp", "qgemm.cpp"))
 _LOCK = threading.Lock()
 #: Whether the library is loaded; None until the first call decides it (once per process).
 _LOADED: bool | None = None
@@ -73,6 +74,12 @@ def move_rows() -> Any:
     dim] (the first `used` columns) copied onto rows `dst`, in one call (move_rows.cpp), or None where the library
     cannot be built."""
     return torch.ops.hmt_cpu.move_rows if _library() else None
+
+
+def qgemm() -> Any:
+    """`torch.ops.hmt_cpu.qgemm(x, packed, scales, bias, n, bits, group)`: x [M, K] float32 times 8-bit or 4-bit
+    weights packed by `int8_packed` (qgemm.cpp), or None where the library cannot be built."""
+    return torch.ops.hmt_cpu.qgemm if _library() else None
 
 
 def usable(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
@@ -153,6 +160,11 @@ def _load() -> bool:
     @torch.library.register_fake("hmt_cpu::fbgemm_linear")
     def _fake_linear(x: torch.Tensor, handle: torch.Tensor) -> torch.Tensor:
         return x.new_empty(x.shape[0], handle.shape[0])
+
+    @torch.library.register_fake("hmt_cpu::qgemm")
+    def _fake_qgemm(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None, n: int,
+                    bits: int, group: int) -> torch.Tensor:
+        return x.new_empty(x.shape[0], n)
 
     log.info("CPU kernels ready in %.1f s (%s)", time.perf_counter() - t0, folder)
     return True
