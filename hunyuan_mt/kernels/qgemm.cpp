@@ -330,26 +330,87 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) void superblock_vnni(cons
 
 // ------------------------------------------------------------------------------------------------------- the op
 
-// Each row on its own grid: q = round-to-nearest-even(x · 127 / max|x|), and its sum over each group.
+// Each row on its own grid: q = round-to-nearest-even(x · 127 / max|x|), and its sum over each group. The vector
+// paths round with the default MXCSR mode (nearest, ties to even), as std::nearbyint does, and a maximum and an
+// integer sum do not depend on their order: every path gives the same bytes. In plain C++ this was ~1 ns an
+// element: ~0.5 s of a 960-token prefill of the 1.8B and ~8 ms of a 16-row step.
+float row_amax_scalar(const float* row, int64_t K) {
+  float amax = 0.0f;
+  for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(row[k]));
+  return amax;
+}
+
+void quantize_row_scalar(const float* row, int64_t K, int64_t group, float inv, int8_t* q, int32_t* sums) {
+  for (int64_t g = 0; g < K / group; ++g) {
+    int32_t s = 0;
+    for (int64_t k = g * group; k < (g + 1) * group; ++k) {
+      const float v = std::min(127.0f, std::max(-127.0f, std::nearbyint(row[k] * inv)));
+      q[k] = static_cast<int8_t>(v);
+      s += q[k];
+    }
+    sums[g] = s;
+  }
+}
+
+__attribute__((target("avx512f,avx512bw"))) float row_amax_avx512(const float* row, int64_t K) {
+  __m512 m = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(row + k)));
+  float amax = _mm512_reduce_max_ps(m);
+  for (; k < K; ++k) amax = std::max(amax, std::fabs(row[k]));
+  return amax;
+}
+
+// group is a multiple of 4 (8-bit) or 8 (4-bit); 16 at a time where it is a multiple of 16, the rest in C++.
+__attribute__((target("avx512f,avx512bw"))) void quantize_row_avx512(const float* row, int64_t K, int64_t group,
+                                                                      float inv, int8_t* q, int32_t* sums) {
+  if (group % 16 != 0) return quantize_row_scalar(row, K, group, inv, q, sums);
+  const __m512 scale = _mm512_set1_ps(inv);
+  const __m512i hi = _mm512_set1_epi32(127), lo = _mm512_set1_epi32(-127);
+  for (int64_t g = 0; g < K / group; ++g) {
+    __m512i s = _mm512_setzero_si512();
+    for (int64_t k = g * group; k < (g + 1) * group; k += 16) {
+      __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + k), scale));
+      v = _mm512_min_epi32(hi, _mm512_max_epi32(lo, v));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtepi32_epi8(v));
+      s = _mm512_add_epi32(s, v);
+    }
+    sums[g] = _mm512_reduce_add_epi32(s);
+  }
+}
+
+__attribute__((target("avx2,fma"))) void quantize_row_avx2(const float* row, int64_t K, int64_t group, float inv,
+                                                           int8_t* q, int32_t* sums) {
+  if (group % 8 != 0) return quantize_row_scalar(row, K, group, inv, q, sums);
+  const __m256 scale = _mm256_set1_ps(inv);
+  const __m256i hi = _mm256_set1_epi32(127), lo = _mm256_set1_epi32(-127);
+  alignas(32) int32_t lanes[8];
+  for (int64_t g = 0; g < K / group; ++g) {
+    __m256i s = _mm256_setzero_si256();
+    for (int64_t k = g * group; k < (g + 1) * group; k += 8) {
+      __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(row + k), scale));
+      v = _mm256_min_epi32(hi, _mm256_max_epi32(lo, v));
+      s = _mm256_add_epi32(s, v);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), v);
+      for (int i = 0; i < 8; ++i) q[k + i] = static_cast<int8_t>(lanes[i]);
+    }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s);
+    sums[g] = lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
+  }
+}
+
 void quantize_rows(const float* x, int64_t M, int64_t K, int64_t group, int8_t* xq, float* xs, int32_t* sx) {
   const int64_t G = K / group;
+  const Isa path = isa();
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     for (int64_t m = begin; m < end; ++m) {
       const float* row = x + m * K;
-      float amax = 0.0f;
-      for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(row[k]));
+      const float amax = path == Isa::kAvx512Vnni ? row_amax_avx512(row, K) : row_amax_scalar(row, K);
       const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
       xs[m] = amax / 127.0f;
-      int8_t* q = xq + m * K;
-      for (int64_t k = 0; k < K; ++k) {
-        const float v = std::nearbyint(row[k] * inv);
-        q[k] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, v)));
-      }
-      for (int64_t g = 0; g < G; ++g) {
-        int32_t s = 0;
-        for (int64_t k = g * group; k < (g + 1) * group; ++k) s += q[k];
-        sx[m * G + g] = s;
-      }
+      if (path == Isa::kAvx512Vnni) quantize_row_avx512(row, K, group, inv, xq + m * K, sx + m * G);
+      else if (path == Isa::kAvx2) quantize_row_avx2(row, K, group, inv, xq + m * K, sx + m * G);
+      else quantize_row_scalar(row, K, group, inv, xq + m * K, sx + m * G);
     }
   });
 }

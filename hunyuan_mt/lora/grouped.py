@@ -257,13 +257,20 @@ def add_low_rank(h: torch.Tensor, y: torch.Tensor, tensors: LoRATensors) -> torc
     hp = h.view(n, p, -1)
     if mask is not None:
         hp = hp * mask[:, None, :]
-    delta = invariant.bmm(hp.transpose(0, 1), b)  # [P, N, widest out]
     width = layout[0][1]
-    if all(w == width for _, w in layout) and layout[-1][0] + width == y.shape[1] and p * width == y.shape[1]:
+    if not all(w == width for _, w in layout):
+        # Projections of different widths (grouped-query attention's Q against K and V): one GEMM each over its
+        # own columns of the padded stack. The bmm over the stack read the zero padding too: at HY-MT1.5-1.8B's
+        # Q/K/V (2048/512/512 outputs) twice the B bytes (every step reads every attached adapter's B).
+        for j, (offset, w) in enumerate(layout):
+            y[:, offset:offset + w].add_(invariant.mm(hp[:, j], b[j, :, :w]))
+        return y
+    delta = invariant.bmm(hp.transpose(0, 1), b)  # [P, N, out]
+    if layout[-1][0] + width == y.shape[1] and p * width == y.shape[1]:
         y.view(n, p, width).add_(delta.transpose(0, 1))
     else:
         for j, (offset, w) in enumerate(layout):
-            y[:, offset:offset + w].add_(delta[j, :, :w])
+            y[:, offset:offset + w].add_(delta[j])
     return y
 
 
@@ -286,7 +293,7 @@ def _add_int8(h: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None, layou
 
 def _stack_outputs(bs: list[torch.Tensor]) -> torch.Tensor:
     """B matrices [k, out_p] of a group's projections stacked [P, k, widest out], narrower ones padded with zero
-    columns: grouped-query attention's K and V are narrower than Q (a 1.8B Hunyuan: 512 against 2048 outputs), and
-    one bmm over the padded stack still beats a GEMM per projection; the adds take each projection's own columns."""
+    columns: grouped-query attention's K and V are narrower than Q (a 1.8B Hunyuan: 512 against 2048 outputs);
+    `add_low_rank` multiplies each projection by its own columns of the stack (a strided view, no copy)."""
     widest = max(b.shape[-1] for b in bs)
     return torch.stack([F.pad(b, (0, widest - b.shape[-1])) if b.shape[-1] != widest else b for b in bs])
