@@ -420,12 +420,12 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
         return (f"| {name} | {d['first_token_s']:.3f} | {d['decode_tok_s']:.1f} | {d['stream_tok_s']:.1f} | {c} | "
                 f"{d['rss_mb']:.0f} |")
 
-    variants = [k for k in r if k.startswith("ours ")]
+    variants = [k for k in r if k.startswith("ours ")] or ["ours"]
     for key in variants:
         d = r[key]
         how = "compiled" if d.get("compiled") else "eager"
-        lines.append(row(f"ours {key[5:]} ({d.get('int8_kernel') or 'float32'}, {d.get('batch', '?')} {how}, "
-                         "adapter attached)", d, d.get("concurrent_tok_s")))
+        lines.append(row(f"ours {key[5:] or args.quantization} ({d.get('int8_kernel') or 'float32'}, "
+                         f"{d.get('batch', '?')} {how}, adapter attached)", d, d.get("concurrent_tok_s")))
     lines.append(row("transformers eager (float32; + PEFT one at a time)", hf, hf.get("peft_sequential_tok_s")))
     for key in [k for k in r if k.startswith("llama.cpp ")]:
         lines.append(row(key, r[key]))

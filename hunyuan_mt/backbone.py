@@ -178,10 +178,11 @@ def _missing_message(cfg: ModelConfig) -> str:
 def _resolved_key(cfg: ModelConfig) -> tuple[Any, ...]:
     folder = cfg.resolved_path
     where = str(folder.resolve()) if folder.is_dir() else cfg.path
-    # The prompt style and the markup form are read by the backbone as it builds a row's input: a configuration
-    # that asks for others must not get one built for the first.
-    return (where, cfg.arch, cfg.dtype, cfg.device, cfg.quantization, cfg.attn_implementation, cfg.device_map,
-            cfg.allow_pickle, cfg.trust_remote_code, cfg.prompt, cfg.markup)
+    # The prompt style and the markup form are read by the backbone as it builds a row's input, the int8 kernel
+    # decides the layers it loads, the key/value dtype every batch it makes: a configuration that asks for others
+    # must not get one built for the first.
+    return (where, cfg.arch, cfg.dtype, cfg.device, cfg.quantization, cfg.int8_kernel, cfg.kv_cache,
+            cfg.attn_implementation, cfg.device_map, cfg.allow_pickle, cfg.trust_remote_code, cfg.prompt, cfg.markup)
 
 
 def load_backbone(cfg: ModelConfig) -> Backbone:

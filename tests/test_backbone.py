@@ -52,6 +52,13 @@ def test_backbone_loads_once_for_many_callers(tmp_path: Path, marian_dir: Path) 
     # The markup form (and the prompt style) shape every row's input: another one is another backbone.
     spaced = load_backbone(ModelConfig(path=str(model_dir), markup="spaced", warmup=False))
     assert spaced is not got[0] and (spaced.markup_form, got[0].markup_form) == ("spaced", "sentinels")
+    # So do the int8 kernel (the layers loaded) and the key/value dtype (every batch's cache).
+    fbgemm = load_backbone(ModelConfig(path=str(model_dir), quantization="int8", int8_kernel="fbgemm", warmup=False))
+    int_mm = load_backbone(ModelConfig(path=str(model_dir), quantization="int8", int8_kernel="int_mm", warmup=False))
+    assert fbgemm is not int_mm and (fbgemm.int8_kernel, int_mm.int8_kernel) == ("fbgemm", "int_mm")
+    wide = load_backbone(ModelConfig(path=str(model_dir), quantization="int8", int8_kernel="fbgemm",
+                                     kv_cache="float32", warmup=False))
+    assert wide is not fbgemm and wide.kv_cache_dtype() is None
 
 
 def test_architecture_dtype_and_info(fresh_backbone, marian_dir: Path, hunyuan_dir: Path) -> None:

@@ -144,17 +144,21 @@ def test_hunyuan_cpu_bench_runs_ours_and_transformers_on_a_tiny_model(tmp_path: 
     model_dir = hunyuan_cpu.build("tiny", tmp_path)
     adapters = tmp_path / "adapters"
     assert sorted(p.name for p in adapters.iterdir()) == sorted(hunyuan_cpu.PAIRS)
+    from hunyuan_mt import int8_packed
+
+    kernel = "qgemm" if int8_packed.available() else "auto"
     args = argparse.Namespace(preset="tiny", runs=1, prompt=8, new=3, requests=4, threads=2, quantization="int8",
-                              compile=False, peft=True)
+                              int8_kernel=kernel, ours="", compile=False, peft=True)
     ours = hunyuan_cpu.run_ours(model_dir, adapters, args)
     assert ours["batch"] == "LlamaBatch" and not ours["compiled"]
+    assert kernel == "auto" or ours["int8_kernel"] == "qgemm"
     assert ours["decode_tok_s"] > 0 and ours["concurrent_tok_s"] > 0 and ours["int8_weight_mb"] > 0
     hf = hunyuan_cpu.run_transformers(model_dir, adapters, args)
     assert hf["peft_sequential_tok_s"] > 0 and len(hf["peft_walls"]) == 1
     lines = hunyuan_cpu.report({"ours": ours, "transformers": hf, "cpu": hunyuan_cpu.cpu_line(),
                                 "llama_cpp_note": "not installed"}, args)
     text = "\n".join(lines)
-    assert "ours ÷ transformers eager, decode" in text and "4 concurrent ÷ transformers + PEFT" in text
+    assert "÷ transformers eager, decode" in text and "4 concurrent ÷ transformers + PEFT" in text
     assert "llama.cpp: not installed" in text
 
 

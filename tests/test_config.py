@@ -36,7 +36,7 @@ def test_list_from_env_is_comma_separated() -> None:
         ({"glossary.mode": "loud"}, "glossary.mode: expected one of visible, sentinel, prompt, got 'loud'"),
         ({"cache.slots": "three"}, "cache.slots: expected an integer, got 'three'"),
         ({"model.device": "gpu"}, "model.device: expected auto, cpu, cuda or cuda:N, got 'gpu'"),
-        ({"model.quantization": "3bit"}, "model.quantization: expected one of none, auto, int8, 8bit, 4bit, got '3bit'"),
+        ({"model.quantization": "3bit"}, "model.quantization: expected one of none, auto, int8, int4, 8bit, 4bit, got '3bit'"),
         ({"cache.colour": 1}, "cache.colour: unknown key"),
         ({"server.share": "maybe"}, "server.share: expected true or false, got 'maybe'"),
     ],

@@ -388,6 +388,12 @@ def test_int8_is_refused_off_the_cpu_with_the_reason() -> None:
     with pytest.raises(ConfigError) as info:
         _quantization_config(ModelConfig(quantization="int8"), "cuda:0", torch.bfloat16)
     assert "int8 runs on the CPU" in info.value.message and "8bit" in info.value.message
+    with pytest.raises(ConfigError) as info:
+        _quantization_config(ModelConfig(quantization="int4"), "cuda:0", torch.bfloat16)
+    assert "int4 runs on the CPU" in info.value.message and "4bit (bitsandbytes)" in info.value.message
+    with pytest.raises(ConfigError) as info:
+        _quantization_config(ModelConfig(quantization="int4"), "cpu", torch.bfloat16)
+    assert "int4 takes a float32 model" in info.value.message
 
 
 
