@@ -95,8 +95,9 @@ class GroupedLoRA:
         self._state: _Stacked | None = None
         #: (slots used, what they hold, structure) → (A, B, None, None) over a float base, (None, None, A's int8
         #: columns and scales, B's int8 rows and scales) over an int8 one: a few kept (pairs alone and mixes
-        #: alternate).
-        self._weights: LRUCache = LRUCache(maxsize=4)
+        #: alternate), at most as many bytes as every slot's weights once (`_stack_budget`).
+        self._weights: LRUCache | None = None
+        self._weights_version: int | None = None
         #: The widened int8 weight (see the module docstring): the buffers, and which slots' columns they hold.
         self._wide: tuple[torch.Tensor, torch.Tensor] | None = None
         self._wide_holds: tuple[Any, tuple[torch.Tensor, torch.Tensor]] | None = None
@@ -132,15 +133,28 @@ class GroupedLoRA:
         rank, _, dtype = self._shape()
         used, contents = mapping.in_use()
         key = (used, contents, mapping.structure)
+        if self._weights is None or self._weights_version != mapping.structure:
+            self._weights = LRUCache(maxsize=self._stack_budget(), getsizeof=_tensor_bytes)
+            self._weights_version = mapping.structure
         stacked = self._weights.get(key)
         if stacked is None:
-            stacked = self._weights[key] = self._stack_weights(used)
+            stacked = self._stack_weights(used)
+            if _tensor_bytes(stacked) <= self._weights.maxsize:
+                self._weights[key] = stacked
         a, b, a_int8, b_int8 = stacked
         mask = None
         if mapping.uniform is None or complete:
             mask = mapping.column_mask(used, rank, per_row, padding, device, dtype)
         fused = None if a_int8 is None else (*self._widened(key, a_int8), *b_int8)
         return a, b, mask, self.layout, fused
+
+    def _stack_budget(self) -> int:
+        """Bytes the kept stacks may take: every slot's A and B once, the most one stack of all slots needs (with
+        its tile padding). Counted in entries (4 were kept), a 1.8B Hunyuan with 8 adapters in 8 slots kept up to
+        four float32 copies of them after mixed traffic: 2,785 MB resident against 2,330 before it."""
+        rank, slots, _ = self._shape()
+        per_slot = sum(layer.a_t.shape[1] * rank + rank * layer.b_t.shape[2] for layer in self._slot_layers)
+        return slots * per_slot * 4 + len(self._slot_layers) * invariant.COLUMNS * self._slot_layers[0].a_t.shape[1] * 4
 
     def _shape(self) -> tuple[int, int, torch.dtype]:
         """The slot layers' rank, slots and dtype, read once per structure (a module's attribute costs about a
@@ -162,10 +176,14 @@ class GroupedLoRA:
             # A's columns padded with zeros to whole GEMM tiles (`invariant`); `apply_lora` drops the extra ones.
             a = invariant.padded(torch.cat([layer.a_t[s] for layer in layers for s in used], dim=1), -1,
                                  invariant.COLUMNS).contiguous()
-            if len(layers) == 1:
-                b = torch.cat([layers[0].b_t[s] for s in used], dim=0)
+            bs = [torch.cat([layer.b_t[s] for s in used], dim=0) for layer in layers]
+            if len(bs) == 1 or len({b.shape[-1] for b in bs}) > 1:
+                # One projection, or projections of different widths (grouped-query attention's Q, K and V): side
+                # by side [U·r, Σ out], each multiplied by its own columns (`add_low_rank`). Stacked to the widest
+                # they held the zero padding too: at HY-MT1.5-1.8B's Q/K/V a third of the copy.
+                b = torch.cat(bs, dim=1) if len(bs) > 1 else bs[0]
             else:
-                b = _stack_outputs([torch.cat([layer.b_t[s] for s in used], dim=0) for layer in layers])
+                b = torch.stack(bs)   # [P, U·r, out]: one bmm
             return a, b.contiguous(), None, None
         quantized = [self._quantized(s) for s in used]
         if len(quantized) == 1:
@@ -258,12 +276,15 @@ def add_low_rank(h: torch.Tensor, y: torch.Tensor, tensors: LoRATensors) -> torc
     if mask is not None:
         hp = hp * mask[:, None, :]
     width = layout[0][1]
-    if not all(w == width for _, w in layout):
-        # Projections of different widths (grouped-query attention's Q against K and V): one GEMM each over its
-        # own columns of the padded stack. The bmm over the stack read the zero padding too: at HY-MT1.5-1.8B's
-        # Q/K/V (2048/512/512 outputs) twice the B bytes (every step reads every attached adapter's B).
+    if b.dim() == 2:
+        # Projections of different widths (grouped-query attention's Q against K and V), their B side by side: one
+        # GEMM each over its own columns. A bmm over B stacked to the widest read the zero padding too: at
+        # HY-MT1.5-1.8B's Q/K/V (2048/512/512 outputs) twice the B bytes, and every step reads every attached
+        # adapter's B.
+        column = 0
         for j, (offset, w) in enumerate(layout):
-            y[:, offset:offset + w].add_(invariant.mm(hp[:, j], b[j, :, :w]))
+            y[:, offset:offset + w].add_(invariant.mm(hp[:, j], b[:, column:column + w]))
+            column += w
         return y
     delta = invariant.bmm(hp.transpose(0, 1), b)  # [P, N, out]
     if layout[-1][0] + width == y.shape[1] and p * width == y.shape[1]:
@@ -291,9 +312,18 @@ def _add_int8(h: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None, layou
     return y
 
 
+def _tensor_bytes(value: Any) -> int:
+    """Bytes of the tensors in a kept stack (nested tuples; None counts nothing)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, tuple):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
+
+
 def _stack_outputs(bs: list[torch.Tensor]) -> torch.Tensor:
     """B matrices [k, out_p] of a group's projections stacked [P, k, widest out], narrower ones padded with zero
-    columns: grouped-query attention's K and V are narrower than Q (a 1.8B Hunyuan: 512 against 2048 outputs);
-    `add_low_rank` multiplies each projection by its own columns of the stack (a strided view, no copy)."""
+    columns (the int8 pieces: grouped-query attention's K and V are narrower than Q, and one int8 GEMM per
+    projection takes its own columns)."""
     widest = max(b.shape[-1] for b in bs)
     return torch.stack([F.pad(b, (0, widest - b.shape[-1])) if b.shape[-1] != widest else b for b in bs])
