@@ -144,7 +144,8 @@ def run_ours(model_dir: Path, adapters: Path, args: argparse.Namespace) -> dict[
     load_s = time.perf_counter() - t0
     registry = AdapterRegistry(adapters, backbone.spec)
     registry.scan()
-    cache = AdapterCache(backbone, registry, CacheConfig(adapters_dir=str(adapters), slots=len(PAIRS), pinned=[]))
+    cache = AdapterCache(backbone, registry, CacheConfig(adapters_dir=str(adapters), slots=len(PAIRS), pinned=[],
+                                                         slot_dtype=getattr(args, "slot_dtype", "auto")))
     cache.start()
     compile_s = None
     if args.compile:
@@ -305,7 +306,8 @@ def _worker(engine: str, args: argparse.Namespace) -> dict[str, Any]:
 def _spawn(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "bench.hunyuan_cpu", "--worker", engine, "--preset", args.preset, "--runs",
            str(args.runs), "--prompt", str(args.prompt), "--new", str(args.new), "--requests", str(args.requests),
-           "--threads", str(args.threads), "--quantization", args.quantization, "--int8-kernel", args.int8_kernel] + \
+           "--threads", str(args.threads), "--quantization", args.quantization, "--int8-kernel", args.int8_kernel,
+           "--slot-dtype", args.slot_dtype] + \
         (["--peft"] if args.peft else []) + ([] if args.compile else ["--no-compile"])
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
@@ -372,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quantization", default="int8", choices=("int8", "int4", "none"),
                         help="ours: the weights (with --ours, for each variant that names none)")
     parser.add_argument("--int8-kernel", default="auto", choices=("auto", "int_mm", "fbgemm", "qgemm"))
+    parser.add_argument("--slot-dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+                        help="ours: what the adapter slots keep (cache.slot_dtype; the hy-mt1.5-1.8b profile: "
+                        "bfloat16)")
     parser.add_argument("--ours", default="",
                         help="several of ours in one invocation, comma-separated QUANTIZATION[:KERNEL]: "
                         "int8:fbgemm,int8:qgemm,int4")
@@ -409,7 +414,8 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
     lines = [f"# Hunyuan family on the CPU: {args.preset}", "",
              f"CPU: {r['cpu']}; {args.threads} threads; prompt {args.prompt} tokens, {args.new} new tokens (EOS "
              f"ignored); medians of {args.runs} runs. Command: `python -m bench.hunyuan_cpu --preset {args.preset}"
-             f"{'' if args.compile else ' --no-compile'}{f' --ours {args.ours}' if args.ours else ''}`",
+             f"{'' if args.compile else ' --no-compile'}{f' --ours {args.ours}' if args.ours else ''}"
+             f"{f' --slot-dtype {args.slot_dtype}' if args.slot_dtype != 'auto' else ''}`",
              "", "| engine | first token (s) | decode tok/s | one stream tok/s | "
              f"{args.requests} requests over 8 adapters tok/s | RSS MB |", "|---|---|---|---|---|---|"]
 

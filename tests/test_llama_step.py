@@ -394,3 +394,49 @@ def test_grouped_lora_over_narrow_key_value_heads_keeps_one_unpadded_copy(hunyua
         # The set of every slot fits the budget and is kept: the first mix again takes the stack it made.
         with torch.inference_mode(), backbone.lora.mapping.use(list(mixes[0])):
             assert grouped.tensors(5, 1, x.device)[1].data_ptr() in {v[1].data_ptr() for v in kept.values()}
+
+
+def test_bfloat16_slots_halve_the_slots_and_keep_rows_their_own(hunyuan_dir: Path, all_module_adapters: Path,
+                                                                 fresh_backbone, make_cache, two_threads) -> None:
+    """cache.slot_dtype: bfloat16 keeps adapters in half the bytes (the re-attach copy stays the file's pages, not
+    a converted copy); the lean step multiplies them in float32: a row's logits are the same bits alone and beside
+    rows of other adapters, and the same bits as float32 slots holding the adapters rounded to bfloat16."""
+    from hunyuan_mt.config import GenerationConfig
+
+    backbone = fresh_backbone(hunyuan_dir, quantization="none", cpu_threads=2)
+    pairs = [Pair.parse(p) for p in ("en2es", "en2de", "fr2en")]
+    logits = {}
+    for dtype in ("float32", "bfloat16"):
+        cache = make_cache(backbone, all_module_adapters, slots=3, pinned=[], slot_dtype=dtype)
+        lora = backbone.lora
+        with cache.lease(pairs) as lease:
+            layer = next(iter(lora.layers.values()))
+            assert layer.a_t.dtype == getattr(torch, dtype)
+            held = [slot.weights for slot in cache._slots if slot.weights is not None]
+            assert len(held) == 3 and all(w.prepared is not None for w in held)
+            for weights in held:   # the file's own float32 pages and the scales to apply in the slot
+                assert all(a.dtype == torch.float32 for a, _ in weights.prepared.tensors.values())
+                assert weights.prepared.scales
+            logits[dtype] = lora.info()["bytes"]
+            if dtype == "float32":
+                # The reference: float32 slots holding each weight rounded to bfloat16 (the scales, alpha / r, are
+                # powers of two here, so B·scale rounds as B does).
+                with torch.no_grad():
+                    for slot_layer in lora.layers.values():
+                        slot_layer.a_t.copy_(slot_layer.a_t.to(torch.bfloat16))
+                        slot_layer.b_t.copy_(slot_layer.b_t.to(torch.bfloat16))
+            slots = list(lease.slots) + [0]
+            sequences = [Sequence(i, p, slots[i % 4], 1) for i, p in enumerate(PROMPTS)]
+            firsts = []
+            for group in (sequences, *[[s] for s in sequences]):
+                batch = backbone.new_batch(GenerationConfig())
+                choose = batch._choose
+                batch._choose = lambda out, live, _c=choose: firsts.append(out.clone()) or _c(out, live)
+                with backbone.model_lock, torch.inference_mode():
+                    batch.add(list(group))
+            together, alone = firsts[0], torch.cat(firsts[1:])
+            assert torch.equal(together, alone), dtype
+            logits[dtype] = (logits[dtype], together)
+    (wide_bytes, wide), (half_bytes, half) = logits["float32"], logits["bfloat16"]
+    assert half_bytes * 2 == wide_bytes
+    assert torch.equal(half, wide)   # float32 products of the same rounded weights

@@ -165,6 +165,13 @@ def _slot_shape(registry: AdapterRegistry) -> tuple[list[str], int]:
     return sorted({m for i in usable for m in i.modules}), max((i.max_rank for i in usable), default=0)
 
 
+def slot_dtype(cfg: CacheConfig, model_dtype: "torch.dtype") -> "torch.dtype":
+    """The dtype the slot layers keep adapters in (`cache.slot_dtype`; "auto": the model's)."""
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(cfg.slot_dtype, model_dtype)
+
+
 def lru_slots(cfg: CacheConfig, registry: AdapterRegistry, shapes: dict[str, tuple[int, int]],
               dtype: "torch.dtype") -> int:
     """LRU slots for this cache: `cfg.slots`, or as many as `cfg.slot_budget_mb` holds at the registered adapters'
@@ -199,8 +206,10 @@ class AdapterCache:
         self.backbone = backbone
         self.registry = registry
         self.cfg = cfg
+        #: What the slot layers keep adapters in (`cache.slot_dtype`).
+        self.slot_dtype = slot_dtype(cfg, backbone.dtype)
         self._cv = threading.Condition(threading.Lock())
-        count = lru_slots(cfg, registry, backbone.spec.shapes, backbone.dtype)
+        count = lru_slots(cfg, registry, backbone.spec.shapes, self.slot_dtype)
         self._slots = [_Slot(i + 1) for i in range(count)]
         #: LRU slots new pairs may take: all of them, or the configured floor under memory pressure.
         self._limit = count
@@ -233,7 +242,7 @@ class AdapterCache:
             if old is not None:
                 log.warning("adapter cache: removing the slot layers of an earlier cache (%d layers)", len(old.layers))
                 old.remove()
-            lora = SlotLoRA(bb.model, bb.spec.shapes, bb.dtype)
+            lora = SlotLoRA(bb.model, bb.spec.shapes, self.slot_dtype)
             modules, rank = _slot_shape(self.registry)
             capacity = len(self._slots) + len(self.cfg.pinned)
             if modules:
@@ -717,7 +726,7 @@ class AdapterCache:
         with self._mutate:
             t0 = time.perf_counter()
             if weights.prepared is None:
-                weights.prepared = prepare(weights, self.backbone.dtype,
+                weights.prepared = prepare(weights, self.slot_dtype,
                                            pin=str(self.backbone.device).startswith("cuda"))
                 weights.state_dict = {}  # the prepared copy is all the cache needs from now on
             adapter: PreparedAdapter = weights.prepared

@@ -152,18 +152,23 @@ class GroupedLoRA:
         """Bytes the kept stacks may take: every slot's A and B once, the most one stack of all slots needs (with
         its tile padding). Counted in entries (4 were kept), a 1.8B Hunyuan with 8 adapters in 8 slots kept up to
         four float32 copies of them after mixed traffic: 2,785 MB resident against 2,330 before it."""
-        rank, slots, _ = self._shape()
+        rank, slots, dtype = self._shape()
+        size = torch.empty(0, dtype=dtype).element_size()
         per_slot = sum(layer.a_t.shape[1] * rank + rank * layer.b_t.shape[2] for layer in self._slot_layers)
-        return slots * per_slot * 4 + len(self._slot_layers) * invariant.COLUMNS * self._slot_layers[0].a_t.shape[1] * 4
+        padding = len(self._slot_layers) * invariant.COLUMNS * self._slot_layers[0].a_t.shape[1]
+        return (slots * per_slot + padding) * size
 
     def _shape(self) -> tuple[int, int, torch.dtype]:
-        """The slot layers' rank, slots and dtype, read once per structure (a module's attribute costs about a
-        microsecond, and a change of the rows asks every group of the forward)."""
+        """The slot layers' rank, slots and the dtype their products run in, read once per structure (a module's
+        attribute costs about a microsecond, and a change of the rows asks every group of the forward)."""
         memo = self._shape_memo
         if memo is None or memo[0] != self.mapping.structure:
             first = self._slot_layers[0]
             a_t = first.a_t
-            memo = self._shape_memo = (self.mapping.structure, a_t.shape[2], a_t.shape[0], a_t.dtype)
+            # bfloat16 slots on the CPU (cache.slot_dtype) are multiplied in float32, what the CPU's lean steps
+            # run; elsewhere in the slots' own dtype (a bfloat16 model on a GPU keeps its slots in bfloat16).
+            dtype = torch.float32 if a_t.dtype == torch.bfloat16 and a_t.device.type == "cpu" else a_t.dtype
+            memo = self._shape_memo = (self.mapping.structure, a_t.shape[2], a_t.shape[0], dtype)
         return memo[1], memo[2], memo[3]
 
     def _stack_weights(self, used: tuple[int, ...]) -> tuple[Any, ...]:
@@ -174,9 +179,11 @@ class GroupedLoRA:
         layers = self._slot_layers
         if self.int8_base is None:
             # A's columns padded with zeros to whole GEMM tiles (`invariant`); `apply_lora` drops the extra ones.
+            # In the products' dtype (`_shape`): float32 from bfloat16 slots on the CPU.
+            dtype = self._shape()[2]
             a = invariant.padded(torch.cat([layer.a_t[s] for layer in layers for s in used], dim=1), -1,
-                                 invariant.COLUMNS).contiguous()
-            bs = [torch.cat([layer.b_t[s] for s in used], dim=0) for layer in layers]
+                                 invariant.COLUMNS).to(dtype).contiguous()
+            bs = [torch.cat([layer.b_t[s] for s in used], dim=0).to(dtype) for layer in layers]
             if len(bs) == 1 or len({b.shape[-1] for b in bs}) > 1:
                 # One projection, or projections of different widths (grouped-query attention's Q, K and V): side
                 # by side [U·r, Σ out], each multiplied by its own columns (`add_low_rank`). Stacked to the widest
@@ -211,7 +218,8 @@ class GroupedLoRA:
         found = self._pieces.get(content)
         if found is None:
             a = torch.cat([layer.a_t[slot] for layer in layers], dim=1) if len(layers) > 1 else layers[0].a_t[slot]
-            bs = [quantize_matrix_rows(layer.b_t[slot]) for layer in layers]
+            a = a.to(torch.float32)
+            bs = [quantize_matrix_rows(layer.b_t[slot].to(torch.float32)) for layer in layers]
             if len(bs) == 1:
                 b_q, b_scale = bs[0]
             else:

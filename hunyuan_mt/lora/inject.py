@@ -58,12 +58,14 @@ def prepare(weights: AdapterWeights, dtype: torch.dtype, pin: bool = False) -> P
     Float32 slots on the CPU take A and B as they were read (the safetensors file's own pages, in the file's dtype):
     the copy converts them and B is scaled in the slot, in float32 as it would have been here, so the slots hold
     the same numbers and the copy kept for re-attaching is pages the kernel can take back from this process
-    (`heap.release_file_pages`) instead of a second float32 adapter. Other slots get A and B·scale converted to
-    their dtype here (the scaling in float32 first), in page-locked memory with `pin` (fast, async copies to a
-    GPU)."""
+    (`heap.release_file_pages`) instead of a second float32 adapter. bfloat16 slots on the CPU (`cache.slot_dtype`)
+    take them as read too, so that halving the slots is not undone by a prepared copy: B is rounded to bfloat16 by
+    the copy and scaled there, one more rounding where the scale is not a power of two (LoRA's alpha / r usually
+    is). Other slots get A and B·scale converted to their dtype here (the scaling in float32 first), in page-locked
+    memory with `pin` (fast, async copies to a GPU)."""
     tensors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     scales: dict[str, float] = {}
-    as_read = dtype == torch.float32 and not pin
+    as_read = dtype in (torch.float32, torch.bfloat16) and not pin
     for module, (a, b) in lora_modules(weights.state_dict).items():
         scale = lora_scale(weights.config, module)
         if as_read and a.device.type == "cpu" and b.device.type == "cpu":

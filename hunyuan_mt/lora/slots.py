@@ -79,23 +79,27 @@ class SlotLinear(nn.Module):
         if uniform == BASE_SLOT:
             self._gathered = None
             return y
-        xc = x if x.dtype == self.a_t.dtype else x.to(self.a_t.dtype)
+        # In the wider of the input's and the slots' dtypes: bfloat16 slots under a float32 model (cache.slot_dtype)
+        # multiply in float32, a bfloat16 model's input with its own slots in bfloat16.
+        compute = torch.promote_types(x.dtype, self.a_t.dtype)
+        xc = x if x.dtype == compute else x.to(compute)
         if uniform is not None:
             self._gathered = None
-            delta = torch.matmul(torch.matmul(xc, self.a_t[uniform]), self.b_t[uniform])
+            delta = torch.matmul(torch.matmul(xc, self.a_t[uniform].to(compute)), self.b_t[uniform].to(compute))
             return y + delta.to(y.dtype)
         batch = x.shape[0]
         if mapping.static is not None:
             # Graph mode: gather at every call, from the static index buffer (recorded once, replayed per step).
             idx = mapping.static
             x3 = xc.reshape(batch, -1, self.in_features)
-            delta = torch.bmm(torch.bmm(x3, self.a_t.index_select(0, idx)), self.b_t.index_select(0, idx))
+            delta = torch.bmm(torch.bmm(x3, self.a_t.index_select(0, idx).to(compute)),
+                              self.b_t.index_select(0, idx).to(compute))
             return y + delta.reshape(y.shape).to(y.dtype)
         gathered = self._gathered
         if gathered is None or gathered[0] != mapping.version or gathered[1] != batch:
             idx = mapping.indices(batch, x.device)
-            gathered = self._gathered = (mapping.version, batch, self.a_t.index_select(0, idx),
-                                         self.b_t.index_select(0, idx))
+            gathered = self._gathered = (mapping.version, batch, self.a_t.index_select(0, idx).to(compute),
+                                         self.b_t.index_select(0, idx).to(compute))
         x3 = xc.reshape(batch, -1, self.in_features)
         delta = torch.bmm(torch.bmm(x3, gathered[2]), gathered[3])
         return y + delta.reshape(y.shape).to(y.dtype)
