@@ -415,7 +415,7 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
              f"CPU: {r['cpu']}; {args.threads} threads; prompt {args.prompt} tokens, {args.new} new tokens (EOS "
              f"ignored); medians of {args.runs} runs. Command: `python -m bench.hunyuan_cpu --preset {args.preset}"
              f"{'' if args.compile else ' --no-compile'}{f' --ours {args.ours}' if args.ours else ''}"
-             f"{f' --slot-dtype {args.slot_dtype}' if args.slot_dtype != 'auto' else ''}`",
+             f"{f' --slot-dtype {slot}' if (slot := getattr(args, 'slot_dtype', 'auto')) != 'auto' else ''}`",
              "", "| engine | first token (s) | decode tok/s | one stream tok/s | "
              f"{args.requests} requests over 8 adapters tok/s | RSS MB |", "|---|---|---|---|---|---|"]
 

@@ -148,7 +148,7 @@ def test_hunyuan_cpu_bench_runs_ours_and_transformers_on_a_tiny_model(tmp_path: 
 
     kernel = "qgemm" if int8_packed.available() else "auto"
     args = argparse.Namespace(preset="tiny", runs=1, prompt=8, new=3, requests=4, threads=2, quantization="int8",
-                              int8_kernel=kernel, ours="", compile=False, peft=True)
+                              int8_kernel=kernel, ours="", slot_dtype="bfloat16", compile=False, peft=True)
     ours = hunyuan_cpu.run_ours(model_dir, adapters, args)
     assert ours["batch"] == "LlamaBatch" and not ours["compiled"]
     assert kernel == "auto" or ours["int8_kernel"] == "qgemm"
