@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
 import sys
 import time
@@ -110,9 +111,23 @@ def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range and above Ray's worker ports (10002-19999). A port the kernel
+    hands out (bind to 0) is released here and bound by Ray's proxy seconds later, after the cluster has started:
+    meanwhile any process's outgoing connection may take it ("Failed to bind to address '127.0.0.1:38051'", once in
+    five suites on 2026-12-06)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        port = random.randint(20000, max(20001, low - 1))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free port between 20000 and the ephemeral range")
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
@@ -188,8 +203,16 @@ def cluster(settings: ServeSettings) -> Any:
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     signal = Signal.options(name=SIGNAL, namespace=NAMESPACE).remote()
     port = free_port()
-    serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
-    ingress = serve.run(build_application(settings, replica_cls=HoldingReplica), name=APP_NAME, route_prefix="/")
+    try:
+        serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
+        ingress = serve.run(build_application(settings, replica_cls=HoldingReplica), name=APP_NAME,
+                            route_prefix="/")
+    except BaseException:
+        # A cluster left running would make the next Ray test in this process connect to it instead of its own.
+        serve.shutdown()
+        ray.shutdown()
+        cluster.shutdown()
+        raise
     yield {"ingress": ingress, "signal": signal, "port": port, "cluster": cluster}
     serve.shutdown()
     ray.shutdown()
