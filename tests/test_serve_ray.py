@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
-import socket
 import sys
 import time
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import Any, Callable
 
 import pytest
 import yaml
+from ports import free_port
 
 ray = pytest.importorskip("ray")
 serve = pytest.importorskip("ray.serve")
@@ -108,26 +107,6 @@ def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up waiting for {what}")
         time.sleep(0.1)
-
-
-def free_port() -> int:
-    """A free port below the kernel's ephemeral range and above Ray's worker ports (10002-19999). A port the kernel
-    hands out (bind to 0) is released here and bound by Ray's proxy seconds later, after the cluster has started:
-    meanwhile any process's outgoing connection may take it ("Failed to bind to address '127.0.0.1:38051'", once in
-    five suites on 2026-12-06)."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    for _ in range(200):
-        port = random.randint(20000, max(20001, low - 1))
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free port between 20000 and the ephemeral range")
 
 
 # ---------------------------------------------------------------------------------------------- fixtures

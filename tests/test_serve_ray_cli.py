@@ -9,9 +9,7 @@ in-process cluster is shut down by then (the subprocess must start its own, not 
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,25 +20,13 @@ from typing import Iterator
 import httpx
 import pytest
 import yaml
+from ports import free_port
 
 pytest.importorskip("ray")
 
 from hunyuan_mt.config import PROJECT_ROOT  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
-
-
-def _free_port() -> int:
-    """A free port below the kernel's ephemeral range (32768+) and above Ray's worker ports (10002-19999): Ray
-    takes ephemeral ports for its own processes while it starts, and could take one picked from there first."""
-    for port in random.sample(range(20000, 30000), 200):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 20000-29999")
 
 
 def _env() -> dict[str, str]:
@@ -80,7 +66,7 @@ class Lines:
 
 @pytest.fixture()
 def serve_ray() -> Iterator[tuple[subprocess.Popen, Lines, int]]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "hunyuan_mt", "serve-ray", "--replicas", "2", "--num-cpus", "2", "--port", str(port)],
         cwd=PROJECT_ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -120,7 +106,7 @@ def test_groups_needing_gpus_on_a_cpu_node_are_refused_before_deploying(tmp_path
     config.write_text(yaml.safe_dump(doc))
     done = subprocess.run(
         [sys.executable, "-m", "hunyuan_mt", "serve-ray", "--config", str(config), "--num-cpus", "2",
-         "--num-gpus", "0", "--port", str(_free_port())],
+         "--num-gpus", "0", "--port", str(free_port())],
         cwd=PROJECT_ROOT, env=_env(), capture_output=True, text=True, timeout=180)
     assert done.returncode == 2
     refusal = [line for line in done.stderr.splitlines() if line.startswith("serve-ray:")]
