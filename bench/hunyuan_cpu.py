@@ -399,7 +399,6 @@ def main(argv: list[str] | None = None) -> int:
         quantization, _, kernel = variant.partition(":")
         own = argparse.Namespace(**{**vars(args), "quantization": quantization, "int8_kernel": kernel or "auto"})
         results[f"ours {variant}"] = _spawn("ours", own)
-    results["ours"] = results[f"ours {variants[0]}"]
     results["transformers"] = _spawn("transformers", args)
     ggufs, note = gguf_files(folder, model_dir)
     results["llama_cpp_note"] = note
@@ -410,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
-    ours, hf = r["ours"], r["transformers"]
+    hf = r["transformers"]
     lines = [f"# Hunyuan family on the CPU: {args.preset}", "",
              f"CPU: {r['cpu']}; {args.threads} threads; prompt {args.prompt} tokens, {args.new} new tokens (EOS "
              f"ignored); medians of {args.runs} runs. Command: `python -m bench.hunyuan_cpu --preset {args.preset}"

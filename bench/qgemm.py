@@ -20,7 +20,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

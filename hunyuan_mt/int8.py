@@ -321,9 +321,9 @@ def quantize_linears(model: nn.Module, kernel: str = "int_mm", bits: int = 8) ->
     for name, linear in targets:
         parent_path, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_path) if parent_path else model
-        # A layer whose width the kernel cannot step through keeps the probe-independent fallback: fbgemm.
-        kind = layer if layer is Int8Linear or layer is int8_fbgemm.FbgemmLinear or \
-            int8_packed.fits(linear.in_features, bits) else int8_fbgemm.FbgemmLinear
+        # A width qgemm cannot step through (not a multiple of 4 or 8 inputs) goes to fbgemm at 8 bits.
+        kind = (layer if kernel != "qgemm" or int8_packed.fits(linear.in_features, bits)
+                else int8_fbgemm.FbgemmLinear)
         setattr(parent, attr, kind.from_linear(linear))
     log.info("%d-bit weights: %d linear layers quantized (%s, %s)", bits, len(targets), kernel,
              "per-row scales" if bits == 8 else f"scales per {int8_packed.GROUP} inputs")

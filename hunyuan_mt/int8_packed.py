@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import torch
 
 from . import kernels
-from .int8_layer import Int8Layer, stacked_bias
+from .int8_layer import Int8Layer, stacked_bias, symmetric
 
 #: Output columns of the kernel's superblock (qgemm.cpp's kBlock).
 BLOCK = 64
@@ -62,16 +62,14 @@ def quantize(weight: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tenso
     levels, _ = _GRID[bits]
     out, inner = weight.shape
     group = group_for(inner, bits)
-    w = weight.detach().to(torch.float32).reshape(out, inner // group, group)
-    scale = (w.abs().amax(dim=2) / levels).clamp(min=1e-12)
-    q = torch.round(w / scale[..., None]).clamp(-levels, levels).to(torch.int8).reshape(out, inner)
-    return q, scale, group
+    q, scale = symmetric(weight.detach().to(torch.float32).reshape(out, inner // group, group), 2, levels)
+    return q.reshape(out, inner), scale, group
 
 
 def pack(q: torch.Tensor, scale: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel's (packed uint8 weight, scales [superblocks, groups, 64]) for `q` [out, in] and `scale`
     [out, groups]; the columns are padded to a multiple of 64 with zero weights."""
-    levels, offset = _GRID[bits]
+    _, offset = _GRID[bits]
     out, inner = q.shape
     padded = -(-out // BLOCK) * BLOCK
     u = torch.full((padded, inner), offset, dtype=torch.int16)
@@ -94,7 +92,7 @@ def unpack(packed: torch.Tensor, scales: torch.Tensor, out: int, inner: int, bit
     """`pack`'s inverse: (q [out, in] int8, scale [out, groups])."""
     _, offset = _GRID[bits]
     blocks = -(-out // BLOCK)
-    u = packed.view(torch.uint8).to(torch.int16)
+    u = packed.to(torch.int16)
     if bits == 8:
         cols = u.view(blocks, inner // 4, 4, 16, 4).permute(0, 2, 3, 1, 4).reshape(blocks * BLOCK, inner)
     else:

@@ -401,11 +401,9 @@ def test_bfloat16_slots_halve_the_slots_and_keep_rows_their_own(hunyuan_dir: Pat
     """cache.slot_dtype: bfloat16 keeps adapters in half the bytes (the re-attach copy stays the file's pages, not
     a converted copy); the lean step multiplies them in float32: a row's logits are the same bits alone and beside
     rows of other adapters, and the same bits as float32 slots holding the adapters rounded to bfloat16."""
-    from hunyuan_mt.config import GenerationConfig
-
     backbone = fresh_backbone(hunyuan_dir, quantization="none", cpu_threads=2)
     pairs = [Pair.parse(p) for p in ("en2es", "en2de", "fr2en")]
-    logits = {}
+    sizes, logits = {}, {}
     for dtype in ("float32", "bfloat16"):
         cache = make_cache(backbone, all_module_adapters, slots=3, pinned=[], slot_dtype=dtype)
         lora = backbone.lora
@@ -417,7 +415,7 @@ def test_bfloat16_slots_halve_the_slots_and_keep_rows_their_own(hunyuan_dir: Pat
             for weights in held:   # the file's own float32 pages and the scales to apply in the slot
                 assert all(a.dtype == torch.float32 for a, _ in weights.prepared.tensors.values())
                 assert weights.prepared.scales
-            logits[dtype] = lora.info()["bytes"]
+            sizes[dtype] = lora.info()["bytes"]
             if dtype == "float32":
                 # The reference: float32 slots holding each weight rounded to bfloat16 (the scales, alpha / r, are
                 # powers of two here, so B·scale rounds as B does).
@@ -436,7 +434,6 @@ def test_bfloat16_slots_halve_the_slots_and_keep_rows_their_own(hunyuan_dir: Pat
                     batch.add(list(group))
             together, alone = firsts[0], torch.cat(firsts[1:])
             assert torch.equal(together, alone), dtype
-            logits[dtype] = (logits[dtype], together)
-    (wide_bytes, wide), (half_bytes, half) = logits["float32"], logits["bfloat16"]
-    assert half_bytes * 2 == wide_bytes
-    assert torch.equal(half, wide)   # float32 products of the same rounded weights
+            logits[dtype] = together
+    assert sizes["bfloat16"] * 2 == sizes["float32"]
+    assert torch.equal(logits["bfloat16"], logits["float32"])   # float32 products of the same rounded weights

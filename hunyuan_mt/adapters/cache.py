@@ -169,7 +169,7 @@ def slot_dtype(cfg: CacheConfig, model_dtype: "torch.dtype") -> "torch.dtype":
     """The dtype the slot layers keep adapters in (`cache.slot_dtype`; "auto": the model's)."""
     import torch
 
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(cfg.slot_dtype, model_dtype)
+    return model_dtype if cfg.slot_dtype == "auto" else getattr(torch, cfg.slot_dtype)
 
 
 def lru_slots(cfg: CacheConfig, registry: AdapterRegistry, shapes: dict[str, tuple[int, int]],

@@ -3,10 +3,11 @@
 // Why our own GEMM. At HY-MT1.5-1.8B's shapes a decode step is bound by reading the weights (1.7 GB of int8 a
 // token): fbgemm's GEMM read them at ~14 GB/s of the box's 22.5 at one row, and at 16 rows it read them and then
 // computed instead of overlapping the two (2.2× the one-row time where the arithmetic allows ~1.2×; BENCHMARKS.md,
-// issue 46). Here each block of 64 output columns is read once from memory and multiplied, while it sits in
-// registers, by up to 4 rows at a time (`vpdpbusd`: 64 byte products a instruction); further rows of the same
-// call read the block again from the core's L2. And the same code reads 4-bit weights (half the bytes: the only
-// way past int8's bandwidth bound).
+// issue 46). Here each block of 64 output columns is read once from memory for a panel of up to 16 rows, chunk by
+// chunk, and each chunk is multiplied, while it sits in registers, by 4 rows at a time (`vpdpbusd`: 64 byte
+// products an instruction), so the reading overlaps the whole panel's arithmetic; further panels read the block
+// again from the core's L2. And the same code reads 4-bit weights (half the bytes: the only way past int8's
+// bandwidth bound).
 //
 // Arithmetic (the same in every path, so the results are the same bits with AVX-512 VNNI, AVX2 or plain C++):
 // - each row of x is quantized on its own symmetric 8-bit grid (scale = its largest magnitude / 127), so a row's
@@ -154,6 +155,7 @@ __attribute__((target("avx2,fma"))) void row_avx2(const Problem& p, int64_t sb, 
         for (int h = 0; h < 8; ++h) {
           const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wp + h * 32));
           const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+          // Two pairwise products of at most 15 · 127 · 2 each: their int16 sum cannot saturate.
           const __m256i both = _mm256_add_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_maddubs_epi16(hi, x1));
           acc[h] = _mm256_add_epi32(acc[h], _mm256_madd_epi16(both, ones));
         }
@@ -178,8 +180,6 @@ void superblock_avx2(const Problem& p, int64_t sb, int64_t r0, int rows) {
 }
 
 // ------------------------------------------------------------------------------------------------ AVX-512 VNNI
-
-// (In the 4-bit adds of the AVX2 path above, two pairwise products of 15 · 127 · 2 fit int16 with room to spare.)
 
 // The accumulators are named variables, not an array: with `__m512i acc[ROWS][4]` GCC 12 copied them between
 // registers and reloaded the weights inside the loop (about 90 instructions for 16 products; objdump, 2026-12-06).
