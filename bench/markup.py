@@ -73,7 +73,7 @@ def markup_run(service: Any, limits: Any, target: str) -> dict[str, int]:
         document = read_document(html.encode(), "q.html", limits)
         translate = lambda segments, _p=None: service.translate_segments(segments, "en", target)  # noqa: E731
         baseline = document.render(translate(document.segments)).data.decode("utf-8")
-        ours_t, _ = translate_keeping_markup(document, translate)
+        ours_t = translate_keeping_markup(document, translate).translations
         ours = document.render(ours_t).data.decode("utf-8")
         expected = tag_sequence(html)
         kept["baseline"] += tag_sequence(baseline) == expected

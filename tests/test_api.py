@@ -73,8 +73,8 @@ def test_translate_html_keeps_tags(client: httpx.Client, live_server: LiveServer
     out = response.json()["translatedText"]
     assert out.startswith("<p>") and "<b>" in out and 'href="https://example.org/x"' in out
     document = read_document(html.encode(), "q.html", live_server.cfg.limits)
-    expected, _ = translate_keeping_markup(
-        document, lambda segments, _p: live_server.service.translate_segments(segments, "en", "es"))
+    expected = translate_keeping_markup(
+        document, lambda segments, _p: live_server.service.translate_segments(segments, "en", "es")).translations
     assert out == document.render(expected, "es").data.decode("utf-8")
     assert tag_sequence(out) == tag_sequence(html)  # in order and validly nested, whatever the model did
 

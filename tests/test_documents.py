@@ -498,11 +498,54 @@ def test_a_glossary_term_that_leaves_its_element_is_translated_piece_by_piece():
         # The whole sentence comes back with the term moved out of <b>; pieces come back term for term.
         return ["Abre el ⟦0⟧⟦1⟧ archivo ahora." if "⟦0⟧" in s else s.replace("file", "archivo") for s in segments]
 
-    translations, redone = translate_keeping_markup(doc, translate, glossary=glossary)
-    assert redone == 1 and "<b>archivo</b>" in doc.render(translations, "es").data.decode()
+    kept = translate_keeping_markup(doc, translate, glossary=glossary)
+    assert kept.redone == 1 and "<b>archivo</b>" in doc.render(kept.translations, "es").data.decode()
     # Without a glossary too: the element came back empty, its word outside it (see the test below).
-    kept, redone = translate_keeping_markup(doc, translate)
-    assert redone == 1 and "⟦0⟧archivo⟦1⟧" in kept[0]
+    kept = translate_keeping_markup(doc, translate)
+    assert kept.redone == 1 and "⟦0⟧archivo⟦1⟧" in kept.translations[0]
+
+
+#: A model that copies what stands between sentinels (issue 47: "Pulse **Save** para mantener su *changes*") but
+#: translates the same words alone.
+_WORDS = {"Save": "Guardar", "changes": "Cambios", "GIMP": "GIMP"}
+
+
+def _copying_model(segments, progress=None):
+    out = []
+    for s in segments:
+        if "⟦" in s:
+            out.append(s.replace("Click", "Pulse").replace("to keep your", "para mantener sus")
+                       .replace("in", "en").replace("Open", "Abra"))
+        else:
+            out.append(_WORDS.get(s, s))
+    return out
+
+
+def test_formatted_words_the_model_copied_are_translated_on_their_own():
+    data = b"<p>Click <b>Save</b> to keep your <i>changes</i>.</p><p>Open <b>GIMP</b> in <i>Save</i> mode.</p>"
+    rendered = translate_document(data, "a.html", LIMITS, _copying_model)
+    html = rendered.data.decode()
+    assert "<p>Pulse <b>Guardar</b> para mantener sus <i>cambios</i>.</p>" in html
+    # "Cambios" alone, "sus cambios" in the sentence (the source's piece began in lower case). A name the model keeps
+    # alone stays; the other piece of that paragraph is still translated.
+    assert "<p>Abra <b>GIMP</b> en <i>Guardar</i> mode.</p>" in html
+    assert "3 formatted pieces the model had left in the source language were translated on their own." \
+        in rendered.note
+    # Pieces sent alone once each, whatever the number of segments holding them.
+    sent: list[list[str]] = []
+    translate_document(data, "a.html", LIMITS, lambda s, p=None: sent.append(list(s)) or _copying_model(s))
+    assert sent[1] == ["Save", "changes", "GIMP"]
+
+
+def test_a_segment_from_the_memory_keeps_its_formatted_words():
+    from hunyuan_mt.documents import translate_keeping_markup
+    from hunyuan_mt.documents.base import ORIGIN_MEMORY
+
+    doc = read_document(b"<p>Click <b>Save</b> to keep your <i>changes</i>.</p>", "a.html", LIMITS)
+    kept = translate_keeping_markup(doc, _copying_model, origins={doc.segments[0]: ORIGIN_MEMORY})
+    assert kept.retranslated == 0 and "⟦0⟧Save⟦1⟧" in kept.translations[0]
+    kept = translate_keeping_markup(doc, _copying_model)
+    assert kept.retranslated == 2 and "⟦0⟧Guardar⟦1⟧" in kept.translations[0]
 
 
 def test_html_tags_come_back_exactly_once_whatever_the_translator_does():

@@ -8,8 +8,8 @@ or in one call, with the service's `translate_segments` bound to a pair: `transl
 """
 
 from .base import Document, RenderedDocument
-from .reader import (LISTED_EXTENSIONS, SUPPORTED_EXTENSIONS, distinct_segments, read_document, translate_document,
-                     translate_keeping_markup)
+from .reader import (LISTED_EXTENSIONS, SUPPORTED_EXTENSIONS, KeptMarkup, distinct_segments, read_document,
+                     translate_document, translate_keeping_markup)
 
-__all__ = ["Document", "LISTED_EXTENSIONS", "RenderedDocument", "SUPPORTED_EXTENSIONS", "distinct_segments",
+__all__ = ["Document", "KeptMarkup", "LISTED_EXTENSIONS", "RenderedDocument", "SUPPORTED_EXTENSIONS", "distinct_segments",
            "read_document", "translate_document", "translate_keeping_markup"]

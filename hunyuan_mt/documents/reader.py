@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -11,7 +12,8 @@ from .. import masking
 from ..config import LimitsConfig
 from ..errors import InputTooLarge, InvalidInput, UnsupportedDocument
 from ..glossary import Glossary, has_terms
-from .base import Document, RenderedDocument, check_not_empty, check_segment_limits
+from .base import (ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, Document, RenderedDocument, check_not_empty,
+                   check_segment_limits)
 from .ebook import read_epub
 from .gettext import read_gettext
 from .htmlpage import read_html
@@ -31,6 +33,8 @@ Progress = Callable[[int, int], None]
 TranslateSegments = Callable[[list[str], Progress | None], list[str]]
 #: How an upload becomes a Document: `read_document`, or the same in a helper process.
 Reader = Callable[[bytes, str, LimitsConfig], Document]
+#: A word in a formatted piece: two letters in a row (not a lone symbol, number or letter).
+_WORD = re.compile(r"[^\W\d_]{2}")
 
 
 @dataclass(frozen=True)
@@ -142,15 +146,21 @@ def translate_document(data: bytes | Document, filename: str, limits: LimitsConf
     the translator as it goes; the formats with a place for it write it.
     """
     document = data if isinstance(data, Document) else (read or read_document)(data, filename, limits)
-    translations, redone = translate_keeping_markup(document, translate_segments, progress, glossary)
+    kept = translate_keeping_markup(document, translate_segments, progress, glossary, origins)
     if origins is not None:
         document.origins = origins
     document.review_comments = review_comments
-    rendered = document.render(translations, target=target)
-    if redone:
-        note = (f"{redone} segment{'s' if redone > 1 else ''} whose markup came back out of order "
-                f"{'were' if redone > 1 else 'was'} translated piece by piece, between the tags.")
-        rendered = dataclasses.replace(rendered, note=f"{rendered.note} {note}".strip())
+    rendered = document.render(kept.translations, target=target)
+    notes = []
+    if kept.redone:
+        notes.append(f"{kept.redone} segment{'s' if kept.redone > 1 else ''} whose markup came back out of order "
+                     f"{'were' if kept.redone > 1 else 'was'} translated piece by piece, between the tags.")
+    if kept.retranslated:
+        notes.append(f"{kept.retranslated} formatted piece{'s' if kept.retranslated > 1 else ''} the model had "
+                     f"left in the source language {'were' if kept.retranslated > 1 else 'was'} translated on "
+                     f"{'their' if kept.retranslated > 1 else 'its'} own.")
+    if notes:
+        rendered = dataclasses.replace(rendered, note=" ".join([rendered.note, *notes]).strip())
     return rendered
 
 
@@ -159,10 +169,24 @@ def distinct_segments(document: Document) -> int:
     return len(set(document.segments))
 
 
+@dataclass
+class KeptMarkup:
+    """What `translate_keeping_markup` gives: every segment's translation, in the document's order, and how many
+    segments and pieces needed a second pass."""
+
+    translations: list[str]
+    #: Segments whose markup came back out of order (or emptied, or without a glossary term): re-done piece by
+    #: piece between the tags.
+    redone: int = 0
+    #: Formatted pieces the model copied from the source as they were: translated again on their own.
+    retranslated: int = 0
+
+
 def translate_keeping_markup(document: Document, translate_segments: TranslateSegments,
                              progress: Progress | None = None,
-                             glossary: Glossary | None = None) -> tuple[list[str], int]:
-    """Every segment's translation, and how many had to be re-done to keep their markup.
+                             glossary: Glossary | None = None,
+                             origins: dict[str, str] | None = None) -> KeptMarkup:
+    """Every segment's translation, and how many had to be re-done to keep their markup or translate it.
 
     Repeated segments (table headers, running footers) are sent once. When a segment carries markup sentinels
     (`Document.sentinel_markup`) and its translation does not give them back once each and in order, the tags
@@ -170,12 +194,20 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
     piece and put back between the sentinels in the source's order, which keeps the markup valid whatever the
     model does. So is a segment where a `glossary` term left the element it was in (`Open the <b>file</b>` coming
     back as `Abre el <b></b> archivo`): each piece between the markup must hold its own terms.
+
+    A segment whose markup came back in order can still have a formatted piece that came back exactly as the
+    source wrote it (`Pulse ⟦0⟧Save⟦1⟧ para…`): a model may have learnt that text between sentinels is to be
+    copied, as code is. Words in a formatting run are language, so such a piece is translated again on its own,
+    and its translation replaces the copy where it differs (a name or a term the model keeps stays as it was).
+    Code, `translate="no"` and protected spans are not pieces: the readers and the masking keep them out. Nor is a
+    segment the translation memory answered (`origins`, when the caller keeps them): a translator kept the words.
     """
     unique = list(dict.fromkeys(document.segments))
     translated = translate_segments(unique, progress)
     if len(translated) != len(unique):
         raise RuntimeError(f"translate_segments returned {len(translated)} texts for {len(unique)} segments")
     redo: dict[int, list[str]] = {}
+    copied: dict[int, tuple[list[str], list[int]]] = {}
     if document.sentinel_markup:
         for i, (source, out) in enumerate(zip(unique, translated)):
             count = masking.sentinel_count(source)
@@ -188,13 +220,51 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
             if (came_back is None or _emptied(pieces, came_back)
                     or (glossary is not None and not _terms_stay(pieces, came_back, glossary))):
                 redo[i] = pieces
-    if redo:
-        texts = list(dict.fromkeys(p.strip() for pieces in redo.values() for p in pieces if p.strip()))
-        done = dict(zip(texts, translate_segments(texts, None)))
-        for i, pieces in redo.items():
-            translated[i] = masking.join_pieces([_around(p, done.get(p.strip(), p)) for p in pieces])
+            elif (origins or {}).get(source) not in (ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR) and \
+                    (positions := _copied(pieces, came_back)):
+                copied[i] = (came_back, positions)
+    texts = [p.strip() for pieces in redo.values() for p in pieces if p.strip()]
+    texts += [came_back[k].strip() for came_back, positions in copied.values() for k in positions]
+    done = dict(zip(*_translate_unique(texts, translate_segments)))
+    for i, pieces in redo.items():
+        translated[i] = masking.join_pieces([_around(p, done.get(p.strip(), p)) for p in pieces])
+    retranslated = 0
+    for i, (came_back, positions) in copied.items():
+        for k in positions:
+            again = done.get(came_back[k].strip(), "")
+            if again.strip() and _words(again) != _words(came_back[k]):
+                came_back[k] = _around(came_back[k], _initial_case(came_back[k], again))
+                retranslated += 1
+        translated[i] = masking.join_pieces(came_back)
     by_source = dict(zip(unique, translated))
-    return [by_source[s] for s in document.segments], len(redo)
+    return KeptMarkup([by_source[s] for s in document.segments], len(redo), retranslated)
+
+
+def _translate_unique(texts: list[str], translate_segments: TranslateSegments) -> tuple[list[str], list[str]]:
+    """(texts, their translations), each distinct text sent once; nothing is sent when there is none."""
+    unique = list(dict.fromkeys(texts))
+    return (unique, translate_segments(unique, None)) if unique else ([], [])
+
+
+def _words(text: str) -> str:
+    """A piece's words for comparison: case, spacing and the punctuation at its ends do not count."""
+    return " ".join(text.split()).strip(" .,:;!?\"'«»“”‘’()").casefold()
+
+
+def _initial_case(source: str, translation: str) -> str:
+    """A piece translated alone starts as a sentence would (`Cambios`); inside the sentence it had the source's
+    lower-case start (`sus cambios`). An acronym or a name stays as written (`PDF`, `GIMP`)."""
+    src, out = source.strip(), translation.strip()
+    if src[:1].islower() and out[:1].isupper() and not out[1:2].isupper():
+        return out[:1].lower() + out[1:]
+    return out
+
+
+def _copied(pieces: list[str], translated: list[str]) -> list[int]:
+    """Positions of the pieces between two sentinels that hold a word (two letters in a row) and came back with
+    the same words as the source's: a formatted word the model copied rather than translated."""
+    return [k for k in range(1, len(pieces) - 1)
+            if _WORD.search(pieces[k]) and _words(pieces[k]) == _words(translated[k])]
 
 
 def _emptied(pieces: list[str], translated: list[str]) -> bool:
