@@ -230,12 +230,15 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
         translated[i] = masking.join_pieces([_around(p, done.get(p.strip(), p)) for p in pieces])
     retranslated = 0
     for i, (came_back, positions) in copied.items():
+        changed = 0
         for k in positions:
             again = done.get(came_back[k].strip(), "")
             if again.strip() and _words(again) != _words(came_back[k]):
                 came_back[k] = _around(came_back[k], _initial_case(came_back[k], again))
-                retranslated += 1
-        translated[i] = masking.join_pieces(came_back)
+                changed += 1
+        if changed:  # else the model's own text stays, to the byte
+            translated[i] = masking.join_pieces(came_back)
+            retranslated += changed
     by_source = dict(zip(unique, translated))
     return KeptMarkup([by_source[s] for s in document.segments], len(redo), retranslated)
 
@@ -247,8 +250,9 @@ def _translate_unique(texts: list[str], translate_segments: TranslateSegments) -
 
 
 def _words(text: str) -> str:
-    """A piece's words for comparison: case, spacing and the punctuation at its ends do not count."""
-    return " ".join(text.split()).strip(" .,:;!?\"'«»“”‘’()").casefold()
+    """A piece's words for comparison: spacing and the punctuation at its ends do not count. Case does: a piece
+    whose case changed was worked on, not copied."""
+    return " ".join(text.split()).strip(" .,:;!?\"'«»“”‘’()")
 
 
 def _initial_case(source: str, translation: str) -> str:
