@@ -537,6 +537,16 @@ def test_formatted_words_the_model_copied_are_translated_on_their_own():
     assert sent[1] == ["Save", "changes", "GIMP"]
 
 
+def test_pieces_translated_alone_keep_the_lower_case_start_they_had_in_the_sentence():
+    def translate(segments, progress=None):
+        # The whole sentence comes back with its markup out of order; pieces alone start as sentences do.
+        return ["⟦1⟧Pulse ⟦0⟧Guardar para mantener sus cambios." if "⟦" in s
+                else {"Click": "Pulse", "Save": "Guardar", "changes": "Cambios"}.get(s, s) for s in segments]
+
+    rendered = translate_document(b"<p>Click <b>Save</b> to keep your <i>changes</i>.</p>", "a.html", LIMITS, translate)
+    assert "<p>Pulse <b>Guardar</b> to keep your <i>cambios</i>.</p>" in rendered.data.decode()
+
+
 def test_a_segment_from_the_memory_keeps_its_formatted_words():
     from hunyuan_mt.documents import translate_keeping_markup
     from hunyuan_mt.documents.base import ORIGIN_MEMORY

@@ -227,7 +227,7 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
     texts += [came_back[k].strip() for came_back, positions in copied.values() for k in positions]
     done = dict(zip(*_translate_unique(texts, translate_segments)))
     for i, pieces in redo.items():
-        translated[i] = masking.join_pieces([_around(p, done.get(p.strip(), p)) for p in pieces])
+        translated[i] = masking.join_pieces([_around(p, _initial_case(p, done.get(p.strip(), p))) for p in pieces])
     retranslated = 0
     for i, (came_back, positions) in copied.items():
         changed = 0
