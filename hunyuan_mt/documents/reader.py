@@ -225,7 +225,7 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
                 copied[i] = (came_back, positions)
     texts = [p.strip() for pieces in redo.values() for p in pieces if p.strip()]
     texts += [came_back[k].strip() for came_back, positions in copied.values() for k in positions]
-    done = dict(zip(*_translate_unique(texts, translate_segments)))
+    done = _translate_each(texts, translate_segments)
     for i, pieces in redo.items():
         translated[i] = masking.join_pieces([_around(p, _initial_case(p, done.get(p.strip(), p))) for p in pieces])
     retranslated = 0
@@ -243,10 +243,10 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
     return KeptMarkup([by_source[s] for s in document.segments], len(redo), retranslated)
 
 
-def _translate_unique(texts: list[str], translate_segments: TranslateSegments) -> tuple[list[str], list[str]]:
-    """(texts, their translations), each distinct text sent once; nothing is sent when there is none."""
+def _translate_each(texts: list[str], translate_segments: TranslateSegments) -> dict[str, str]:
+    """Each distinct text's translation, each sent once; nothing is sent when there is none."""
     unique = list(dict.fromkeys(texts))
-    return (unique, translate_segments(unique, None)) if unique else ([], [])
+    return dict(zip(unique, translate_segments(unique, None))) if unique else {}
 
 
 def _words(text: str) -> str:
