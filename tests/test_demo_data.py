@@ -376,3 +376,36 @@ def test_an_adapter_left_alone_keeps_the_stage_that_trained_it() -> None:
     assert _trained_by(joint, "en2es") is joint
     again = {"minutes": 10.0, "adapters_only": ["de2en"], "resumed_from": alone}
     assert _trained_by(again, "en2es") is joint and _trained_by(again, "zh2en") is alone
+
+
+def test_fresh_set_leaves_out_every_string_an_extraction_holds(locale_root: Path) -> None:
+    """bench.fresh_ui compares builds trained on different extractions: a string seen on either side (the English,
+    or any language's translation) must not be scored."""
+    from bench.fresh_ui import fresh_set
+
+    everything = fresh_set(locale_root, seen=set(), size=100)
+    english = [en for en, _ in everything["en2es"]]
+    assert "Delete file" in english and "Settings" in english and "Open" in english
+    counts: dict[str, int] = {}
+    test = fresh_set(locale_root, seen={"Settings", "Fenster schließen"}, size=100, counts=counts)
+    kept = [en for en, _ in test["en2es"]]
+    assert "Settings" not in kept            # seen as English
+    assert "Close window" not in kept        # its German translation was seen
+    assert "Delete file" in kept
+    # Every direction holds the same strings, sources and references on their own sides; es→de pairs the two.
+    assert ("Datei löschen", "Delete file") in test["de2en"]
+    assert ("Eliminar archivo", "Datei löschen") in test["es2de"]
+    assert {len(rows) for rows in test.values()} == {len(kept)}
+    assert counts == {"translated": len(english), "fresh": len(english) - 2}
+    assert len(fresh_set(locale_root, seen=set(), size=2)["zh2en"]) == 2
+
+
+def test_paired_interval_is_zero_for_one_build_and_signed_for_a_better_one() -> None:
+    from bench.fresh_ui import _stats, paired_interval
+
+    refs = ["the file was saved", "open the window", "close all tabs", "delete the folder"]
+    metric, good = _stats(refs, refs)
+    _, poor = _stats(["a file saved", "open window", "close", "delete"], refs)
+    assert paired_interval(good, good, metric, rounds=50) == (0.0, 0.0)
+    low, high = paired_interval(good, poor, metric, rounds=50)
+    assert low <= high < 0

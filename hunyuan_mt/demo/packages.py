@@ -43,10 +43,24 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 
-def unpack_group(group: str, data_root: Path) -> Path:
-    """The folder holding the group's unpacked packages; downloads and unpacks them on the first call. A group
-    that cannot be fetched (no network, a package gone from the mirror) is reported and left empty: the build goes
-    on with the sources it has, and the adapters' metadata lists only those."""
+#: Desktop applications whose UI catalogues no build reads (bench.fresh_ui): strings no build has trained on, to
+#: compare builds trained on different extractions. Not a build group: `fetch` never downloads them.
+FRESH: tuple[str, ...] = (
+    "gnome-calculator", "gnome-text-editor", "totem-common", "rhythmbox-data", "eog", "file-roller",
+    "gnome-disk-utility", "baobab", "gnome-system-monitor", "gnome-terminal-data", "gnome-maps", "gnome-weather",
+    "gnome-clocks", "simple-scan", "seahorse", "gnome-screenshot", "transmission-common", "gparted-common", "synaptic",
+    "meld", "geany-common", "thunar-data", "mousepad", "ristretto", "xfce4-panel", "xfce4-settings", "vlc-l10n",
+    "audacity-data", "filezilla-common", "ark", "kcalc", "gnucash-common", "pavucontrol", "remmina-common",
+    "shotwell-common", "gnome-software-common", "evolution-common",
+)
+
+
+def unpack_group(group: str, data_root: Path, names: tuple[str, ...] | None = None) -> Path:
+    """The folder holding the group's unpacked packages (`names`, default the group's in GROUPS); downloads and
+    unpacks them on the first call. A group that cannot be fetched (no network, a package gone from the mirror) is
+    reported and left empty: the build goes on with the sources it has, and the adapters' metadata lists only
+    those."""
+    names = names or GROUPS[group]
     target = data_root / group
     done = target / ".unpacked"
     if done.exists():
@@ -54,7 +68,7 @@ def unpack_group(group: str, data_root: Path) -> Path:
     debs = data_root / "debs" / group
     debs.mkdir(parents=True, exist_ok=True)
     try:
-        subprocess.run(["apt-get", "download", *GROUPS[group]], cwd=debs, check=True, capture_output=True)
+        subprocess.run(["apt-get", "download", *names], cwd=debs, check=True, capture_output=True)
         for deb in sorted(debs.glob("*.deb")):
             subprocess.run(["dpkg", "-x", str(deb), str(target)], check=True)
     except (OSError, subprocess.CalledProcessError) as exc:
@@ -62,5 +76,5 @@ def unpack_group(group: str, data_root: Path) -> Path:
         print(f"{group}: packages not available ({exc}; {detail.decode(errors='replace').strip()[:200]}); "
               "building without them")
         return target
-    done.write_text("\n".join(GROUPS[group]) + "\n", encoding="utf-8")
+    done.write_text("\n".join(names) + "\n", encoding="utf-8")
     return target
