@@ -31,7 +31,7 @@ IOMP="$PWD/.venv/lib/libiomp5.so"
 if [ -f "$IOMP" ] && [[ ":${LD_PRELOAD:-}:" != *":$IOMP:"* ]]; then
   export LD_PRELOAD="$IOMP${LD_PRELOAD:+:$LD_PRELOAD}" KMP_BLOCKTIME="${KMP_BLOCKTIME:-1}"
 fi
-# The compiled decode step (model.compile) is built once per machine and read back on later starts (~95 s the first
+# The compiled decode step (model.compile) is built once per machine and read back on later starts (~135 s the first
 # time on 2 cores, ~1 s after): keep it (beside torch's compile cache) somewhere that survives a reboot, unlike /tmp.
 export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hunyuan-mt/torchinductor}"
 # Nothing may be fetched from a model hub at run time: fail fast and clearly instead of hanging on the network.

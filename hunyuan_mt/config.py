@@ -77,7 +77,7 @@ class ModelConfig:
     #: cost more than it gives in the engine's thread (hunyuan_mt/cpu.py, BENCHMARKS.md).
     cpu_threads: int = 0
     #: Compile the decode step and encoder ahead of time (decode/compiled.py, decode/aot.py; CPU, Marian models, int8
-    #: or float32 weights). "auto": when the service warms up (it compiles then, ~95 s the first time on 2 cores,
+    #: or float32 weights). "auto": when the service warms up (it compiles then, ~135 s the first time on 2 cores,
     #: ~1 s to load the kept packages after); true: also without warm-up (the first request compiles); false: eager.
     compile: str = "auto"
     #: What a Marian decode step keeps its attention keys and values in on the CPU: "float16" halves what every step

@@ -139,9 +139,9 @@ def test_compiled_rows_joining_at_different_steps_have_the_logits_they_have_alon
 
 
 def test_one_graph_serves_every_batch(compiled) -> None:
-    """The warm-up compiles one graph for the step and one for the encoder, and nothing compiles again: one row,
-    many rows, mixed adapters, the bare backbone, a one-token source, rows past the cache's first 32 columns, a row
-    joining a longer history."""
+    """The warm-up compiles one graph for the step and two for the encoder (a lone source, and every batch of
+    sources), and nothing compiles again: one row, many rows, mixed adapters, the bare backbone, a one-token source,
+    rows past the cache's first 32 columns, a row joining a longer history."""
     bb, _, slots = compiled
     calls = bb.compiled[0].calls
     gen = GenerationConfig()
@@ -161,7 +161,11 @@ def test_one_graph_serves_every_batch(compiled) -> None:
             batch.step()
     assert batch.cache.columns > 32
     step, encoder = bb.compiled
-    assert (step.graphs, encoder.graphs) == (1, 1)
+    assert (step.graphs, encoder.graphs) == (1, 2)
+    # The lone source ran without a padding row: its package takes exactly one row.
+    (single,) = encoder._single.packages
+    (batches,) = encoder._fn.packages
+    assert single.key != batches.key
     assert step.calls > calls + 60 and step.active and encoder.active
 
 

@@ -22,8 +22,8 @@ row, a batch's first step sees one masked cache column, and the caches keep a sp
 one). The LoRA term comes `complete` (`lora.GroupedLoRA`), so a mixed batch, one adapter and the bare backbone are
 the same package.
 
-Compiling needs a C++ compiler (inductor calls g++): ~95 s for both on the 2-core box the first time (the demo),
-then the packages are read from disk. Where compiling fails, or a call does not fit the package (its C++ input check
+Compiling needs a C++ compiler (inductor calls g++): ~135 s for the three packages on the 2-core box the first time
+(the demo; 2026-12-06, AMD EPYC: the step 42 s, the encoder's 47 s and 44 s), then the packages are read from disk. Where compiling fails, or a call does not fit the package (its C++ input check
 refuses it), the step logs why once and runs eagerly for the rest of the process: the same arithmetic, slower.
 `Backbone.compile_step` turns this on (the service does, after its pinned adapters are in, and warms it up), never
 a one-off process: the compile costs more than it saves for a few sentences.
@@ -68,10 +68,7 @@ class _Compiled:
 
     def __init__(self, fn: Any, freeze: bool = False) -> None:
         self._eager = fn
-        # The modules whose code the graph runs: a change to any of them compiles again.
-        self._fn = AotFunction(fn, freeze=freeze, sources=(marian, llama, kvcache, dense, grouped, int8,
-                                                           int8_embedding, int8_fbgemm, int8_layer, invariant,
-                                                           kernels))
+        self._fn = self._function(fn, freeze)
         #: The weights (the STATIC arguments) are compiled in as constants: callers pass them unpacked.
         self.frozen = freeze
         #: Why compiling failed, once it has; the calls are eager from then on.
@@ -79,27 +76,38 @@ class _Compiled:
         self.calls = 0
         self._lock = threading.Lock()
 
+    @staticmethod
+    def _function(fn: Any, freeze: bool) -> AotFunction:
+        # The modules whose code the graph runs: a change to any of them compiles again.
+        return AotFunction(fn, freeze=freeze, sources=(marian, llama, kvcache, dense, grouped, int8, int8_embedding,
+                                                       int8_fbgemm, int8_layer, invariant, kernels))
+
     @property
     def active(self) -> bool:
         return self.error is None
 
+    def _functions(self) -> tuple[AotFunction, ...]:
+        return (self._fn,)
+
     @property
     def graphs(self) -> int:
         """Compiled packages in use (one serves every batch)."""
-        return len(self._fn.packages)
+        return sum(len(f.packages) for f in self._functions())
 
     @property
     def compile_s(self) -> float:
         """Seconds spent compiling or loading them."""
-        return sum(p.seconds for p in self._fn.packages)
+        return sum(p.seconds for f in self._functions() for p in f.packages)
 
-    def _run(self, args: tuple[Any, ...], eager: Callable[[], tuple[Any, ...]]) -> Any:
-        """The compiled function on `args` (marked and padded), or, if compiling fails or the package refuses the
-        call, the eager one on `eager()`'s arguments (built only then)."""
+    def _run(self, args: tuple[Any, ...], eager: Callable[[], tuple[Any, ...]], fn: AotFunction | None = None) -> Any:
+        """The compiled function (`fn`, default the one package for every batch) on `args` (marked and padded), or,
+        if compiling fails or the package refuses the call, the eager one on `eager()`'s arguments (built only
+        then)."""
+        fn = fn or self._fn
         try:
-            out = self._fn(args, self.STATIC)
+            out = fn(args, self.STATIC)
         except Exception as exc:  # noqa: BLE001 - export, inductor and the C++ compiler raise many kinds
-            if not isinstance(exc, AotMismatch) and self._fn.packages and self.calls:
+            if not isinstance(exc, AotMismatch) and fn.packages and self.calls:
                 raise  # the package ran before: this is the computation failing (e.g. out of memory), not compiling
             self._fail(exc)
             return self._eager(*eager())
@@ -218,22 +226,39 @@ class CompiledLlamaStep(_DecodeStep):
 
 class CompiledEncoder(_Compiled):
     """`encode_cross` (the encoder and the decoder's cross-attention keys/values); its caller (MarianBatch._cross)
-    pads rows and source columns to MIN_ROWS."""
+    pads source columns to MIN_ROWS and rows to `rows(n)`.
+
+    A lone source, the common case of an interactive request and what a stream's first piece waits for, runs in a
+    package of its own whose rows are fixed at 1: beside a padding row, the encoder's GEMMs did twice the rows for
+    nothing (the exported graph with varying rows takes no fewer than two, and one exported for fewer failed in
+    inductor: backed_size_oblivious, torch 2.13). It is compiled at the warm-up's one-row call."""
 
     STATIC = (2, 4)  # the encoder's weights, the cross-attention K/V projections'
 
     def __init__(self, freeze: bool = False) -> None:
         super().__init__(encode_cross, freeze)
+        self._single = self._function(encode_cross, freeze)
+
+    def _functions(self) -> tuple[AotFunction, ...]:
+        return self._fn, self._single
+
+    def rows(self, n: int) -> int:
+        """Rows a call for `n` sources runs with (padding rows below them)."""
+        return 1 if n == 1 else max(n, self.MIN_ROWS)
 
     def __call__(self, src: torch.Tensor, mask: torch.Tensor, model: tuple[Any, ...], lora: list[tuple[Any, ...]],
                  cross: tuple[Any, ...], cross_lora: list[Any]) -> torch.Tensor:
         args = (src, mask, model, lora, cross, cross_lora)
         if self.error is not None:
             return encode_cross(*args)
-        _mark(src, 0, 1), _mark(mask, 0, 3)
+        single = src.shape[0] == 1
+        if single:
+            _mark(src, 1), _mark(mask, 3)
+        else:
+            _mark(src, 0, 1), _mark(mask, 0, 3)
         _mark_lora(lora)
         _mark_lora([tuple(cross_lora)])
-        return self._run(args, lambda: args)
+        return self._run(args, lambda: args, self._single if single else self._fn)
 
 
 def _unpadded(lora: Sequence[tuple[Any, ...]], rows: int) -> list[tuple[Any, ...]]:

@@ -169,8 +169,9 @@ class MarianBatch(LeanBatch):
         step = self.compiled_encoder if self._step() is not None else None
         rows, width = n, source
         if step is not None:
-            # Away from 1 for the compiled graph (decode/compiled.py): a padding row, a masked padding column.
-            rows, width = max(n, step.MIN_ROWS), max(source, step.MIN_ROWS)
+            # Away from 1 for the compiled graph (decode/compiled.py): a masked padding column, and a padding row
+            # unless the source is alone (a package of its own).
+            rows, width = step.rows(n), max(source, step.MIN_ROWS)
             src = F.pad(src, (0, width - source, 0, rows - n), value=self.pad_id)
             src_mask = F.pad(src_mask, (0, width - source, 0, rows - n))
         complete, padding = step is not None, (rows - n) * width
