@@ -331,3 +331,19 @@ def test_the_cli_exports_the_shipped_and_the_users_entries(tmp_path: Path, capsy
     assert "en2es: 2 entries written to" in capsys.readouterr().out
     # The masked shipped entry is left out (its placeholder is lost); the user's entry wins over the shipped one.
     assert sorted(read_rows(out.read_bytes(), "out.tmx", "en", "es")) == [("Open", "Abrir"), ("Save", "Guardar ahora")]
+
+
+def test_an_html_fragment_the_memory_answers_keeps_the_translators_formatted_words(memory_server: LiveServer) -> None:
+    """/translate with format=html: a segment the memory answered is the translator's, formatted words included.
+    The pass that translates again a formatted word the model left in the source language leaves it alone, as it
+    does in documents."""
+    from hunyuan_mt.documents import read_document
+
+    html = "<p>Click <b>Save</b> to keep your changes.</p>"
+    (segment,) = read_document(html.encode(), "q.html", memory_server.cfg.limits).segments
+    translation = segment.replace("Click", "Pulse").replace("to keep your changes", "para guardar los cambios")
+    assert "Save" in translation and translation != segment
+    memory_server.service.tm.add("en2es", [(segment, translation)])
+    answer = requests.post(memory_server.url + "/translate", timeout=60,
+                           json={"q": html, "source": "en", "target": "es", "format": "html"}).json()
+    assert answer["translatedText"] == "<p>Pulse <b>Save</b> para guardar los cambios.</p>"

@@ -254,11 +254,14 @@ class RestApi:
                 raise InvalidInput("Could not detect the source language; pass source explicitly.")
             detected = detections[0]
             source = detected.code
+        # Which segments the memory answered: their formatted words are the translator's and stay as they are.
+        origins: dict[str, str] = {}
         translations = translate_keeping_markup(
             # An interactive request's markup: its rows do not yield to documents.
             document, lambda segments, _progress: self.service.translate_segments(
-                segments, source, target, glossary=glossary, ticket=ticket or Ticket(), context=context),
-            glossary=glossary).translations
+                segments, source, target, glossary=glossary, ticket=ticket or Ticket(), context=context,
+                origins=origins),
+            glossary=glossary, origins=origins).translations
         html = document.render(translations, target).data.decode("utf-8")
         return html, detected
 
