@@ -25,11 +25,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hunyuan_mt.masking import WORD
+
 from .demo_build import _service
 from .report import write_results
 
 SENTINEL = re.compile(r"⟦\d+⟧")
-_LETTERS = re.compile(r"[^\W\d_]{2}")
 
 
 def usable(segment: str) -> list[str] | None:
@@ -37,7 +38,7 @@ def usable(segment: str) -> list[str] | None:
     pieces = SENTINEL.split(segment)
     if len(pieces) < 3 or len(pieces) % 2 == 0:
         return None
-    if not all(_LETTERS.search(p) for p in pieces[1::2]):
+    if not all(WORD.search(p) for p in pieces[1::2]):
         return None
     return [" ".join(p.split()) if i % 2 else p for i, p in enumerate(pieces)]
 

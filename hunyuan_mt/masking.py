@@ -117,6 +117,9 @@ _SPAN = re.compile("|".join(f"(?:{p})" for p in _PATTERNS), re.S)
 _TRAILING_PUNCT = re.compile(r"[.,;:!?)\]'\"]+$")
 #: A sentinel exactly as `sentinel()` writes it (what documents put in their segments and get back restored).
 SENTINEL = re.compile(r"⟦(\d+)⟧")
+#: Two letters in a row (no digit, no underscore): a piece between markup sentinels that holds a word, which a
+#: translation changes, as opposed to a number, a symbol or a lone letter.
+WORD = re.compile(r"[^\W\d_]{2}")
 # Tolerant of what models do to the sentinels: spaces inside, full-width or ASCII brackets.
 _FOUND = re.compile(r"(?:⟦|\[\[|［［)\s*(\d{1,3})\s*(?:⟧|\]\]|］］)")
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..masking import SENTINEL
+from ..masking import SENTINEL, WORD
 
 #: Elements whose text is one block. A list item, definition term or table cell that holds paragraphs is not a
 #: block of its own: its paragraphs are.
@@ -37,7 +37,6 @@ _VERBATIM = {"pre", "script", "style", "code"}
 _COPIED_RUN = 4
 _WORD = re.compile(r"[A-Za-z]+")
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
-_WORDS = re.compile(r"[^\W\d_]{2}")
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,7 @@ def page_tagged_blocks(path: Path) -> list[tuple[tuple[tuple[str, str], ...], st
                 break
             shape.append((child.tag, child.get("class") or ""))
             # An element whose words are language (a link, emphasis, a GUI label), not inline code.
-            formatted = formatted or (child not in kept and bool(_WORDS.search(child.text_content())))
+            formatted = formatted or (child not in kept and bool(WORD.search(child.text_content())))
         if not inline or not formatted:
             blocks.append(None)
             continue

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -33,8 +32,6 @@ Progress = Callable[[int, int], None]
 TranslateSegments = Callable[[list[str], Progress | None], list[str]]
 #: How an upload becomes a Document: `read_document`, or the same in a helper process.
 Reader = Callable[[bytes, str, LimitsConfig], Document]
-#: A word in a formatted piece: two letters in a row (not a lone symbol, number or letter).
-_WORD = re.compile(r"[^\W\d_]{2}")
 
 
 @dataclass(frozen=True)
@@ -268,7 +265,7 @@ def _copied(pieces: list[str], translated: list[str]) -> list[int]:
     """Positions of the pieces between two sentinels that hold a word (two letters in a row) and came back with
     the same words as the source's: a formatted word the model copied rather than translated."""
     return [k for k in range(1, len(pieces) - 1)
-            if _WORD.search(pieces[k]) and _words(pieces[k]) == _words(translated[k])]
+            if masking.WORD.search(pieces[k]) and _words(pieces[k]) == _words(translated[k])]
 
 
 def _emptied(pieces: list[str], translated: list[str]) -> bool:
