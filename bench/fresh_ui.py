@@ -11,11 +11,11 @@ the extraction under `--data` (any direction, training or held out) taken out.
     python -m bench.fresh_ui --build stage7=/tmp/stage7            # the shipped build against another one
     python -m bench.fresh_ui --size 1200 --build stage7=/tmp/stage7  # tighter intervals (3× the time)
 
-The extraction's own held-out UI strings are scored beside them, to show what a build's training on them does.
-For each direction: chrF of the build's own adapter and its outputs equal to the reference (the es→de row pivots through en, as served), the copy floor,
-and for every build after the first its difference from the first with a 95 % paired-bootstrap interval (the same
-resampled strings for both builds). The packages are downloaded with `apt-get download` into DATA/fresh, never
-installed.
+The extraction's own held-out UI strings are scored beside them, to show what a build's training on them does. For
+each direction: chrF of the build's own adapter and its outputs equal to the reference (the es→de row pivots through
+en, as served), the copy floor, and for every build after the first its difference from the first with a 95 %
+paired-bootstrap interval (the same resampled strings for both builds). The packages are downloaded with `apt-get
+download` into DATA/fresh, never installed.
 
 Results: bench/results/fresh_ui.{json,md}.
 """

@@ -23,8 +23,9 @@ one). The LoRA term comes `complete` (`lora.GroupedLoRA`), so a mixed batch, one
 the same package.
 
 Compiling needs a C++ compiler (inductor calls g++): ~135 s for the three packages on the 2-core box the first time
-(the demo; 2026-12-06, AMD EPYC: the step 42 s, the encoder's 47 s and 44 s), then the packages are read from disk. Where compiling fails, or a call does not fit the package (its C++ input check
-refuses it), the step logs why once and runs eagerly for the rest of the process: the same arithmetic, slower.
+(the demo; 2026-12-06, AMD EPYC: the step 42 s, the encoder's 47 s and 44 s), then the packages are read from disk.
+Where compiling fails, or a call does not fit the package (its C++ input check refuses it), the step logs why once
+and runs eagerly for the rest of the process: the same arithmetic, slower.
 `Backbone.compile_step` turns this on (the service does, after its pinned adapters are in, and warms it up), never
 a one-off process: the compile costs more than it saves for a few sentences.
 """
