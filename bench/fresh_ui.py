@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from hunyuan_mt.demo import packages
-from hunyuan_mt.demo.corpus import ADAPTER_DIRECTIONS, LANGS, build_corpus, load_corpus
+from hunyuan_mt.demo.corpus import ADAPTER_DIRECTIONS, LANGS, Corpus, build_corpus, load_corpus
 from hunyuan_mt.demo.evaluate import _subset
 from hunyuan_mt.demo.sources import gettext_catalogues
 
@@ -46,9 +46,8 @@ def _norm(text: str) -> str:
     return " ".join(text.split())
 
 
-def seen_strings(extraction: Path) -> set[str]:
-    """Every source and target text of the extraction (a data/demo folder): training pairs and all held-out sets."""
-    corpus = load_corpus(extraction)
+def seen_strings(corpus: Corpus) -> set[str]:
+    """Every source and target text of an extraction: training pairs and all held-out sets."""
     seen: set[str] = set()
     for part in (corpus.train, corpus.test, corpus.frequent, corpus.help_test, corpus.para_test, corpus.tag_test):
         for rows in part.values():
@@ -104,27 +103,20 @@ def paired_interval(base: list[list[int]], other: list[list[int]], metric, round
     return deltas[int(0.025 * rounds)], deltas[int(0.975 * rounds) - 1]
 
 
-def translate_build(build: Path, test: dict[str, list[tuple[str, str]]], threads: int) -> dict[str, list[str]]:
+def translate_build(build: Path, sets: dict[str, dict[str, list[tuple[str, str]]]],
+                    threads: int) -> dict[str, dict[str, list[str]]]:
+    """Per set and direction, the build's outputs through each direction's route as served (one model load)."""
     import torch
-    from transformers import MarianMTModel
 
-    from hunyuan_mt.demo.build import with_adapters
-    from hunyuan_mt.demo.evaluate import translate
-    from hunyuan_mt.demo.tokenizer import load_tokenizer
+    from hunyuan_mt.demo.build import load_build
+    from hunyuan_mt.demo.evaluate import translate_route
 
     torch.set_num_threads(threads)
-    model_dir = build / "models" / "demo"
-    backbone = MarianMTModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    tokenizer = load_tokenizer(model_dir / "tokenizer.json")
-    model = with_adapters(backbone, build / "adapters")
-    outputs = {}
-    for direction, items in test.items():
-        sources = [s for s, _ in items]
-        if direction == "es2de":   # no es2de adapter: served through English
-            outputs[direction] = translate(model, tokenizer, translate(model, tokenizer, sources, "es2en"), "en2de")
-        else:
-            outputs[direction] = translate(model, tokenizer, sources, direction)
-        print(f"  {build.name or build}: {direction} done", flush=True)
+    model, tokenizer = load_build(build)
+    outputs: dict[str, dict[str, list[str]]] = {}
+    for kind, test in sets.items():
+        outputs[kind] = {d: translate_route(model, tokenizer, [s for s, _ in items], d) for d, items in test.items()}
+        print(f"  {build.name or build}: {kind} done", flush=True)
     return outputs
 
 
@@ -201,7 +193,8 @@ def main() -> None:
         parser.error(f"no extraction in {extraction}: run build-demo --checkpoint-only --max-steps 0 first")
     root = packages.unpack_group("fresh", args.data, packages.FRESH)
     counts: dict[str, int] = {}
-    test = fresh_set(root / "usr" / "share" / "locale", seen_strings(extraction), args.size, counts=counts)
+    corpus = load_corpus(extraction)
+    test = fresh_set(root / "usr" / "share" / "locale", seen_strings(corpus), args.size, counts=counts)
     available = counts.get("fresh", 0)
     print(f"{counts.get('translated', 0)} English strings translated into every demo language; {available} of them "
           "nowhere in the extraction", flush=True)
@@ -210,11 +203,9 @@ def main() -> None:
         raise SystemExit(f"no fresh strings under {root}: were the packages downloaded? (apt-get download)")
     print(f"{count} fresh English strings from {len(packages.FRESH)} packages", flush=True)
 
-    split = {d: _subset(rows, EXTRACTION_LIMIT) for d, rows in load_corpus(extraction).test.items()}
-    sets = {"fresh": test, "extraction": {d: split[d] for d in DIRECTIONS}}
+    sets = {"fresh": test, "extraction": {d: _subset(corpus.test[d], EXTRACTION_LIMIT) for d in DIRECTIONS}}
     builds = [("shipped", ROOT), *args.build]
-    hypotheses = {name: {kind: translate_build(path, items, args.threads) for kind, items in sets.items()}
-                  for name, path in builds}
+    hypotheses = {name: translate_build(path, sets, args.threads) for name, path in builds}
     result = {"bench": "fresh_ui", "command": "python -m bench.fresh_ui " + " ".join(sys.argv[1:]),
               "available": available, "strings": count, "packages": list(packages.FRESH),
               "builds": {name: str(path) for name, path in builds},

@@ -253,10 +253,8 @@ class CompiledEncoder(_Compiled):
         if self.error is not None:
             return encode_cross(*args)
         single = src.shape[0] == 1
-        if single:
-            _mark(src, 1), _mark(mask, 3)
-        else:
-            _mark(src, 0, 1), _mark(mask, 0, 3)
+        rows = () if single else (0,)  # a lone source's package has its one row fixed
+        _mark(src, *rows, 1), _mark(mask, *rows, 3)
         _mark_lora(lora)
         _mark_lora([tuple(cross_lora)])
         return self._run(args, lambda: args, self._single if single else self._fn)

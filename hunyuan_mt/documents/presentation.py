@@ -35,7 +35,7 @@ from pptx.presentation import Presentation as PptxPresentation
 from ..config import LimitsConfig
 from ..errors import InvalidInput, UnsupportedDocument
 from .archive import check_zip
-from .base import Document, RenderedDocument, needs_translation, output_filename
+from .base import Document, RenderedDocument, needs_translation, output_filename, plural
 from .runs import RunChunk, TextSlot, one_line
 
 log = logging.getLogger(__name__)
@@ -99,10 +99,6 @@ def _untranslated_graphics(roots: list[etree._Element]) -> dict[str, int]:
     return counts
 
 
-def _plural(count: int, what: str) -> str:
-    return f"{count} {what}{'s' if count > 1 else ''}"
-
-
 class PresentationDocument(Document):
     kind = "pptx"
     sentinel_markup = True
@@ -133,7 +129,7 @@ class PresentationDocument(Document):
         self._presentation.save(out)
         note = _NOTE
         if self._graphics:
-            kept = " and ".join(_plural(n, what) for what, n in self._graphics.items())
+            kept = " and ".join(plural(n, what) for what, n in self._graphics.items())
             note += f" The text of {kept} was not translated."
         return RenderedDocument(out.getvalue(), output_filename(self.filename, ".pptx", target), PPTX_MEDIA_TYPE,
                                 note)

@@ -12,7 +12,7 @@ from ..config import LimitsConfig
 from ..errors import InputTooLarge, InvalidInput, UnsupportedDocument
 from ..glossary import Glossary, has_terms
 from .base import (ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, Document, RenderedDocument, check_not_empty,
-                   check_segment_limits)
+                   check_segment_limits, plural)
 from .ebook import read_epub
 from .gettext import read_gettext
 from .htmlpage import read_html
@@ -150,12 +150,12 @@ def translate_document(data: bytes | Document, filename: str, limits: LimitsConf
     rendered = document.render(kept.translations, target=target)
     notes = []
     if kept.redone:
-        notes.append(f"{kept.redone} segment{'s' if kept.redone > 1 else ''} whose markup came back out of order "
+        notes.append(f"{plural(kept.redone, 'segment')} whose markup came back out of order "
                      f"{'were' if kept.redone > 1 else 'was'} translated piece by piece, between the tags.")
     if kept.retranslated:
-        notes.append(f"{kept.retranslated} formatted piece{'s' if kept.retranslated > 1 else ''} the model had "
-                     f"left in the source language {'were' if kept.retranslated > 1 else 'was'} translated on "
-                     f"{'their' if kept.retranslated > 1 else 'its'} own.")
+        many = kept.retranslated > 1
+        notes.append(f"{plural(kept.retranslated, 'formatted piece')} the model had left in the source language "
+                     f"{'were' if many else 'was'} translated on {'their' if many else 'its'} own.")
     if notes:
         rendered = dataclasses.replace(rendered, note=" ".join([rendered.note, *notes]).strip())
     return rendered
