@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -136,15 +137,30 @@ def two_threads():
 _ONE_WORKER = {"test_serve_ray.py": "ray", "test_serve_ray_cli.py": "ray"}
 
 
+def _one_worker_group(nodeid: str) -> str | None:
+    """The group a test must share a worker with ("ray"), from its node id alone, or None."""
+    path, _, name = nodeid.partition("::")
+    return _ONE_WORKER.get(path.rsplit("/", 1)[-1]) or ("ray" if "serve_ray" in name else None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's loadgroup, with the groups read from the node ids here. xdist's own loadgroup reads `xdist_group`
+    marks into a suffix of each node id, which pytest 9.2 no longer lets a plugin change (Node.nodeid is derived):
+    under pytest 9.2 the Ray tests were spread over both workers, each setting up a cluster of its own (60 s
+    apiece) while the other's replicas competed for the same 2 cores."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _one_worker_group(nodeid) or nodeid
+
+    return OneWorkerGroups(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    grouped: set[int] = set()
-    for item in items:
-        group = _ONE_WORKER.get(item.path.name)
-        if group is None and "serve_ray" in item.name:
-            group = "ray"
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-            grouped.add(id(item))
     # The Ray group (about 4 minutes on one worker) first, so the other worker runs everything else beside it
     # instead of waiting idle at the end (the tail was 3 minutes of one worker).
-    items.sort(key=lambda item: id(item) not in grouped)
+    items.sort(key=lambda item: _one_worker_group(item.nodeid) is None)
