@@ -496,7 +496,7 @@ class BatchEngine:
                 self._fail_everything(exc)
                 continue
             if not self._running and not self._queue:
-                heap.trim()   # a drained batch: what its prefills and cache held goes back (heap.py)
+                heap.trim_if_grown()   # a drained batch that left much behind gives it back (heap.py)
             if not progressed:
                 # Every queued row waits for a slot that someone outside the running batch holds: poll, do not spin.
                 with self._cv:
