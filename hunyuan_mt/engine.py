@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 BASE_KEY = "__base__"
 #: Seconds after the last interactive row during which document prefills stay small (engine.background_prefill_rows).
 INTERACTIVE_WINDOW_S = 10.0
+#: How often an engine whose queued rows all wait for adapter slots held outside its batch looks again (seconds).
+SLOT_POLL_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,8 @@ class BatchEngine:
         self._queue: list[_Pending] = []
         self._cv = threading.Condition()
         self._seq = itertools.count()
+        #: Rows queued so far (under _cv): the loop's slot poll does not sleep past rows queued during its round.
+        self._entered = 0
         self._closed = False
         #: Callers between the start and the end of a submit (tokenizing): what an idle loop may wait for.
         self._submitting = 0
@@ -321,6 +325,7 @@ class BatchEngine:
                         submitting = False
                     if self._closed:
                         raise RuntimeError("engine is closed")
+                    self._entered += len(entering)
                     for pending in entering:
                         pending.seq = next(self._seq)
                         pending.steps_at_submit = self.stats.decode_steps
@@ -489,6 +494,7 @@ class BatchEngine:
                         self._cv.wait(left)
                     if self._closed:
                         return
+            entered = self._entered
             try:
                 progressed = self._iterate()
             except Exception as exc:  # the loop must survive anything; the rows it held hear about it
@@ -498,9 +504,11 @@ class BatchEngine:
             if not self._running and not self._queue:
                 heap.trim_if_grown()   # a drained batch that left much behind gives it back (heap.py)
             if not progressed:
-                # Every queued row waits for a slot that someone outside the running batch holds: poll, do not spin.
+                # Every queued row waits for a slot that someone outside the running batch holds: poll, do not spin;
+                # but not past rows queued since this round looked (their submit's notify came before this wait).
                 with self._cv:
-                    self._cv.wait(0.01)
+                    if self._entered == entered and not self._closed:
+                        self._cv.wait(SLOT_POLL_S)
 
     def _iterate(self) -> bool:
         """One round of the loop. False when nothing could run (rows wait for slots)."""
@@ -533,8 +541,12 @@ class BatchEngine:
             self._prefill(admitted)
             self._reap_cancelled()  # a client that left during the prefill does not get its first decode step
         if self._running:
+            # A step ran: True even when it finished the last rows. Read after the step, the emptied batch said
+            # "nothing could run", and the loop slept its slot poll (10 ms) with a request that arrived meanwhile
+            # queued: a lone stream's first piece came 10 ms late whenever the next request was that quick.
             self._decode()
-        return bool(admitted) or bool(nbest) or bool(self._running)
+            return True
+        return bool(admitted) or bool(nbest)
 
     # ------------------------------------------------------------------ admission
 

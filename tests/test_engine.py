@@ -176,6 +176,30 @@ def test_queued_rows_enter_in_one_prefill_and_equal_alone(arch: str, model_and_a
     assert all(h.rows <= 8 for h in records)
 
 
+def test_a_row_queued_while_the_last_rows_finish_starts_without_waiting_for_the_slot_poll(
+        marian_dir: Path, marian_adapters: Path, make_engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop's slot poll (rows waiting for slots held elsewhere) must not swallow a submit's wake-up: a request
+    that arrived while the batch's last rows finished waited out the poll (10 ms, here a minute) before its
+    prefill. The engine is held right after the batch drained, the row is submitted there, then it goes on."""
+    from hunyuan_mt import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "SLOT_POLL_S", 60.0)
+    drained, go = threading.Event(), threading.Event()
+
+    def held_after_drain(slack: int = 0) -> bool:
+        drained.set()
+        assert go.wait(30)
+        return False
+
+    monkeypatch.setattr(engine_module.heap, "trim_if_grown", held_after_drain)
+    engine = make_engine(marian_dir, marian_adapters)
+    first = engine.submit([row("en2es", "Hello world.", max_new=4)])   # it finishes in a decode step
+    assert drained.wait(30) and first[0].done()
+    second = engine.submit([row("en2es", "Open the file.", max_new=2)])
+    go.set()
+    assert second[0].result(timeout=20)
+
+
 def test_row_arriving_mid_decode_joins_at_the_next_step(arch: str, model_and_adapters, make_engine) -> None:
     """A short row sent while a long one decodes joins at the next step, and is answered as soon as it is done,
     while the long row goes on; both equal their runs alone."""
