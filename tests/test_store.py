@@ -33,6 +33,26 @@ ROOT = Path(__file__).resolve().parent.parent
 # ---------------------------------------------------------------------------------------------------- schema
 
 
+
+def test_the_memory_check_keeps_its_connection_and_survives_losing_it(tmp_path: Path) -> None:
+    """`MemoryRows.stamp` runs on a connection it keeps (every request asks); a write by another connection is seen
+    at once (no snapshot held), and a connection that died under it is replaced without an error."""
+    store = Store.open(folder=tmp_path)
+    other = Store.open(folder=tmp_path)
+    try:
+        assert store.memory.stamp("en2es") == (0, 0)
+        kept = store.memory._stamp_connection
+        other.memory.add("en2es", [("Print", "Imprimir")])
+        assert store.memory.stamp("en2es")[1] == 1 and store.memory._stamp_connection is kept
+        kept.connection.dbapi_connection.close()          # what a database restart does to it
+        other.memory.add("en2es", [("Close", "Cerrar")])
+        assert store.memory.stamp("en2es")[1] == 2
+        assert store.memory.stamp("en2es")[1] == 2 and store.memory._stamp_connection is not kept
+    finally:
+        store.close()
+        other.close()
+    assert store.memory._stamp_connection is None
+
 def test_a_new_database_is_migrated_to_the_newest_schema_once(tmp_path: Path) -> None:
     store = Store.open("", tmp_path)
     assert store.kind == "sqlite" and (tmp_path / "hunyuan.db").is_file()

@@ -54,4 +54,5 @@ class Store:
         return self.engine.url.render_as_string(hide_password=True)
 
     def close(self) -> None:
+        self.memory.close()
         self.engine.dispose()
