@@ -502,7 +502,8 @@ class BatchEngine:
                 self._fail_everything(exc)
                 continue
             if not self._running and not self._queue:
-                heap.trim_if_grown()   # a drained batch that left much behind gives it back (heap.py)
+                # A drained batch that left much behind gives it back (heap.py); under memory pressure, any.
+                heap.trim_if_grown(0 if self.light else heap.DRAIN_SLACK_BYTES)
             if not progressed:
                 # Every queued row waits for a slot that someone outside the running batch holds: poll, do not spin;
                 # but not past rows queued since this round looked (their submit's notify came before this wait).

@@ -200,6 +200,29 @@ def test_a_row_queued_while_the_last_rows_finish_starts_without_waiting_for_the_
     assert second[0].result(timeout=20)
 
 
+def test_a_drained_batch_trims_what_it_left_only_past_the_slack_unless_memory_is_short(
+        marian_dir: Path, marian_adapters: Path, make_engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pages a lone request freed stay for the next one (heap.trim_if_grown's slack); in light mode (memory
+    pressure) every drained batch gives back what it can."""
+    from hunyuan_mt import engine as engine_module
+
+    asked: list[int] = []
+    monkeypatch.setattr(engine_module.heap, "trim_if_grown", lambda slack: asked.append(slack) or False)
+    engine = make_engine(marian_dir, marian_adapters)
+
+    def trims(n: int) -> list[int]:
+        deadline = time.monotonic() + 10
+        while len(asked) < n and time.monotonic() < deadline:
+            time.sleep(0.01)   # the loop trims after the round that answered the row
+        return asked
+
+    engine.run([row("en2es", "Hello world.", max_new=3)])
+    assert trims(1) == [engine_module.heap.DRAIN_SLACK_BYTES]
+    engine.set_light_mode(True)
+    engine.run([row("en2es", "Open the file.", max_new=3)])
+    assert trims(2) == [engine_module.heap.DRAIN_SLACK_BYTES, 0]
+
+
 def test_row_arriving_mid_decode_joins_at_the_next_step(arch: str, model_and_adapters, make_engine) -> None:
     """A short row sent while a long one decodes joins at the next step, and is answered as soon as it is done,
     while the long row goes on; both equal their runs alone."""
