@@ -179,10 +179,14 @@ def _resident_kb(path: Path) -> tuple[int, int]:
 
 
 def test_the_copy_kept_for_re_attaching_is_not_resident_while_its_slot_holds_it(marian, make_cache, adapters_copy,
-                                                                                 references) -> None:
+                                                                                 references, monkeypatch) -> None:
     """A float32 slot on the CPU is copied from the adapter file's own pages, which are then given back: the
     cache's RAM-tier copy costs no resident memory (the slot holds the adapter), and re-attaching from it reads
-    the same numbers (the reference is PEFT's output)."""
+    the same numbers (the reference is PEFT's output). The tiny adapters stand for large ones here (a file under
+    RELEASE_MIN_BYTES keeps its pages: see the next test)."""
+    import hunyuan_mt.adapters.cache as cache_module
+
+    monkeypatch.setattr(cache_module, "RELEASE_MIN_BYTES", 0)
     weights = adapters_copy / "en2de" / "adapter_model.safetensors"
     cache = make_cache(marian, adapters_copy, slots=1, ram_tier=4)
     assert run(marian, cache, "en2de") == references["en2de"]
@@ -193,6 +197,22 @@ def test_the_copy_kept_for_re_attaching_is_not_resident_while_its_slot_holds_it(
     before = cache.stats()
     assert run(marian, cache, "en2de") == references["en2de"]
     assert cache.stats().disk_loads == before.disk_loads and _resident_kb(weights)[1] == 0
+
+
+def test_a_small_adapter_file_keeps_its_pages_and_spares_the_attach_the_search(marian, make_cache, adapters_copy,
+                                                                                 references, monkeypatch) -> None:
+    """Below RELEASE_MIN_BYTES the attach does not look for the file's mappings (a read of /proc/self/maps, ms of
+    every attach) to give back a few MB."""
+    import hunyuan_mt.adapters.cache as cache_module
+
+    searched: list[object] = []
+    monkeypatch.setattr(cache_module.heap, "release_file_pages", lambda tensors, path: searched.append(path) or 0)
+    cache = make_cache(marian, adapters_copy, slots=1, ram_tier=4)
+    assert run(marian, cache, "en2de") == references["en2de"]
+    assert searched == []
+    monkeypatch.setattr(cache_module, "RELEASE_MIN_BYTES", 1)
+    assert run(marian, cache, "en2fr") == references["en2fr"]
+    assert searched == [adapters_copy / "en2fr" / "adapter_model.safetensors"]
 
 
 def test_only_the_named_files_mapping_is_given_back(tmp_path: Path) -> None:
