@@ -104,8 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     from hunyuan_mt.service import get_service
-    from hunyuan_mt.web.server import (Server, build_app, open_share_tunnel, quiet_page_polling, uvicorn_config,
-                                       warm_routes)
+    from hunyuan_mt.web.server import Server, build_app, open_share_tunnel, quiet_page_polling, uvicorn_config
 
     try:
         service = get_service(cfg)
@@ -113,8 +112,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: cannot start the translation service: {exc.message}", file=sys.stderr)
         return 1
     app = build_app(service, cfg)
-    if cfg.model.warmup:
-        app.state.api.routes_warm.clear()  # /health says "starting" until warm_routes has run (below)
     server = Server(uvicorn_config(app, cfg.server.host, cfg.server.port, cfg.server.trusted_proxies,
                                            log_level="info"))
     quiet_page_polling()  # after uvicorn.Config, which sets up its loggers
@@ -134,20 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             except RuntimeError as exc:
                 log.error("--share: %s", exc)
 
-    def warm() -> None:
-        """Once the server listens and the service is warm: the routes' own first use (web.server.warm_routes)."""
-        try:
-            while not server.started and not server.should_exit:
-                threading.Event().wait(0.1)
-            if server.started:
-                service.wait_ready(None)  # the service's own warm-up has run (ready or not: this pair needs no more)
-                log.info("warm-up: %s", warm_routes(app, cfg))
-        finally:
-            app.state.api.routes_warm.set()
-
     threading.Thread(target=announce, name="hmt-announce", daemon=True).start()
-    if cfg.model.warmup:
-        threading.Thread(target=warm, name="hmt-warm-routes", daemon=True).start()
     try:
         server.run()
     finally:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hmac
 import json
 import logging
 import math
-import secrets
 import threading
 import time
 import uuid
@@ -148,11 +146,6 @@ def _source_field(fields: dict[str, Any]) -> str:
     return "auto" if source.strip().lower() == "auto" else source
 
 
-#: The header that marks the server's own first streamed chat completion (app.py sends it to itself before /health
-#: says ok, see `warm_routes`). Its value is a secret of this process, so no client can pass for it.
-WARMUP_HEADER = "x-hmt-warmup"
-
-
 class RestApi:
     """Route handlers over one service; kept as a class so the handlers share the policy, store and metrics."""
 
@@ -172,23 +165,6 @@ class RestApi:
                                  runner=document_runner(service, cfg, self.parsers.reader()))
         self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms, self.store.glossaries)
         self._limiter: anyio.CapacityLimiter | None = None  # made on first use: it needs the running loop
-        #: Set once the routes' own first use is behind them (app.py clears it and streams one chat completion to
-        #: itself, `warm_routes`); /health says "starting" until then. Set from the start where nothing does.
-        self.routes_warm = threading.Event()
-        self.routes_warm.set()
-        self.warmup_token = secrets.token_urlsafe(24)
-
-    def is_warmup(self, headers: Any) -> bool:
-        """Whether a request carries this process's warm-up token (`headers`: a Request's, or an ASGI scope's
-        list of byte pairs): no key, no limits, no counts, for the server's own first request of a route."""
-        if isinstance(headers, list):
-            name = WARMUP_HEADER.encode()
-            given: bytes | None = next((v for k, v in headers if k.lower() == name), None)
-        else:
-            value = headers.get(WARMUP_HEADER)
-            given = None if value is None else value.encode("latin-1", "replace")  # as Starlette decoded it
-        # Bytes: compare_digest refuses str with characters beyond ASCII, which a client may send.
-        return given is not None and hmac.compare_digest(given, self.warmup_token.encode())
 
     def stopping(self) -> None:
         """The server was told to stop (a signal): stop the documents being read now, without waiting for the
@@ -575,14 +551,14 @@ class RestApi:
         # LibreTranslate's exact answer, which its clients and tests compare whole. 503 "starting" until a request
         # would be served at steady speed (warmup.py): load balancers and scripts wait for 200. The details are
         # at /status.
-        ready = bool((await self._call(self.service.status)).get("ready", True)) and self.routes_warm.is_set()
+        ready = bool((await self._call(self.service.status)).get("ready", True))
         return JSONResponse({"status": "ok" if ready else "starting"}, status_code=200 if ready else 503)
 
     async def status_route(self) -> JSONResponse:
         status = await self._call(self.service.status)
         backbone = status.get("backbone") or {}
         memory = status.get("memory") or {}
-        ready = bool(status.get("ready", True)) and self.routes_warm.is_set()
+        ready = bool(status.get("ready", True))
         body: dict[str, Any] = {
             "status": "ok" if ready else "starting", "ready": ready, "version": __version__,
             "model": backbone.get("name"), "device": backbone.get("device"),
@@ -719,19 +695,17 @@ class RestApi:
             fields = await read_fields(request, allow=(JSON,))
         finally:
             await request.close()
-        warmup = self.is_warmup(request.headers)
-        caller = None if warmup else self._authorize(request, fields)
+        caller = self._authorize(request, fields)
         model, source, target, text = self._chat_request(fields)
         n = self._choices_asked(fields)
-        if caller is not None:
-            self.policy.check_chars([text])
-            self.policy.spend_chars(caller, len(text))
+        self.policy.check_chars([text])
+        self.policy.spend_chars(caller, len(text))
         started = time.perf_counter()
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
         ticket = Ticket()
         if fields.get("stream"):
-            stream = self.service.translate_stream(text, source, target, ticket=ticket, _warmup=warmup)
+            stream = self.service.translate_stream(text, source, target, ticket=ticket)
             # The first item comes once the request is checked and planned: a refusal is still an HTTP error,
             # not an event inside a 200 stream.
             try:
@@ -740,8 +714,7 @@ class RestApi:
                 stream.close()
                 raise
             chunks = _ChatChunks(completion_id, created, model)
-            return StreamingResponse(self._stream_events(request, stream, first, chunks, ticket,
-                                                         None if warmup else started),
+            return StreamingResponse(self._stream_events(request, stream, first, chunks, ticket, started),
                                      media_type="text/event-stream")
         results = await self._watched(request, ticket, "openai", functools.partial(
             self.service.translate_batch, [text], source, target, alternatives=n - 1, ticket=ticket,
@@ -763,9 +736,8 @@ class RestApi:
         })
 
     async def _stream_events(self, request: Request, stream: Iterator[Any], first: Any, chunks: "_ChatChunks",
-                             ticket: Ticket, started: float | None) -> AsyncIterator[bytes]:
-        """Server-sent events for one streamed chat completion: each new piece of the translation as it grows
-        (`started` None: the server's own warm-up, counted nowhere).
+                             ticket: Ticket, started: float) -> AsyncIterator[bytes]:
+        """Server-sent events for one streamed chat completion: each new piece of the translation as it grows.
 
         A client that goes away cancels the rows: seen by a watcher at once (Starlette itself may only notice at
         the next write, and none comes while the rows wait), or when Starlette closes this generator."""
@@ -784,8 +756,7 @@ class RestApi:
                     if piece:
                         yield chunks.chunk({"content": piece}, None)
                 else:
-                    if started is not None:
-                        self._observe([item], started, "openai")
+                    self._observe([item], started, "openai")
                     rest = chunks.advance(item.text)
                     if rest:
                         yield chunks.chunk({"content": rest}, None)
@@ -801,8 +772,7 @@ class RestApi:
             watcher.cancel()
             if not finished:
                 ticket.cancel("client disconnected")
-                if started is not None:
-                    self.metrics.count_cancelled("openai-stream")
+                self.metrics.count_cancelled("openai-stream")
 
     async def models(self) -> JSONResponse:
         infos = await self._call(self.service.languages)
@@ -941,7 +911,7 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
                            allow_headers=["*"])
 
     # Outermost: it sees every response, the body cap's 413s included.
-    app.add_middleware(RequestCounter, counter=metrics.http_requests, skip=api.is_warmup)
+    app.add_middleware(RequestCounter, counter=metrics.http_requests)
 
     @app.exception_handler(TranslationError)
     async def on_translation_error(request: Request, exc: TranslationError) -> JSONResponse:

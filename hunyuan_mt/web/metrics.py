@@ -11,7 +11,7 @@ Each app gets its own `CollectorRegistry`, so several apps in one process (tests
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Iterable, Protocol
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -197,14 +197,12 @@ class RequestCounter:
     router's match (FastAPI leaves it in the scope); the UI's own polling is left out so it does not drown the
     API's numbers."""
 
-    def __init__(self, app: ASGIApp, counter: Counter, skip: Callable[[Any], bool] | None = None) -> None:
+    def __init__(self, app: ASGIApp, counter: Counter) -> None:
         self.app = app
         self.counter = counter
-        #: Requests left out, read from the scope's headers (the server's own warm-up request).
-        self.skip = skip
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (self.skip is not None and self.skip(scope.get("headers", []))):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         status: int | None = None

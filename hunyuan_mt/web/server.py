@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import logging
 import re
 import secrets
 import threading
-import time
 from typing import Any, Iterator, Sequence
 
 import gradio as gr
@@ -21,8 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..config import Config
 from ..errors import TranslationError
-from .. import warmup
-from .api import WARMUP_HEADER, body_caps, create_app, retry_headers
+from .api import body_caps, create_app, retry_headers
 from .auth import AccessPolicy
 from .downloads import OwnedPaths
 from .requests import BodyLimitMiddleware
@@ -183,37 +180,6 @@ def open_share_tunnel(host: str, port: int) -> str:
             f"{str(exc)[:160]}). The server keeps running locally."
         ) from None
     return url.replace("http://", "https://", 1) + UI_PATH + "/"
-
-
-def warm_routes(app: FastAPI, cfg: Config, timeout_s: float = 120.0) -> str:
-    """The server's own first streamed chat completion, sent to itself over its socket once the service is warm and
-    before /health says ok (app.py): the route's first use (the event stream, its thread hops, the server's writes)
-    is then behind it. With app.py on the demo (AMD EPYC, 2026-12-06) the first stream's first piece came after
-    14.1 ms against 10.3-11.6 for later ones of new texts, and 12.5 against 12.3 after one stream sent first. It
-    carries this process's warm-up token: no key, no limits, counted nowhere. Returns the line for the log; a
-    failure is that line too, never an exception (the server then becomes ready without it)."""
-    if not cfg.cache.pinned:
-        return "no HTTP stream (no pinned pair to stream)"
-    model = cfg.cache.pinned[0]
-    host = cfg.server.host
-    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(host, host)
-    body = json.dumps({"model": model, "stream": True,
-                       "messages": [{"role": "user", "content": warmup.WARM_TEXT}]}).encode()
-    t0 = time.perf_counter()
-    try:
-        connection = http.client.HTTPConnection(host, cfg.server.port, timeout=timeout_s)
-        try:
-            connection.request("POST", "/v1/chat/completions", body=body, headers={
-                "Content-Type": "application/json", WARMUP_HEADER: app.state.api.warmup_token})
-            response = connection.getresponse()
-            data = response.read()   # the whole event stream
-        finally:
-            connection.close()
-    except OSError as exc:
-        return f"no HTTP stream ({type(exc).__name__}: {exc})"
-    if response.status != 200 or b"[DONE]" not in data:
-        return f"no HTTP stream (HTTP {response.status}: {data[:120]!r})"
-    return f"first streamed chat completion over HTTP ({model}) in {time.perf_counter() - t0:.2f} s"
 
 
 def uvicorn_config(app: FastAPI, host: str, port: int, trusted_proxies: Sequence[str] = (),
