@@ -68,10 +68,8 @@ class Server:
         # shell without the preload the server ran on torch's libgomp, where model.cpu_threads resolves to one
         # thread: not what a user runs.
         env = with_intel_openmp(env)
-        # And with ./start.sh's compile cache: inductor's default lives under TMPDIR, so every start compiled its
-        # packages anew (~2 min on 2 cores), which is a first install's start, not a user's usual one.
-        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-                                                      / "hunyuan-mt" / "torchinductor"))
+        # The compile cache: app.py keeps ./start.sh's unless the environment names one (inductor's default lives
+        # under TMPDIR, which would make every start here a first install's, compiling for ~2 min).
         self.log = log_path.open("w")
         self.proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.ps = psutil.Process(self.proc.pid)
