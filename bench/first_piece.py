@@ -74,10 +74,11 @@ class Timeline:
 def one_stream(service: Any, timeline: Timeline, text: str) -> dict[str, float]:
     timeline.events.clear()
     t0 = time.perf_counter()
-    first = float("nan")
+    first: float | None = None
     for item in service.translate_stream(text, "en", "es"):
-        if first != first and isinstance(item, str) and item.strip():
+        if first is None and isinstance(item, str) and item.strip():
             first = time.perf_counter()
+    first = float("nan") if first is None else first   # a stream that never showed text: no numbers
     whole = time.perf_counter()
     at = timeline.at
     queued = at("submit<")

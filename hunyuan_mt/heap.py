@@ -73,10 +73,12 @@ def trim() -> None:
 def trim_if_grown(slack: int = DRAIN_SLACK_BYTES) -> bool:
     """`trim`, unless the process holds less than `slack` more anonymous memory than right after the last trim:
     then what the last batch freed stays for the next one (see the module's docstring). True if it trimmed. Memory
-    that stays in use (an adapter attached since) counts as growth too, and so costs at most one trim more."""
-    now = anonymous_resident()
-    if now is not None and _after_last_trim is not None and now - _after_last_trim < slack:
-        return False
+    that stays in use (an adapter attached since) counts as growth too, and so costs at most one trim more. A slack
+    of 0 (memory pressure) always trims, also where the process holds less than after the last trim."""
+    if slack > 0:
+        now = anonymous_resident()
+        if now is not None and _after_last_trim is not None and now - _after_last_trim < slack:
+            return False
     trim()
     return True
 

@@ -37,6 +37,10 @@ def test_the_decode_loop_trims_only_when_the_heap_grew_by_the_slack(monkeypatch:
     assert heap.trim_if_grown() is False and libc.trims == 2
     resident[0] = None
     assert heap.trim_if_grown() is True and libc.trims == 3   # unknown: trim, as before
+    resident[0] = 500 * MB
+    heap.trim()
+    resident[0] = 400 * MB                            # less than after the last trim: memory pressure still trims
+    assert heap.trim_if_grown(0) is True and libc.trims == 5
 
 
 def test_the_first_drained_batch_trims(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import cachetools
 
@@ -53,18 +52,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Adapter files smaller than this keep their pages after an attach: finding the file's mappings reads
-#: /proc/self/maps, 2.8 ms of every attach of the demo's 2.9 MB adapters (1.2-1.5 ms the read alone, AMD EPYC),
-#: for 2.9 MB of resident memory; an adapter of HY-MT1.5-1.8B's shapes gives back 36 MB.
+#: Adapters whose mapped tensors are smaller than this keep their pages after an attach: finding the file's
+#: mappings reads /proc/self/maps, 2.8 ms of every attach of the demo's 2.9 MB adapters (1.2-1.5 ms the read alone,
+#: AMD EPYC), for 2.9 MB of resident memory; an adapter of HY-MT1.5-1.8B's shapes gives back 36 MB.
 RELEASE_MIN_BYTES = 16 << 20
-
-
-def _file_size(path: Any) -> int:
-    """The size of the file at `path` in bytes, 0 where it cannot be read."""
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
 
 BASE = "__base__"
 
@@ -752,7 +743,7 @@ class AdapterCache:
                         self._count("grows")
                         log.info("slot LoRA layers grew for %s: %s", weights.pair.key, lora.info())
                 lora.load(index, adapter)
-            if weights.source is not None and _file_size(weights.source) >= RELEASE_MIN_BYTES:
+            if weights.source is not None and adapter.nbytes >= RELEASE_MIN_BYTES:
                 # The slot holds the adapter now; the copy kept for re-attaching stays as the file's pages in the
                 # page cache, out of this process's resident memory until it is attached again.
                 heap.release_file_pages((t for pair in adapter.tensors.values() for t in pair), weights.source)

@@ -75,9 +75,7 @@ class MemoryRows:
                 if self._stamp_connection is None:
                     self._stamp_connection = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
                 newest, count = self._driver_stamp(self._stamp_connection, pair)
-            except Exception as exc:  # noqa: BLE001 - the driver's own errors are not SQLAlchemy's
-                if not isinstance(exc, self.engine.dialect.loaded_dbapi.Error):
-                    raise
+            except self.engine.dialect.loaded_dbapi.Error:  # the driver's own errors, not SQLAlchemy's
                 # The database went away under the kept connection (a PostgreSQL restart): a pooled connection
                 # now (the pool checks it first), a new kept one next time.
                 self._close_stamp_connection()
