@@ -290,6 +290,18 @@ class EngineConfig:
     #: Document rows enter at most this many a prefill, so an interactive row that arrives meanwhile waits for a
     #: small forward, not for the whole batch's refill.
     background_prefill_rows: int = 4
+    #: Decoder-only models on the lean step (`decode/llama.py`): padded tokens per prefill forward, for a group of
+    #: entering rows or a piece of a longer prompt; the live rows decode a step between two of them, so a long
+    #: prompt stalls them a piece at a time. "auto": 128 on a wide model (hidden ≥ 1024), every entering row in
+    #: one forward on a smaller one; "off": every prefill in one forward; a number ≥ 16, rounded up to a whole
+    #: block of 16.
+    prefill_chunk_tokens: str = "auto"
+
+    @property
+    def prefill_chunk(self) -> int | None | str:
+        """`prefill_chunk_tokens` as the decode loop takes it: "auto", None (off) or whole blocks of tokens."""
+        value = self.prefill_chunk_tokens
+        return value if value == "auto" else None if value == "off" else -(-int(value) // 16) * 16
 
     def __post_init__(self) -> None:
         _check(self.max_wait_ms >= 0, "engine.max_wait_ms", "a number >= 0", self.max_wait_ms)
@@ -308,6 +320,12 @@ class EngineConfig:
                "an integer >= 0", self.background_rows)
         _check(isinstance(self.background_prefill_rows, int) and self.background_prefill_rows >= 1,
                "engine.background_prefill_rows", "an integer >= 1", self.background_prefill_rows)
+        # YAML reads off as false; environment variables and --set give strings.
+        chunk = self.prefill_chunk_tokens
+        chunk = str(chunk).strip().lower()
+        chunk = self.prefill_chunk_tokens = "off" if chunk in ("false", "no") else chunk
+        _check(chunk in ("auto", "off") or (chunk.isdigit() and int(chunk) >= 16), "engine.prefill_chunk_tokens",
+               "auto, off or an integer >= 16", chunk)
 
 
 @dataclass

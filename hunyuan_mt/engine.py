@@ -48,6 +48,7 @@ import torch
 from . import heap
 from .config import EngineConfig, GenerationConfig, LimitsConfig
 from .decode import RunningBatch
+from .decode.batch import Prefill
 from .decode.static import FP8
 from .decode import Sequence as DecodeSequence
 from .decode.guard import LoopGuard, output_cap
@@ -251,6 +252,12 @@ class BatchEngine:
         if self._batch is not None:
             self._batch.before_forward = self._seam
             self._batch.guard = self.guard
+            chunk = engine_cfg.prefill_chunk
+            if chunk != "auto" and hasattr(self._batch, "prefill_tokens"):
+                self._batch.prefill_tokens = chunk
+        #: Prefills under way, a forward a round (`decode.Prefill`): their rows are in `_running`, not yet live.
+        #: At most two: an interactive one may start beside a document's, and runs first (the last one here).
+        self._prefills: list[Prefill] = []
         self.iteration_level = self._batch is not None
         #: Light mode's (KV dtype, rows) for a static cache, applied by the loop between two steps once the live
         #: rows fit (None: nothing pending).
@@ -466,7 +473,8 @@ class BatchEngine:
             "cancelled": s.cancelled, "cancelled_running": s.cancelled_running, "yielded": s.yielded,
             "generate_ms_p50": _pct(steps, 0.5), "generate_ms_p95": _pct(steps, 0.95),
             "queue_ms_p50": _pct(queue, 0.5), "queue_ms_p95": _pct(queue, 0.95),
-            "queued": self.queued(), "running": self.running(), "light_mode": self.light,
+            "queued": self.queued(), "running": self.running(),
+            "prefilling": sum(len(prefill.pending) for prefill in list(self._prefills)), "light_mode": self.light,
             "max_rows": self.max_rows, "max_tokens": self.max_tokens,
             "kv_cache": self.kv_quantization or "default", "kv_cache_note": self.kv_quantization_note,
         }
@@ -524,7 +532,15 @@ class BatchEngine:
                     log.warning("engine: KV cache now %s for %d rows (%.0f → %.0f MB)", "fp8" if dtype is not None
                                 else "full precision", rows, before / 1e6, batch.kv_bytes / 1e6)
             self._free_memory()
-        if self._static() and self._running:
+        if self._prefills and (self._static() or not self._may_admit_beside()):
+            # The next piece of the prefill under way, then a step of the live rows (the rows it completed join).
+            # (Light mode switched on meanwhile: the prefill completes, then the running batch drains.)
+            self._advance()
+            self._reap_cancelled()
+            if self._batch is not None and len(self._batch):
+                self._decode()
+            return True
+        if self._static() and self._running and not self._prefills:
             self._decode()  # light mode was switched on mid-flight: the running batch drains first
             return True
         admitted = self._admit()
@@ -541,13 +557,16 @@ class BatchEngine:
         if admitted:
             self._prefill(admitted)
             self._reap_cancelled()  # a client that left during the prefill does not get its first decode step
-        if self._running:
+        elif self._prefills:
+            self._advance()
+            self._reap_cancelled()
+        if self._batch is not None and len(self._batch):
             # A step ran: True even when it finished the last rows. Read after the step, the emptied batch said
             # "nothing could run", and the loop slept its slot poll (10 ms) with a request that arrived meanwhile
             # queued: a lone stream's first piece came 10 ms late whenever the next request was that quick.
             self._decode()
             return True
-        return bool(admitted) or bool(nbest)
+        return bool(admitted) or bool(nbest) or bool(self._prefills)
 
     # ------------------------------------------------------------------ admission
 
@@ -564,8 +583,8 @@ class BatchEngine:
         now = time.monotonic()
         with self._cv:
             self._expire_blocked(now)
-            if room <= 0 or not self._queue:
-                return []
+            if room <= 0 or not self._queue or (self._prefills and not self._may_admit_beside()):
+                return []  # rows that arrive during a prefill enter after its last piece (but see below)
             # Gathering rows into fewer prefills trades a few steps of waiting for throughput: not for an
             # interactive row beside a document's rows.
             if live and not urgent and not self._time_to_join(live):
@@ -599,6 +618,8 @@ class BatchEngine:
         background_room = (self.cfg.background_rows - sum(1 for p in self._running.values() if p.background)
                            if interactive else self.cfg.background_prefill_rows
                            if now - self._last_interactive < INTERACTIVE_WINDOW_S else room)
+        if self._prefills:
+            background_room = 0  # beside a document's prefill only interactive rows start one
         admitted: list[_Pending] = []
         refused: list[tuple[_Pending, BaseException]] = []
         draining = False
@@ -665,7 +686,7 @@ class BatchEngine:
         keep = min(self.cfg.background_rows, max(0, cap - interactive - waiting))
         if len(background) > keep:
             newest = sorted(background, key=lambda p: p.seq, reverse=True)[:len(background) - keep]
-            self._batch.drop({p.seq for p in newest})
+            self._drop(newest)
             self.stats.yielded += len(newest)
             self._requeue(newest, preempted=False)
         return bool(waiting)
@@ -686,8 +707,7 @@ class BatchEngine:
                 self._queue = [p for p in self._queue if not p.cancelled]
         running = [p for p in self._running.values() if p.cancelled]
         if running:
-            if self._batch is not None:
-                self._batch.drop({p.seq for p in running})
+            self._drop(running)
             for p in running:
                 self._running.pop(p.seq, None)
         for p in gone + running:
@@ -759,15 +779,52 @@ class BatchEngine:
         return result
 
     def _prefill(self, rows: list[_Pending]) -> None:
+        """Start the rows' prefill and run its first forward; the loop runs the rest a forward a round."""
         assert self._batch is not None
         for p in rows:
             self._running[p.seq] = p
+        self._prefills.append(self._batch.begin([self._sequence(p) for p in rows]))
+        self._advance()
+
+    def _may_admit_beside(self) -> bool:
+        """Whether interactive rows may start a prefill of their own now: every prefill under way is a
+        document's, and none of them has an interactive one beside it yet."""
+        return all(all(self._running[t].background for t in prefill.pending if t in self._running)
+                   for prefill in self._prefills) and len(self._prefills) == 1 and self._interactive_waiting()
+
+    def _interactive_waiting(self) -> bool:
+        with self._cv:
+            return any(not p.background for p in self._queue)
+
+    def _advance(self) -> None:
+        """The next forward of the newest prefill under way (an interactive one beside a document's goes first).
+        A failure sends its rows not yet live to `_prefill_failed`."""
+        prefill = self._prefills[-1]
+        t0 = time.perf_counter()
         try:
-            self._forward("prefill", rows, lambda: self._batch.add([self._sequence(p) for p in rows]))
-        except _ForwardFailed as failed:
-            self._prefill_failed(rows, failed.cause)
+            with self.backbone.model_lock, torch.inference_mode():
+                prefill.advance()
+        except Exception as exc:  # noqa: BLE001 - sorted out below (OOM split, error isolation)
+            self._prefills.remove(prefill)
+            rows = [self._running[t] for t in prefill.pending if t in self._running]
+            if rows:
+                self._prefill_failed(rows, exc)
             return
+        self._record("prefill", [self._running[t] for t in prefill.last if t in self._running],
+                     (time.perf_counter() - t0) * 1000)
+        if prefill.done:
+            self._prefills.remove(prefill)
         self._collect()
+
+    def _drop(self, rows: list[_Pending]) -> None:
+        """Take rows out of the running batch, or out of a prefill under way before they become live."""
+        tags = {p.seq for p in rows}
+        if self._batch is not None:
+            self._batch.drop(tags)
+        for prefill in list(self._prefills):
+            prefill.drop(tags)
+            if prefill.done:
+                self._prefills.remove(prefill)
 
     def _prefill_failed(self, rows: list[_Pending], exc: BaseException) -> None:
         oom = self._after_failure(exc)
@@ -954,8 +1011,8 @@ class BatchEngine:
             queued, self._queue = self._queue, []
         running = list(self._running.values())
         self._running.clear()
-        if self._batch is not None:
-            self._batch.drop({p.seq for p in running})
+        self._drop(running)
+        self._prefills.clear()
         for p in queued + running:
             self._finish(p, error=exc)
 

@@ -178,3 +178,24 @@ def test_tagged_bench_files_read_back_their_formatted_pieces() -> None:
         assert read_document(data, name, LimitsConfig()).segments[0].count("⟦") == 4, fmt
         rendered = translate_document(data, name, LimitsConfig(), lambda texts, progress: list(texts))
         assert read(rendered.data) == [(["here", "save"], "Click here to save."), (["Open"], "Open the menu")], fmt
+
+
+def test_chunked_prefill_bench_times_a_long_prompt_beside_running_streams(tmp_path: Path) -> None:
+    """bench.chunked_prefill's trial on bench.hunyuan_cpu's tiny preset: the long row prefills in one forward with
+    the setting off, in pieces with a budget, and the trial's four figures come back."""
+    from bench import chunked_prefill
+
+    backbone, cache = chunked_prefill.load("tiny", tmp_path, 2)
+    args = argparse.Namespace(streams=2, short=6, new=12, long=100)
+    pieces = {}
+    for chunk in ("off", "32"):
+        engine = chunked_prefill.make_engine(backbone, cache, chunk, args.new)
+        try:
+            result = chunked_prefill.trial(engine, args, seed=0)
+            long_seq = max(h.seqs[-1] for h in engine.history)
+            pieces[chunk] = sum(1 for h in engine.history if h.kind == "prefill" and long_seq in h.seqs)
+        finally:
+            engine.close()
+        assert set(result) == {"stall_ms", "step_ms", "first_token_s", "trial_s"}
+        assert all(value > 0 for value in result.values())
+    assert pieces["off"] == 1 and pieces["32"] >= 4

@@ -39,6 +39,7 @@ def test_list_from_env_is_comma_separated() -> None:
         ({"model.quantization": "3bit"}, "model.quantization: expected one of none, auto, int8, int4, 8bit, 4bit, got '3bit'"),
         ({"cache.colour": 1}, "cache.colour: unknown key"),
         ({"server.share": "maybe"}, "server.share: expected true or false, got 'maybe'"),
+        ({"engine.prefill_chunk_tokens": 8}, "engine.prefill_chunk_tokens: expected auto, off or an integer >= 16, got '8'"),
     ],
 )
 def test_invalid_values_name_the_key(overrides: dict, message: str) -> None:
@@ -55,3 +56,12 @@ def test_missing_profile_lists_the_known_ones(tmp_path: Path) -> None:
 def test_set_args_need_key_value() -> None:
     with pytest.raises(ConfigError, match="expected key=value"):
         parse_set_args(["cache.slots"])
+
+
+@pytest.mark.parametrize(("env", "override", "chunk"), [
+    (None, None, "auto"), ("off", None, None), ("100", None, 112), (None, "64", 64), (None, "off", None)])
+def test_prefill_chunk_tokens_from_env_and_yaml(env: str | None, override: str | None, chunk) -> None:
+    """`engine.prefill_chunk_tokens`: auto, off (YAML's false too) or whole blocks of 16 tokens."""
+    overrides = parse_set_args([f"engine.prefill_chunk_tokens={override}"]) if override else None
+    cfg = load_config(env={"HMT_ENGINE__PREFILL_CHUNK_TOKENS": env} if env else {}, overrides=overrides)
+    assert cfg.engine.prefill_chunk == chunk

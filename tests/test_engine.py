@@ -83,12 +83,13 @@ def make_engine(fresh_backbone, make_cache, request: pytest.FixtureRequest):
     def make(model_dir: Path, adapters: Path, slots: int = 3, pinned: tuple[str, ...] = (), max_rows: int = 32,
              max_tokens: int = 8192, fairness: int = 4, max_new_tokens: int = 8, lease_timeout_s: float = 10.0,
              gen: GenerationConfig | None = None, kv_cache: str | None = None,
-             max_seq_len: int = 256, limits: dict | None = None) -> BatchEngine:
+             max_seq_len: int = 256, limits: dict | None = None, prefill_chunk: str = "auto") -> BatchEngine:
         backbone = fresh_backbone(model_dir)
         cache = make_cache(backbone, adapters, slots=slots, pinned=list(pinned), lease_timeout_s=lease_timeout_s)
         engine = BatchEngine(backbone, cache, EngineConfig(max_wait_ms=0, max_rows=max_rows, max_tokens=max_tokens,
                                                             fairness_max_skips=fairness,
-                                                            kv_cache=kv_cache or kv_default, max_seq_len=max_seq_len),
+                                                            kv_cache=kv_cache or kv_default, max_seq_len=max_seq_len,
+                                                            prefill_chunk_tokens=prefill_chunk),
                              gen or GenerationConfig(),
                              LimitsConfig(max_new_tokens=max_new_tokens, **(UNGUARDED if limits is None else limits)))
         assert engine.static_cache == ((kv_cache or kv_default) == "static")
@@ -1067,3 +1068,130 @@ def test_document_prefills_stay_small_only_while_interactive_traffic_is_about(ma
     engine.run(docs, ticket=Ticket(background=True))
     prefills = [h.rows for h in since(engine, start) if h.kind == "prefill"]
     assert sum(prefills) == 12 and max(prefills) <= engine.cfg.background_prefill_rows == 4
+
+
+# ---------------------------------------------------------------------------------------------------- chunked prefill
+
+#: 160 prompt tokens on the tiny Hunyuan (three pieces of at most 64); TEXTS' prompts take 52-55 (one piece).
+LONG = ("Open the settings page, choose the printer you want to use, check that it has paper and ink, then press "
+        "print and wait until the whole document has come out of the tray before you close the lid.")
+
+
+def _pieces(records: list[StepRecord], seq: int) -> list[int]:
+    """Positions in `records` of the prefill forwards that held row `seq`."""
+    return [i for i, h in enumerate(records) if h.kind == "prefill" and seq in h.seqs]
+
+
+def test_a_long_prompt_prefills_in_pieces_with_a_decode_step_between_each_two(hunyuan_dir: Path,
+                                                                            hunyuan_adapters: Path,
+                                                                            make_engine) -> None:
+    """A prompt longer than `engine.prefill_chunk_tokens` is prefilled a piece a round, and the running row
+    decodes a step between every two pieces (it is not stalled for the whole prefill); both rows give what they
+    give alone, and what one whole prefill gives."""
+    from seams import hold
+
+    whole = make_engine(hunyuan_dir, hunyuan_adapters, max_new_tokens=40, prefill_chunk="off")
+    engine = make_engine(hunyuan_dir, hunyuan_adapters, max_new_tokens=40, prefill_chunk="64")
+    running, long = row("en2es", TEXTS[0], max_new=30), row("en2es", LONG, max_new=6)
+    alone = references(engine, [running, long])
+    assert references(whole, [running, long]) == alone
+    start = len(engine.history)
+    reached, go, _ = hold(engine, TEXTS[0], nth=2)   # the running row's first decode step
+    first = engine.submit([running])[0]
+    assert reached.wait(30)
+    second = engine.submit([long])[0]
+    go.set()
+    assert [first.result(60), second.result(60)] == alone
+    records = since(engine, start)
+    seq = next(h.seqs[0] for h in records if h.kind == "prefill" and h.padded_tokens > 64)
+    pieces = _pieces(records, seq)
+    tokens = records[pieces[0]].padded_tokens
+    assert len(pieces) == -(-tokens // 64) >= 3
+    between = [[h.kind for h in records[a + 1:b]] for a, b in zip(pieces, pieces[1:])]
+    assert between == [["decode"]] * (len(pieces) - 1)
+    assert records[pieces[-1] + 1].kind == "decode" and records[pieces[-1] + 1].rows == 2
+    assert engine.status()["prefilling"] == 0
+
+
+def test_a_row_cancelled_between_its_pieces_runs_no_more_of_them(hunyuan_dir: Path, hunyuan_adapters: Path,
+                                                                  make_engine) -> None:
+    from seams import hold
+
+    engine = make_engine(hunyuan_dir, hunyuan_adapters, max_new_tokens=40, prefill_chunk="64")
+    running = row("en2es", TEXTS[0], max_new=12)
+    alone = references(engine, [running])
+    start = len(engine.history)
+    reached, go, after = hold(engine, LONG[:40], nth=2)   # the long row's second piece
+    ticket = Ticket()
+    first = engine.submit([running])[0]
+    second = engine.submit([row("en2es", LONG, max_new=6)], ticket)[0]
+    assert reached.wait(30)
+    ticket.cancel("client disconnected")
+    go.set()
+    with pytest.raises(Cancelled):
+        second.result(30)
+    assert first.result(60) == alone[0]
+    records = since(engine, start)
+    seq = next(h.seqs[0] for h in records if h.kind == "prefill" and h.padded_tokens > 64)
+    assert len(_pieces(records, seq)) == 2     # the one held was the last
+    assert not any(LONG[:40] in r.text for rows in after[1:] for r in rows)
+    assert engine.status()["prefilling"] == 0 and engine.running() == 0
+
+
+def test_an_interactive_row_prefills_before_the_rest_of_a_documents_long_prompt(hunyuan_dir: Path,
+                                                                               hunyuan_adapters: Path,
+                                                                               make_engine) -> None:
+    from seams import hold
+
+    engine = make_engine(hunyuan_dir, hunyuan_adapters, max_new_tokens=40, prefill_chunk="64")
+    doc, short = row("en2es", LONG, max_new=6), row("en2es", TEXTS[1], max_new=4)
+    alone = references(engine, [doc, short])
+    start = len(engine.history)
+    reached, go, _ = hold(engine, LONG[:40], nth=1)   # the document's first piece
+    f_doc = engine.submit([doc], Ticket(background=True))[0]
+    assert reached.wait(30)
+    f_short = engine.submit([short])[0]
+    go.set()
+    assert [f_doc.result(60), f_short.result(60)] == alone
+    records = since(engine, start)
+    doc_seq = records[0].seqs[0]
+    short_seq = next(h.seqs[0] for h in records if h.kind == "prefill" and doc_seq not in h.seqs)
+    doc_pieces, short_prefill = _pieces(records, doc_seq), _pieces(records, short_seq)
+    assert len(doc_pieces) >= 3 and len(short_prefill) == 1
+    # It starts after the piece that was running when it arrived, before the document's next one.
+    assert doc_pieces[0] < short_prefill[0] < doc_pieces[1]
+
+
+def test_a_piece_out_of_memory_sends_its_row_back_until_the_batch_drains(hunyuan_dir: Path, hunyuan_adapters: Path,
+                                                                        make_engine) -> None:
+    """Out of memory in a later piece of a long prompt: the rows it made live stay, the row goes back to the
+    queue and enters again once the running batch drained (as a whole prefill that does not fit does)."""
+    engine = make_engine(hunyuan_dir, hunyuan_adapters, max_new_tokens=40, prefill_chunk="64")
+    running, long = row("en2es", TEXTS[0], max_new=10), row("en2es", LONG, max_new=6)
+    alone = references(engine, [running, long])
+    start = len(engine.history)
+    seen = {"n": 0}
+    started = threading.Event()
+
+    def seam(rows: list[Row]) -> None:
+        if any(r.text == TEXTS[0] for r in rows):
+            started.set()
+        if len(rows) == 1 and rows[0].text == LONG:
+            seen["n"] += 1
+            if seen["n"] == 2:
+                raise torch.OutOfMemoryError("CPU out of memory (test)")
+
+    engine.before_generate = seam
+    first = engine.submit([running])[0]
+    assert started.wait(30)
+    second = engine.submit([long])[0]
+    assert [first.result(60), second.result(60)] == alone
+    assert engine.status()["preempted"] == 1 and engine.status()["oom_failures"] == 0
+    records = since(engine, start)
+    long_seqs = {h.seqs[0] for h in records if h.kind == "prefill" and h.padded_tokens > 64}
+    assert len(long_seqs) == 1
+    pieces = _pieces(records, long_seqs.pop())
+    # The first try's pieces before the failure, then a whole new run of them once the running row finished.
+    running_seq = records[0].seqs[0]
+    assert len(pieces) == 1 + -(-records[pieces[0]].padded_tokens // 64)
+    assert pieces[1] > max(i for i, h in enumerate(records) if running_seq in h.seqs)

@@ -166,30 +166,38 @@ def test_mixed_rows_have_the_logits_they_have_alone(weights: str, hunyuan_dir: P
         assert_rows_as_alone(backbone, items, joins=[0, 2, 0, 4, 1])
 
 
-def test_a_prefill_in_groups_gives_every_row_the_logits_and_tokens_of_one_prefill(hunyuan_dir: Path,
-                                                                                all_module_adapters: Path,
-                                                                                fresh_backbone, make_cache) -> None:
+@pytest.mark.parametrize("weights", ["fbgemm", "qgemm", "float32"])
+def test_a_prefill_in_groups_and_pieces_gives_every_row_the_logits_and_tokens_of_one_prefill(
+        hunyuan_dir: Path, all_module_adapters: Path, fresh_backbone, make_cache, weights: str) -> None:
     """A wide model prefills entering rows in groups of `prefill_tokens` padded tokens (fbgemm is faster at that
-    size): the groups run with their own rows' adapters, and every row's first logits and greedy tokens are the
-    ones of a single prefill, to the bit."""
+    size), and a longer prompt in pieces of that many tokens (the engine decodes between two pieces): the groups
+    run with their own rows' adapters, and every row's first logits and greedy tokens are the ones of a single
+    prefill, to the bit, the cut prompt's included."""
     from hunyuan_mt.decode.llama import _prefill_groups
 
-    backbone = fresh_backbone(hunyuan_dir, quantization="int8", int8_kernel="fbgemm", cpu_threads=2)
+    quantized = dict(quantization="int8", int8_kernel=weights) if weights != "float32" else {}
+    backbone = fresh_backbone(hunyuan_dir, cpu_threads=2, **quantized)
     cache = make_cache(backbone, all_module_adapters, slots=3, pinned=[])
     pairs = ["en2es", "en2de", "fr2en"]
+    long_prompt = tuple(range(3, 60))    # 57 tokens: pieces of 16, 16, 16 and 9 at a budget of 16
+    prompts = PROMPTS + [long_prompt]
     with cache.lease([Pair.parse(p) for p in pairs]) as lease:
         slots = list(lease.slots) + [0]
-        sequences = [Sequence(i, p, slots[i % 4], NEW) for i, p in enumerate(PROMPTS)]
-        # 5, 24, 2, 7 and 1 tokens: blocks of 16, 32, 16, 16, 16 → groups within 32 padded tokens.
-        assert [[s.tag for s in g] for g in _prefill_groups(sequences, 32)] == [[0], [1], [2, 3], [4]]
+        sequences = [Sequence(i, p, slots[i % 4], NEW) for i, p in enumerate(prompts)]
+        # 5, 24, 2, 7, 1 and 57 tokens: blocks of 16, 32, 16, 16, 16, 64 → groups within 32 padded tokens.
+        assert [[s.tag for s in g] for g in _prefill_groups(sequences, 32)] == [[0], [1], [2, 3], [4], [5]]
         runs = {}
-        for budget in (None, 32):
+        for budget in (None, 32, 16):
             batch = backbone.new_batch(GenerationConfig())
             assert isinstance(batch, LlamaBatch)
             batch.prefill_tokens = budget
-            first: list[torch.Tensor] = []
+            first: dict[int, torch.Tensor] = {}
+            forwards: list[list[int]] = []
+            batch.before_forward = lambda kind, tags: forwards.append(list(tags)) if kind == "prefill" else None
             choose = batch._choose
-            batch._choose = lambda logits, live: first.append(logits.clone()) or choose(logits, live)
+            batch._choose = lambda logits, live: first.update(
+                {r.seq.tag: logits[i].clone() for i, r in enumerate(live) if r.seq.tag not in first}) or choose(
+                logits, live)
             out: dict[int, list[int]] = {}
             with backbone.model_lock, torch.inference_mode():
                 batch.add(list(sequences))
@@ -198,10 +206,15 @@ def test_a_prefill_in_groups_gives_every_row_the_logits_and_tokens_of_one_prefil
                     if not len(batch):
                         break
                     batch.step()
-            runs[budget] = (first[0], out)
-        (whole, tokens), (grouped, grouped_tokens) = runs[None], runs[32]
-        assert whole.shape[0] == len(PROMPTS) and torch.equal(whole, grouped)
-        assert tokens == grouped_tokens and all(len(t) == NEW for t in tokens.values())
+            runs[budget] = (first, out, forwards)
+        whole, tokens, forwards = runs[None]
+        assert forwards == [[0, 1, 2, 3, 4, 5]] and len(whole) == len(prompts)
+        assert runs[32][2] == [[0], [1], [2, 3], [4], [5], [5]]
+        assert runs[16][2] == [[0], [1], [1], [2], [3], [4], [5], [5], [5], [5]]
+        for budget in (32, 16):
+            first, out, _ = runs[budget]
+            assert all(torch.equal(whole[tag], first[tag]) for tag in whole), budget
+            assert out == tokens and all(len(t) == NEW for t in tokens.values())
 
 
 @pytest.mark.parametrize("kernel", ["int_mm", "fbgemm", "qgemm"])

@@ -118,6 +118,56 @@ def leading_padding(mask: torch.Tensor) -> int:
     return int(used[0]) if used.numel() else mask.shape[1]
 
 
+#: What one forward of a prefill yields (`RunningBatch._prefill_pieces`): its rows, and (logits, cache state) once
+#: they are complete (None: a piece of a long prompt).
+PrefillPiece = tuple[list[Sequence], "tuple[torch.Tensor | None, Any] | None"]
+
+
+class Prefill:
+    """A prefill under way (`RunningBatch.begin`): `advance()` runs its next forward and returns the rows that
+    became live with it. `pending` are the tags of rows still to come; `last` the tags the last forward ran for.
+    `drop(tags)` takes rows out before they become live (cancelled, or sent back to the queue)."""
+
+    def __init__(self, batch: "RunningBatch", sequences: list[Sequence]) -> None:
+        self._batch = batch
+        self.pending: list[Any] = [s.tag for s in sequences]
+        self.last: list[Any] = []
+        self._dropped: set[Any] = set()
+        self._pieces = batch._prefill_pieces(list(sequences), self._dropped)
+
+    @property
+    def done(self) -> bool:
+        return not self.pending
+
+    def advance(self) -> list[Live]:
+        """One forward. On an error the prefill is over: rows it made live stay live, `pending` may be retried."""
+        if self.done:
+            return []
+        try:
+            piece = next(self._pieces)
+        except StopIteration:
+            self.pending = []  # every row left was dropped
+            return []
+        except BaseException:
+            self._pieces.close()
+            raise
+        rows, result = piece
+        self.last = [s.tag for s in rows]
+        if result is None:
+            return []   # a piece of a long prompt: its row needs more
+        live = self._batch._enter(rows, *result)
+        done = set(self.last)
+        self.pending = [t for t in self.pending if t not in done]
+        return live
+
+    def drop(self, tags: set[Any]) -> None:
+        """Rows that must not become live: the pieces still to run skip them."""
+        self._dropped |= tags
+        self.pending = [t for t in self.pending if t not in tags]
+        if not self.pending:
+            self._pieces.close()
+
+
 class RunningBatch(ABC):
     """Shared bookkeeping; subclasses implement `_prefill`, `_merge`, `_decode` and `_select`."""
 
@@ -164,16 +214,44 @@ class RunningBatch(ABC):
     # ------------------------------------------------------------------ the three moves
 
     def add(self, sequences: list[Sequence]) -> list[Live]:
-        """Prefill `sequences` and make them live rows. Returns the new rows. Each gets its first token here, or,
-        when the architecture folds the first decoder token into the next `step` (`_prefill` returns no logits),
-        at that step."""
-        if not sequences:
-            return []
+        """Prefill `sequences` and make them live rows, in one move. Returns the new rows. Each gets its first
+        token here, or, when the architecture folds the first decoder token into the next `step` (`_prefill`
+        returns no logits), at that step."""
+        prefill = self.begin(sequences)
+        live: list[Live] = []
+        while not prefill.done:
+            live += prefill.advance()
+        return live
+
+    def begin(self, sequences: list[Sequence]) -> "Prefill":
+        """A prefill of `sequences` to run piece by piece (`Prefill.advance`, one forward each), with decode steps
+        of the live rows between the pieces: what the engine does, so that a long prompt does not stall every
+        running stream for its whole prefill (chunked prefill, as vLLM and Sarathi-Serve schedule it). Rows
+        become live as their last piece completes."""
+        return Prefill(self, sequences)
+
+    def _prefill_pieces(self, sequences: list[Sequence], dropped: set[Any]) -> Iterator[PrefillPiece]:
+        """The forwards of a prefill, one per `next`: each yields the rows it ran and, once they are complete,
+        (their logits, their cache state); None for a piece of a long prompt that needs more. Rows whose tag is
+        in `dropped` when their turn comes are skipped. Here: every row in one forward; `llama.LlamaBatch` runs
+        groups of rows and cuts long prompts into pieces."""
+        rows = [s for s in sequences if s.tag not in dropped]
+        if rows:
+            with self._prefill_forward(rows, sum(len(s.input_ids) for s in rows)):
+                logits, state = self._prefill(rows)
+            yield rows, (logits, state)
+
+    @contextlib.contextmanager
+    def _prefill_forward(self, sequences: list[Sequence], tokens: int) -> Iterator[None]:
+        """Around one prefill forward: the test seam, the rows' adapters, the threads for `tokens`."""
         if self.before_forward is not None:
             self.before_forward("prefill", [s.tag for s in sequences])
         self._use_slots([s.slot for s in sequences])
-        with self._prefill_threads(sum(len(s.input_ids) for s in sequences)):
-            logits, state = self._prefill(sequences)
+        with self._prefill_threads(tokens):
+            yield
+
+    def _enter(self, sequences: list[Sequence], logits: torch.Tensor | None, state: Any) -> list[Live]:
+        """Make prefilled rows live: their first token, their cache after the live rows'."""
         live = [Live(s, RowTokens(seen=list(s.decoder_prefix or s.input_ids), generated=0,
                                   max_new=s.max_new_tokens, prefix_len=len(s.decoder_prefix)))
                 for s in sequences]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from .. import kernels
 from ..int8_embedding import FileTable, Int8Embedding
 from ..int8_embedding import embed as embed_tokens
-from .batch import Sequence
+from .batch import PrefillPiece, Sequence
 from .dense import Projection, project
 from .lean import LeanBatch
 from .kvcache import _NEG, SelfCache, _block, _blocked, _cached_attention, _grown, _shift_right, compact, reserve
@@ -51,9 +51,11 @@ _STATIC_ROPE = {"default", "linear", "llama3", "yarn", "ntk_alpha"}
 #: Hidden width from which every forward runs on all of torch's threads (see LlamaBatch._every_thread).
 _WIDE_MODEL = 1024
 
-#: A wide model's prefill runs its rows in groups of at most this many (padded) tokens. fbgemm's int8 GEMM at the
-#: 1.8B's shapes ran at 735-758 GOPS for 64-256 rows of tokens and 556 for 1,024 (BENCHMARKS.md, issue 46), and
-#: 16 prompts of 60 tokens prefilled in 6.2 s two at a time against 7.1-8.4 s all at once.
+#: A wide model's prefill runs its rows in groups of at most this many (padded) tokens, and a longer prompt in
+#: pieces of this many, each a forward of its own (`engine.prefill_chunk_tokens` sets another). fbgemm's int8 GEMM
+#: at the 1.8B's shapes ran at 735-758 GOPS for 64-256 rows of tokens and 556 for 1,024 (BENCHMARKS.md, issue 46),
+#: and 16 prompts of 60 tokens prefilled in 6.2 s two at a time against 7.1-8.4 s all at once. The engine runs a
+#: decode step of the live rows between two forwards, so a long prompt stalls them a piece at a time.
 _PREFILL_TOKENS = 128
 
 
@@ -205,25 +207,62 @@ class LlamaBatch(LeanBatch):
     # ------------------------------------------------------------------ RunningBatch's moves
 
     def _prefill(self, sequences: list[Sequence]) -> tuple[torch.Tensor, Any]:
-        """The entering rows' first logits and keys/values, in groups of at most `prefill_tokens` padded tokens.
-        A row's prefill does not depend on the rows beside it (invariant 5), so the groups change no bit; the whole
-        is one move for the caller (a failure leaves the batch as it was)."""
-        groups = _prefill_groups(sequences, self.prefill_tokens)
-        if len(groups) == 1:
-            return self._prefill_rows(sequences)
-        parts = []
-        for group in groups:
-            self._use_slots([s.slot for s in group])   # the LoRA rows of this forward
-            parts.append(self._prefill_rows(group))
-        width = max(state[0][0].shape[2] for _, state in parts)
+        return self._prefill_rows(sequences)
 
-        def joined(which: int) -> list[torch.Tensor]:
-            # Each group's columns as wide as the widest's: the merge reads a row's first `length` columns only.
-            return [torch.cat([F.pad(state[which][layer], (0, 0, 0, width - state[which][layer].shape[2]))
-                               for _, state in parts]) for layer in range(len(parts[0][1][which]))]
+    def _prefill_pieces(self, sequences: list[Sequence], dropped: set[Any]) -> Iterator[PrefillPiece]:
+        """Groups of entering rows of at most `prefill_tokens` padded tokens, and a prompt longer than that in
+        pieces of `prefill_tokens` tokens, each a forward. A row's prefill does not depend on the rows beside it
+        (invariant 5), nor on where its prompt is cut (tests/test_llama_step.py): neither changes a bit."""
+        budget = self.prefill_tokens
+        for group in _prefill_groups(sequences, budget):
+            group = [s for s in group if s.tag not in dropped]
+            if not group:
+                continue
+            if budget is not None and len(group[0].input_ids) > budget:
+                yield from self._prefill_long(group[0], budget, dropped)   # alone in its group
+                continue
+            with self._prefill_forward(group, sum(len(s.input_ids) for s in group)):
+                result = self._prefill_rows(group)
+            yield group, result
 
-        lengths = [n for _, state in parts for n in state[2]]
-        return torch.cat([logits for logits, _ in parts]), (joined(0), joined(1), lengths)
+    def _prefill_long(self, seq: Sequence, budget: int, dropped: set[Any]) -> Iterator[PrefillPiece]:
+        """One prompt in pieces of `budget` tokens (a whole number of blocks): each piece's queries attend to the
+        keys of the pieces before it, which the same key/value tensors keep."""
+        length = len(seq.input_ids)
+        k: list[torch.Tensor] = []
+        v: list[torch.Tensor] = []
+        for start in range(0, length, budget):
+            if seq.tag in dropped:
+                return
+            stop = min(start + budget, length)
+            with self._prefill_forward([seq], stop - start):
+                logits = self._prefill_piece(seq, start, stop, k, v)
+            yield [seq], ((logits, (k, v, [length])) if stop == length else None)
+
+    def _prefill_piece(self, seq: Sequence, start: int, stop: int, k: list[torch.Tensor],
+                       v: list[torch.Tensor]) -> torch.Tensor:
+        """Prompt tokens start..stop-1 of `seq` into columns start..stop-1 of `k`/`v` (made on the first piece, as
+        wide as the whole prompt's block): the logits of its last token once stop is the prompt's end."""
+        self._build()
+        length = len(seq.input_ids)
+        # The last piece is padded to a whole block, as a whole prefill is; the others end on one (budget).
+        end = _block(length) if stop == length else stop
+        t = end - start
+        ids = torch.tensor([seq.input_ids[start:stop] + (self.pad_id,) * (t - (stop - start))], dtype=torch.long,
+                           device=self.device)
+        pos = torch.arange(start, end, device=self.device)[None]
+        dtype = self.inner.norm.weight.dtype
+        col = torch.arange(end, device=self.device)
+        visible = (col[None, :] <= pos[0, :, None]) & (col[None, :] < length)
+        mask = torch.zeros(1, 1, t, end, dtype=dtype, device=self.device).masked_fill(~visible[None, None],
+                                                                                      _NEG[dtype])
+        if not k:
+            # Zeros, not empty: a piece reads the columns of the pieces before it only, but whole blocks of them.
+            k += [torch.zeros(1, self.kv_heads, _block(length), self.head_dim, dtype=dtype, device=self.device)
+                  for _ in self._layers]
+            v += [torch.zeros_like(t_) for t_ in k]
+        last = torch.tensor([min(length, end) - 1 - start], device=self.device)
+        return self._forward(ids, pos, mask, k, v, last=last)
 
     def _prefill_rows(self, sequences: list[Sequence]) -> tuple[torch.Tensor, Any]:
         self._build()
