@@ -540,7 +540,7 @@ class BatchEngine:
             if self._batch is not None and len(self._batch):
                 self._decode()
             return True
-        if self._static() and self._running and not self._prefills:
+        if self._static() and self._running:
             self._decode()  # light mode was switched on mid-flight: the running batch drains first
             return True
         admitted = self._admit()
