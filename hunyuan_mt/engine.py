@@ -581,10 +581,12 @@ class BatchEngine:
         if self._drain:
             room = 0
         now = time.monotonic()
+        # Rows that arrive during a prefill enter after its last piece, but interactive rows beside a document's.
+        held = bool(self._prefills) and not self._may_admit_beside()
         with self._cv:
             self._expire_blocked(now)
-            if room <= 0 or not self._queue or (self._prefills and not self._may_admit_beside()):
-                return []  # rows that arrive during a prefill enter after its last piece (but see below)
+            if room <= 0 or not self._queue or held:
+                return []
             # Gathering rows into fewer prefills trades a few steps of waiting for throughput: not for an
             # interactive row beside a document's rows.
             if live and not urgent and not self._time_to_join(live):
@@ -766,8 +768,9 @@ class BatchEngine:
         return DecodeSequence(p.seq, p.encoded.input_ids, p.slot, p.max_new, p.encoded.decoder_prefix, p.guarded,
                               p.row.scored)
 
-    def _forward(self, kind: str, rows: list[_Pending], fn: Callable[[], Any]) -> Any:
-        """Run one forward under the model lock, timed and recorded; errors come back as _ForwardFailed."""
+    def _forward(self, kind: str, rows: list[_Pending] | Callable[[], list[_Pending]], fn: Callable[[], Any]) -> Any:
+        """Run one forward under the model lock, timed and recorded (`rows`, or what `rows()` says once it ran);
+        errors come back as _ForwardFailed."""
         t0 = time.perf_counter()
         try:
             with self.backbone.model_lock, torch.inference_mode():
@@ -775,7 +778,7 @@ class BatchEngine:
         except Exception as exc:  # noqa: BLE001 - sorted out by the caller (OOM split, error isolation)
             raise _ForwardFailed(exc) from exc
         ms = (time.perf_counter() - t0) * 1000
-        self._record(kind, rows, ms)
+        self._record(kind, rows() if callable(rows) else rows, ms)
         return result
 
     def _prefill(self, rows: list[_Pending]) -> None:
@@ -787,8 +790,8 @@ class BatchEngine:
         self._advance()
 
     def _may_admit_beside(self) -> bool:
-        """Whether interactive rows may start a prefill of their own now: every prefill under way is a
-        document's, and none of them has an interactive one beside it yet."""
+        """Whether a waiting interactive row may start a prefill of its own now: the one prefill under way holds
+        only document rows (a long one would keep a short request waiting for all its pieces)."""
         return all(all(self._running[t].background for t in prefill.pending if t in self._running)
                    for prefill in self._prefills) and len(self._prefills) == 1 and self._interactive_waiting()
 
@@ -800,18 +803,16 @@ class BatchEngine:
         """The next forward of the newest prefill under way (an interactive one beside a document's goes first).
         A failure sends its rows not yet live to `_prefill_failed`."""
         prefill = self._prefills[-1]
-        t0 = time.perf_counter()
         try:
-            with self.backbone.model_lock, torch.inference_mode():
-                prefill.advance()
-        except Exception as exc:  # noqa: BLE001 - sorted out below (OOM split, error isolation)
+            # Recorded with the rows the forward ran for: one group, or the row of a piece.
+            self._forward("prefill", lambda: [self._running[t] for t in prefill.last if t in self._running],
+                          prefill.advance)
+        except _ForwardFailed as failed:
             self._prefills.remove(prefill)
             rows = [self._running[t] for t in prefill.pending if t in self._running]
             if rows:
-                self._prefill_failed(rows, exc)
+                self._prefill_failed(rows, failed.cause)
             return
-        self._record("prefill", [self._running[t] for t in prefill.last if t in self._running],
-                     (time.perf_counter() - t0) * 1000)
         if prefill.done:
             self._prefills.remove(prefill)
         self._collect()
