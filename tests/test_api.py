@@ -237,6 +237,7 @@ def test_metrics_count_requests_pairs_and_cache(client: httpx.Client) -> None:
     assert 'hmt_resident_adapters{adapter="en2es",state="pinned"} 1.0' in text
     assert 'hmt_adapter_cache_events_total{event="hits"}' in text
     assert 'hmt_memory_bytes{kind="rss"}' in text
+    assert "hmt_engine_prefilling_rows 0.0" in text   # none between requests
     # What runs: the weights' quantization and kernel and the attention cache's dtype are labels of the info gauge.
     info = next(line for line in text.splitlines() if line.startswith("hmt_backbone_info{"))
     assert all(f'{label}="' in info for label in ("quantization", "int8_kernel", "kv_cache")), info

@@ -127,6 +127,8 @@ class ServiceCollector(Collector):
                 yield CounterMetricFamily(f"hmt_engine_{key}", help_text, value=float(engine[key]))
         yield from _gauge("hmt_engine_queued_rows", "Rows waiting to join the running batch.", engine.get("queued"))
         yield from _gauge("hmt_engine_running_rows", "Rows in the running batch.", engine.get("running"))
+        yield from _gauge("hmt_engine_prefilling_rows", "Rows of a prefill under way (a long prompt is read a piece "
+                          "a decode step).", engine.get("prefilling"))
         yield from _gauge("hmt_engine_mean_batch_rows", "Mean rows per decode step since start.",
                           engine.get("mean_batch_rows"))
         gen = GaugeMetricFamily("hmt_engine_ms", "Engine time percentiles (ms).", labels=["stage", "quantile"])
