@@ -620,8 +620,7 @@ class BatchEngine:
         background_room = (self.cfg.background_rows - sum(1 for p in self._running.values() if p.background)
                            if interactive else self.cfg.background_prefill_rows
                            if now - self._last_interactive < INTERACTIVE_WINDOW_S else room)
-        if self._prefills:
-            background_room = 0  # beside a document's prefill only interactive rows start one
+        beside = bool(self._prefills)
         admitted: list[_Pending] = []
         refused: list[tuple[_Pending, BaseException]] = []
         draining = False
@@ -635,6 +634,8 @@ class BatchEngine:
                 continue
             if p.background and background_room <= 0:
                 break  # background rows come last in the order: none of the rest may enter
+            if beside and not self._fits_beside(p):
+                continue
             needs_slot = p.row.adapter is not None and p.row.adapter.key not in pinned
             if draining and needs_slot:
                 continue  # a starved row waits for a slot to drain: do not extend any slot's lease
@@ -790,14 +791,23 @@ class BatchEngine:
         self._advance()
 
     def _may_admit_beside(self) -> bool:
-        """Whether a waiting interactive row may start a prefill of its own now: the one prefill under way holds
-        only document rows (a long one would keep a short request waiting for all its pieces)."""
-        return all(all(self._running[t].background for t in prefill.pending if t in self._running)
-                   for prefill in self._prefills) and len(self._prefills) == 1 and self._interactive_waiting()
-
-    def _interactive_waiting(self) -> bool:
+        """Whether a waiting row may start a prefill of its own beside the one under way (`_fits_beside`), which
+        then runs first: otherwise a short request waits for every piece of a long prompt."""
+        if len(self._prefills) != 1:
+            return False
         with self._cv:
-            return any(not p.background for p in self._queue)
+            return any(self._fits_beside(p) for p in self._queue)
+
+    def _fits_beside(self, p: _Pending) -> bool:
+        """An interactive row beside a prefill of document rows only, or one whose prompt is one forward (at most
+        the batch's piece budget) beside any prefill."""
+        if p.background or len(self._prefills) != 1:
+            return False
+        budget = getattr(self._batch, "prefill_tokens", None)
+        if budget is not None and -(-p.tokens // 16) * 16 <= budget:
+            return True
+        prefill = self._prefills[0]
+        return all(self._running[t].background for t in prefill.pending if t in self._running)
 
     def _advance(self) -> None:
         """The next forward of the newest prefill under way (an interactive one beside a document's goes first).

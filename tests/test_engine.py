@@ -1162,6 +1162,29 @@ def test_an_interactive_row_prefills_before_the_rest_of_a_documents_long_prompt(
     assert doc_pieces[0] < short_prefill[0] < doc_pieces[1]
 
 
+def test_a_short_request_prefills_beside_a_long_prompt_and_a_long_one_waits_for_it(hunyuan_dir: Path,
+                                                                                   hunyuan_adapters: Path,
+                                                                                   make_engine) -> None:
+    """Beside an interactive long prompt's prefill, a request whose prompt is one forward starts a prefill of its
+    own before the long prompt's next piece; a second long prompt waits for the first one's last piece."""
+    from seams import hold
+
+    engine = make_engine(hunyuan_dir, hunyuan_adapters, max_new_tokens=40, prefill_chunk="64")
+    long, short, other = (row("en2es", LONG, max_new=6), row("en2es", TEXTS[1], max_new=4),
+                          row("en2es", LONG.replace("printer", "scanner"), max_new=6))
+    alone = references(engine, [long, short, other])
+    start = len(engine.history)
+    reached, go, _ = hold(engine, LONG[:40], nth=1)   # the first long prompt's first piece
+    futures = engine.submit([long])
+    assert reached.wait(30)
+    futures += engine.submit([other]) + engine.submit([short])
+    go.set()
+    assert [f.result(60) for f in futures] == [alone[0], alone[2], alone[1]]
+    order = [h.seqs for h in since(engine, start) if h.kind == "prefill"]
+    first, second, third = sorted({seq for (seq,) in order})    # in the order submitted
+    assert order == [(first,), (third,), (first,), (first,), (second,), (second,), (second,)]
+
+
 def test_a_piece_out_of_memory_sends_its_row_back_until_the_batch_drains(hunyuan_dir: Path, hunyuan_adapters: Path,
                                                                         make_engine) -> None:
     """Out of memory in a later piece of a long prompt: the rows it made live stay, the row goes back to the
