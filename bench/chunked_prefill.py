@@ -15,6 +15,8 @@ Token times come from the engine's token listener (one call per row and step). P
   token (what a reader of the stream sees freeze);
 - `step`: the running streams' median gap before the submit (a decode step);
 - `first token`: from the long row's submit to its first token (its prefill, plus the steps between pieces);
+- `late first token`: a short request sent `--late` seconds after the long row, from its submit to its first
+  token (a prompt of one forward starts beside a long prompt's prefill);
 - `trial`: from the first stream's submit until every row is done.
 The settings alternate within each run (`--runs`, medians over them), on one backbone: compare columns of one
 invocation. Results: bench/results/chunked_prefill.{json,md}.
@@ -79,6 +81,10 @@ def trial(engine: Any, args: argparse.Namespace, seed: int) -> dict[str, float]:
     submitted = time.perf_counter()
     long_row = Row(_words(args.long, seed + 99), "en", "de", Pair.parse("en2de"), 4)
     futures += engine.submit([long_row], Ticket(on_tokens=clock.listener(-1)))
+    time.sleep(args.late)
+    late = time.perf_counter()
+    late_row = Row(_words(args.short, seed + 77), "en", "es", Pair.parse("en2es"), 4)
+    futures += engine.submit([late_row], Ticket(on_tokens=clock.listener(-2)))
     for f in futures:
         f.result(timeout=1200)
     end = time.perf_counter()
@@ -90,7 +96,8 @@ def trial(engine: Any, args: argparse.Namespace, seed: int) -> dict[str, float]:
         during = [b - a for a, b in zip(times, times[1:]) if b > submitted and a < first]
         stall = max([stall] + during)
     return {"stall_ms": stall * 1000, "step_ms": statistics.median(before) * 1000,
-            "first_token_s": first - submitted, "trial_s": end - t0}
+            "first_token_s": first - submitted, "late_first_token_s": clock.times[-2][0] - late,
+            "trial_s": end - t0}
 
 
 def load(preset: str, folder: Any, threads: int) -> tuple[Any, Any]:
@@ -135,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short", type=int, default=24, help="words of each running stream's text")
     parser.add_argument("--new", type=int, default=200, help="tokens each running stream generates")
     parser.add_argument("--long", type=int, default=480, help="words of the long row's text")
+    parser.add_argument("--late", type=float, default=0.2,
+                        help="seconds after the long row a short request arrives")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
 
@@ -167,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     for key, label, fmt in (("stall_ms", "running streams' longest gap", "{:,.0f} ms"),
                             ("step_ms", "their step before", "{:.1f} ms"),
                             ("first_token_s", "the long row's first token", "{:.2f} s"),
+                            ("late_first_token_s", "a short request's first token, sent 0.2 s after it",
+                             "{:.2f} s"),
                             ("trial_s", "whole trial", "{:.1f} s")):
         cells = [fmt.format(medians[c][key]) + ("" if c == chunks[0] else f" ({ratios[c][key]:.2f}×)")
                  for c in chunks]

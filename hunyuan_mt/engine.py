@@ -581,8 +581,11 @@ class BatchEngine:
         if self._drain:
             room = 0
         now = time.monotonic()
-        # Rows that arrive during a prefill enter after its last piece, but interactive rows beside a document's.
-        held = bool(self._prefills) and not self._may_admit_beside()
+        # Rows that arrive during a prefill enter after its last piece, but those that fit beside it (then at once:
+        # gathering them for `max_join_steps` steps would wait out pieces of a second or more on a 1.8B).
+        beside = bool(self._prefills)
+        held = beside and not self._may_admit_beside()
+        urgent = urgent or beside
         with self._cv:
             self._expire_blocked(now)
             if room <= 0 or not self._queue or held:
@@ -620,7 +623,6 @@ class BatchEngine:
         background_room = (self.cfg.background_rows - sum(1 for p in self._running.values() if p.background)
                            if interactive else self.cfg.background_prefill_rows
                            if now - self._last_interactive < INTERACTIVE_WINDOW_S else room)
-        beside = bool(self._prefills)
         admitted: list[_Pending] = []
         refused: list[tuple[_Pending, BaseException]] = []
         draining = False
