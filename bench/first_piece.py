@@ -102,7 +102,7 @@ def instrument(service: Any) -> Timeline:
     timeline = Timeline()
     timeline.around(engine_module.BatchEngine, "submit", "submit")
     timeline.around(engine_module.BatchEngine, "_iterate", "iterate")
-    timeline.around(batch_module.RunningBatch, "add", "add")
+    timeline.around(batch_module.Prefill, "advance", "add")   # the engine runs a prefill a forward a round
     timeline.around(batch_module.RunningBatch, "step", "step")
     timeline.around(service.tm.rows, "stamp", "stamp")
     return timeline
