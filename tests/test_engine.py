@@ -1188,6 +1188,43 @@ def test_a_short_request_prefills_beside_a_long_prompt_and_a_long_one_waits_for_
     assert order == [(first,), (third,), (first,), (first,), (second,), (second,), (second,)]
 
 
+def test_light_mode_mid_prefill_lets_the_prefill_and_the_running_batch_finish(hunyuan_dir: Path,
+                                                                               hunyuan_adapters: Path,
+                                                                               make_engine) -> None:
+    """Memory pressure arrives during a long prompt's pieces, with a short request queued beside it: the prefill
+    under way completes and its row decodes with the running one to the end (what they give alone); the short
+    request and rows after it run as light mode runs them."""
+    engine = make_engine(hunyuan_dir, hunyuan_adapters, max_new_tokens=40, prefill_chunk="64")
+    running, long = row("en2es", TEXTS[0], max_new=12), row("en2es", LONG, max_new=6)
+    alone = references(engine, [running, long])
+    started, flipped, queued = threading.Event(), threading.Event(), threading.Event()
+
+    def seam(rows: list[Row]) -> None:
+        if any(r.text == TEXTS[0] for r in rows):
+            started.set()
+        if rows == [long] and not flipped.is_set():
+            flipped.set()
+            engine.set_light_mode(True)  # from another thread in real life (the memory monitor)
+            assert queued.wait(30)
+
+    engine.before_generate = seam
+    start = len(engine.history)
+    first = engine.submit([running])[0]
+    assert started.wait(30)
+    second = engine.submit([long])[0]
+    assert flipped.wait(30)
+    short = engine.submit([row("en2es", TEXTS[1], 4)])[0]
+    queued.set()
+    assert [first.result(60), second.result(60)] == alone
+    assert isinstance(short.result(60), str)
+    engine.before_generate = None
+    records = since(engine, start)
+    assert sum(1 for h in records if h.kind == "prefill" and h.padded_tokens > 64) == 3   # all its pieces
+    assert engine.status()["light_mode"] and engine.status()["prefilling"] == 0 and engine.running() == 0
+    assert isinstance(engine.run([row("en2es", TEXTS[5], 6)])[0], str)
+    engine.set_light_mode(False)
+
+
 def test_a_piece_out_of_memory_sends_its_row_back_until_the_batch_drains(hunyuan_dir: Path, hunyuan_adapters: Path,
                                                                         make_engine) -> None:
     """Out of memory in a later piece of a long prompt: the rows it made live stay, the row goes back to the
