@@ -67,9 +67,12 @@ class Lines:
 @pytest.fixture()
 def serve_ray() -> Iterator[tuple[subprocess.Popen, Lines, int]]:
     port = free_port()
+    # Started as a script starts it in the background: with SIGINT ignored (POSIX shells do that when job control
+    # is off, and so does a test runner run with `&`); serve-ray must still stop on it.
     proc = subprocess.Popen(
         [sys.executable, "-m", "hunyuan_mt", "serve-ray", "--replicas", "2", "--num-cpus", "2", "--port", str(port)],
-        cwd=PROJECT_ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        cwd=PROJECT_ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         yield proc, Lines(proc), port
     finally:
@@ -96,6 +99,10 @@ def test_readme_example_replicas_2_on_two_cpus_becomes_healthy(serve_ray) -> Non
     assert r.status_code == 200 and r.json()["translatedText"]
     assert r.headers["x-served-by"].startswith("hot#")
     assert proc.poll() is None
+    # Ctrl-C (the README's way out) stops Serve and the local cluster, and the command ends cleanly.
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(120) == 0
+    out.wait_for("serve-ray: shutting down", 5)
 
 
 def test_groups_needing_gpus_on_a_cpu_node_are_refused_before_deploying(tmp_path: Path) -> None:
@@ -114,3 +121,24 @@ def test_groups_needing_gpus_on_a_cpu_node_are_refused_before_deploying(tmp_path
                        "hot 1 × 1 CPU + 1 GPU, tail 1 × 1 CPU + 1 GPU; use fewer --replicas, change the groups' "
                        "ray_actor_options, or join a bigger cluster with --address"]
     assert "starting" not in done.stdout  # nothing was deployed
+
+
+def test_sigint_and_sigterm_stop_serve_ray_even_when_sigint_was_inherited_ignored() -> None:
+    """`_stop_on_signals` (run once Ray is up): SIGINT raises KeyboardInterrupt though the process started with it
+    ignored, and SIGTERM does the same, so both reach serve-ray's shutdown."""
+    code = (
+        "import os, signal\n"
+        "from hunyuan_mt.serve_ray.cli import _stop_on_signals\n"
+        "assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
+        "_stop_on_signals()\n"
+        "for sig in (signal.SIGINT, signal.SIGTERM):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), sig)\n"
+        "        __import__('time').sleep(5)\n"
+        "        raise SystemExit(f'{sig!r} did not stop it')\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('stopped by', signal.Signals(sig).name)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, env=_env(), capture_output=True, text=True,
+                          timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["stopped by SIGINT", "stopped by SIGTERM"]

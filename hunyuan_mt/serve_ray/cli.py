@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import threading
 import time
@@ -86,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         if args.num_gpus is not None:
             init["num_gpus"] = args.num_gpus
     ray.init(**init)
+    _stop_on_signals()
     fit = check_fit(settings.groups, node_capacities(ray.nodes()))
     if not fit.fits:
         print(f"serve-ray: {fit.message}", file=sys.stderr, flush=True)
@@ -112,6 +114,21 @@ def run(args: argparse.Namespace) -> int:
         serve.shutdown()
         ray.shutdown()
     return 0
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C (SIGINT) and a service manager's SIGTERM both stop the server the same way: Serve's shutdown, then
+    the local cluster's. Set here, after Ray's own start: a process that a script starts in the background inherits
+    SIGINT ignored (POSIX shells do that when job control is off) and Python keeps it so, so `kill -INT` did
+    nothing; and SIGTERM killed the driver without either shutdown."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers belong to the main thread (run() called from elsewhere: tests)
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _deploy(app: Any, settings: Any, url: str) -> None:
