@@ -207,7 +207,11 @@ class LlamaBatch(LeanBatch):
     # ------------------------------------------------------------------ RunningBatch's moves
 
     def _prefill(self, sequences: list[Sequence]) -> tuple[torch.Tensor, Any]:
-        return self._prefill_rows(sequences)
+        """The entering rows whole, in one forward: their first logits and keys/values."""
+        lengths = [len(s.input_ids) for s in sequences]
+        width = _block(max(lengths))
+        k, v = self._prefill_cache(len(sequences), width, torch.empty)   # the forward writes every column
+        return self._prefill_span(sequences, 0, width, k, v), (k, v, lengths)
 
     def _prefill_pieces(self, sequences: list[Sequence], dropped: set[Any]) -> Iterator[PrefillPiece]:
         """Groups of entering rows of at most `prefill_tokens` padded tokens, and a prompt longer than that in
@@ -222,68 +226,54 @@ class LlamaBatch(LeanBatch):
                 yield from self._prefill_long(group[0], budget, dropped)   # alone in its group
                 continue
             with self._prefill_forward(group, sum(len(s.input_ids) for s in group)):
-                result = self._prefill_rows(group)
+                result = self._prefill(group)
             yield group, result
 
     def _prefill_long(self, seq: Sequence, budget: int, dropped: set[Any]) -> Iterator[PrefillPiece]:
         """One prompt in pieces of `budget` tokens (a whole number of blocks): each piece's queries attend to the
-        keys of the pieces before it, which the same key/value tensors keep."""
+        keys of the pieces before it, which the same key/value tensors keep. The last piece is padded to a whole
+        block, as a whole prefill is."""
         length = len(seq.input_ids)
-        k: list[torch.Tensor] = []
-        v: list[torch.Tensor] = []
+        width = _block(length)
+        # Zeros, not empty: a piece reads only the columns of the pieces before it, but whole blocks of them.
+        k, v = self._prefill_cache(1, width, torch.zeros)
         for start in range(0, length, budget):
             if seq.tag in dropped:
                 return
             stop = min(start + budget, length)
             with self._prefill_forward([seq], stop - start):
-                logits = self._prefill_piece(seq, start, stop, k, v)
+                logits = self._prefill_span([seq], start, width if stop == length else stop, k, v)
             yield [seq], ((logits, (k, v, [length])) if stop == length else None)
 
-    def _prefill_piece(self, seq: Sequence, start: int, stop: int, k: list[torch.Tensor],
-                       v: list[torch.Tensor]) -> torch.Tensor:
-        """Prompt tokens start..stop-1 of `seq` into columns start..stop-1 of `k`/`v` (made on the first piece, as
-        wide as the whole prompt's block): the logits of its last token once stop is the prompt's end."""
-        self._build()
-        length = len(seq.input_ids)
-        # The last piece is padded to a whole block, as a whole prefill is; the others end on one (budget).
-        end = _block(length) if stop == length else stop
-        t = end - start
-        ids = torch.tensor([seq.input_ids[start:stop] + (self.pad_id,) * (t - (stop - start))], dtype=torch.long,
-                           device=self.device)
-        pos = torch.arange(start, end, device=self.device)[None]
-        dtype = self.inner.norm.weight.dtype
-        col = torch.arange(end, device=self.device)
-        visible = (col[None, :] <= pos[0, :, None]) & (col[None, :] < length)
-        mask = torch.zeros(1, 1, t, end, dtype=dtype, device=self.device).masked_fill(~visible[None, None],
-                                                                                      _NEG[dtype])
-        if not k:
-            # Zeros, not empty: a piece reads the columns of the pieces before it only, but whole blocks of them.
-            k += [torch.zeros(1, self.kv_heads, _block(length), self.head_dim, dtype=dtype, device=self.device)
-                  for _ in self._layers]
-            v += [torch.zeros_like(t_) for t_ in k]
-        last = torch.tensor([min(length, end) - 1 - start], device=self.device)
-        return self._forward(ids, pos, mask, k, v, last=last)
+    def _prefill_cache(self, rows: int, width: int, make: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Keys and values for a prefill: `make` (torch.empty or torch.zeros) [rows, kv heads, width, head_dim]
+        per layer, in the model's dtype."""
+        layers, dtype = self._build(), self.inner.norm.weight.dtype
 
-    def _prefill_rows(self, sequences: list[Sequence]) -> tuple[torch.Tensor, Any]:
+        def one() -> list[torch.Tensor]:
+            return [make(rows, self.kv_heads, width, self.head_dim, dtype=dtype, device=self.device) for _ in layers]
+
+        return one(), one()
+
+    def _prefill_span(self, sequences: list[Sequence], start: int, end: int, k: list[torch.Tensor],
+                      v: list[torch.Tensor]) -> torch.Tensor:
+        """Tokens start..end-1 of every row (each right-padded past its prompt) at positions start..end-1, their
+        keys and values into those columns of `k`/`v`: the logits of each row's last prompt token, where it falls
+        in this span (else of its last position here, thrown away)."""
         self._build()
         lengths = [len(s.input_ids) for s in sequences]
-        n, width = len(sequences), _block(max(lengths))
-        ids = torch.tensor([s.input_ids + (self.pad_id,) * (width - len(s.input_ids)) for s in sequences],
-                           dtype=torch.long, device=self.device)
-        pos = torch.arange(width, device=self.device).expand(n, width)
+        n, t = len(sequences), end - start
+        ids = torch.tensor([s.input_ids[start:end] + (self.pad_id,) * (t - len(s.input_ids[start:end]))
+                            for s in sequences], dtype=torch.long, device=self.device)
+        pos = torch.arange(start, end, device=self.device).expand(n, t)
         lens = torch.tensor(lengths, device=self.device)
         dtype = self.inner.norm.weight.dtype
-        # Causal, and a row sees none of its padding; a padding query sees its row's tokens (it is thrown away).
-        col = torch.arange(width, device=self.device)
-        visible = (col[None, None, :] <= col[None, :, None]) & (col[None, None, :] < lens[:, None, None])
-        mask = torch.zeros(n, 1, width, width, dtype=dtype, device=self.device).masked_fill(
-            ~visible[:, None], _NEG[dtype])
-        # The step writes every column of these (its T is the whole width).
-        k = [torch.empty(n, self.kv_heads, width, self.head_dim, dtype=dtype, device=self.device)
-             for _ in self._layers]
-        v = [torch.empty_like(t) for t in k]
-        logits = self._forward(ids, pos, mask, k, v, last=lens - 1)
-        return logits, (k, v, lengths)
+        # Causal over every column before it, and a row sees none of its padding; a padding query sees its row's
+        # tokens (it is thrown away).
+        col = torch.arange(end, device=self.device)
+        visible = (col[None, None, :] <= pos[:, :, None]) & (col[None, None, :] < lens[:, None, None])
+        mask = torch.zeros(n, 1, t, end, dtype=dtype, device=self.device).masked_fill(~visible[:, None], _NEG[dtype])
+        return self._forward(ids, pos, mask, k, v, last=lens.clamp(max=end) - 1 - start)
 
     def _merge(self, state: Any) -> None:
         k, v, lengths = state
