@@ -581,14 +581,13 @@ class BatchEngine:
         if self._drain:
             room = 0
         now = time.monotonic()
-        # Rows that arrive during a prefill enter after its last piece, but those that fit beside it (then at once:
-        # gathering them for `max_join_steps` steps would wait out pieces of a second or more on a 1.8B).
+        # During a prefill the loop admits only rows that fit beside it (`_iterate`), and at once: gathering them
+        # for `max_join_steps` steps would wait out pieces of a second or more on a 1.8B.
         beside = bool(self._prefills)
-        held = beside and not self._may_admit_beside()
         urgent = urgent or beside
         with self._cv:
             self._expire_blocked(now)
-            if room <= 0 or not self._queue or held:
+            if room <= 0 or not self._queue:
                 return []
             # Gathering rows into fewer prefills trades a few steps of waiting for throughput: not for an
             # interactive row beside a document's rows.
@@ -801,12 +800,12 @@ class BatchEngine:
             return any(self._fits_beside(p) for p in self._queue)
 
     def _fits_beside(self, p: _Pending) -> bool:
-        """An interactive row beside a prefill of document rows only, or one whose prompt is one forward (at most
-        the batch's piece budget) beside any prefill."""
-        if p.background or len(self._prefills) != 1:
+        """Beside the one prefill under way: an interactive row whose prompt is one forward (at most the batch's
+        piece budget), or any interactive row beside a prefill of document rows only."""
+        if p.background:
             return False
         budget = getattr(self._batch, "prefill_tokens", None)
-        if budget is not None and -(-p.tokens // 16) * 16 <= budget:
+        if budget is not None and p.tokens <= budget:
             return True
         prefill = self._prefills[0]
         return all(self._running[t].background for t in prefill.pending if t in self._running)
