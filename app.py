@@ -18,11 +18,6 @@ from typing import Any, Sequence
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# The compiled step's packages and the C++ kernels are kept beside inductor's cache, whose default is under /tmp:
-# `python app.py` without ./start.sh compiled them anew (~135 s on 2 cores) after every reboot. The same folder as
-# ./start.sh's, so both find what the other built.
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(
-    os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "hunyuan-mt", "torchinductor"))
 
 from hunyuan_mt.config import Config, load_config, parse_set_args  # noqa: E402
 from hunyuan_mt.errors import TranslationError  # noqa: E402

@@ -68,8 +68,8 @@ class Server:
         # shell without the preload the server ran on torch's libgomp, where model.cpu_threads resolves to one
         # thread: not what a user runs.
         env = with_intel_openmp(env)
-        # The compile cache: app.py keeps ./start.sh's unless the environment names one (inductor's default lives
-        # under TMPDIR, which would make every start here a first install's, compiling for ~2 min).
+        # The compile cache: the server keeps ./start.sh's unless the environment names one (kernels.compile_cache;
+        # inductor's default lives under TMPDIR, which would make every start here a first install's).
         self.log = log_path.open("w")
         self.proc = subprocess.Popen(cmd, cwd=PROJECT_ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.ps = psutil.Process(self.proc.pid)

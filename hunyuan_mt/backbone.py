@@ -313,8 +313,8 @@ def _has_safetensors(source: str) -> bool:
 
 
 def _inductor_cache() -> str:
-    """Where the compiled step's packages are kept (decode/aot.py: beside torch's own cache, TORCHINDUCTOR_CACHE_DIR;
-    ./start.sh sets one under ~/.cache)."""
+    """Where the compiled step's packages are kept (decode/aot.py: beside torch's own cache, `kernels.compile_cache`:
+    ~/.cache/hunyuan-mt/torchinductor unless TORCHINDUCTOR_CACHE_DIR names another)."""
     from .decode.aot import cache_dir
 
     return str(cache_dir())

@@ -51,16 +51,19 @@ def test_cli_flags_become_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cfg.cache.slots == 4
 
 
-def test_app_keeps_the_compile_cache_where_start_sh_does(tmp_path: Path) -> None:
-    """`python app.py` without ./start.sh: the compiled packages and kernels go under ~/.cache (or
-    $XDG_CACHE_HOME), as ./start.sh keeps them, not under inductor's /tmp default; a folder the caller names wins."""
-    base = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME")}
-    show = [sys.executable, "-c", "import os, app; print(os.environ['TORCHINDUCTOR_CACHE_DIR'])"]
+def test_every_entry_point_keeps_the_compile_cache_where_start_sh_does(tmp_path: Path) -> None:
+    """Without ./start.sh (`python app.py`, the CLI, serve-ray's replicas): the compiled packages, the kernels and
+    inductor's own cache go under ~/.cache (or $XDG_CACHE_HOME), as ./start.sh keeps them, not under inductor's
+    /tmp default; a folder the caller names wins."""
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("TORCHINDUCTOR_CACHE_DIR", "XDG_CACHE_HOME", "HMT_AOT_CACHE")}
+    show = [sys.executable, "-c", "from hunyuan_mt.decode.aot import cache_dir; print(cache_dir()); "
+            "from torch._inductor.runtime.cache_dir_utils import cache_dir; print(cache_dir())"]
     for extra, expected in (({"HOME": str(tmp_path)}, tmp_path / ".cache/hunyuan-mt/torchinductor"),
                             ({"XDG_CACHE_HOME": str(tmp_path / "xdg")}, tmp_path / "xdg/hunyuan-mt/torchinductor"),
                             ({"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "mine")}, tmp_path / "mine")):
         done = subprocess.run(show, cwd=ROOT, env={**base, **extra}, capture_output=True, text=True, timeout=120)
-        assert done.stdout.strip() == str(expected), done.stderr[-400:]
+        assert done.stdout.split() == [str(expected / "hunyuan-mt-aot"), str(expected)], done.stderr[-400:]
 
 
 def _app_args(web_cfg: Config) -> list[str]:

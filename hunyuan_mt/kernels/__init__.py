@@ -88,16 +88,25 @@ def usable(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
     return device.type == "cpu" and dtype == torch.float32 and head_dim % 8 == 0 and head_dim <= 128
 
 
+def compile_cache() -> Path:
+    """Inductor's cache folder: TORCHINDUCTOR_CACHE_DIR, else ~/.cache/hunyuan-mt/torchinductor (under
+    XDG_CACHE_HOME where set), which is then set for inductor too. Inductor's own default is under /tmp: a server
+    started without ./start.sh (`python app.py`, the CLI, serve-ray's replicas) compiled its step anew, ~135 s on 2
+    cores, after every reboot. Every entry point reaches this before its first compile (`cache_folder`)."""
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not folder:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        folder = os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(base, "hunyuan-mt", "torchinductor")
+    return Path(folder)
+
+
 def cache_folder(variable: str, name: str) -> Path:
     """Where compiled code of ours is kept (these kernels, the compiled step's packages): the folder the environment
-    variable `variable` names, else `name` beside inductor's own cache (TORCHINDUCTOR_CACHE_DIR; ./start.sh keeps it
-    under ~/.cache)."""
+    variable `variable` names, else `name` beside inductor's own cache (`compile_cache`)."""
     explicit = os.environ.get(variable)
     if explicit:
         return Path(explicit)
-    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache
-
-    return Path(inductor_cache()) / name
+    return compile_cache() / name
 
 
 def _flags() -> list[str]:
