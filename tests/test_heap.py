@@ -25,6 +25,7 @@ class _Libc:
 def test_the_decode_loop_trims_only_when_the_heap_grew_by_the_slack(monkeypatch: pytest.MonkeyPatch) -> None:
     libc = _Libc()
     resident = [500 * MB]
+    monkeypatch.setattr(heap, "_after_last_trim", None)   # restored afterwards: the fakes' baseline stays here
     monkeypatch.setattr(heap, "_libc", lambda: libc)
     monkeypatch.setattr(heap, "anonymous_resident", lambda: resident[0])
     heap.trim()                                       # after a load: the baseline is what is left

@@ -33,7 +33,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # ---------------------------------------------------------------------------------------------------- schema
 
 
-
 def test_the_memory_check_keeps_its_connection_and_survives_losing_it(tmp_path: Path) -> None:
     """`MemoryRows.stamp` runs on a connection it keeps (every request asks); a write by another connection is seen
     at once (no snapshot held), and a connection that died under it is replaced without an error."""
@@ -52,6 +51,7 @@ def test_the_memory_check_keeps_its_connection_and_survives_losing_it(tmp_path: 
         store.close()
         other.close()
     assert store.memory._stamp_connection is None
+
 
 def test_a_new_database_is_migrated_to_the_newest_schema_once(tmp_path: Path) -> None:
     store = Store.open("", tmp_path)
