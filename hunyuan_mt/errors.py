@@ -88,6 +88,13 @@ class ModelUnavailable(TranslationError):
     http_status = 503
 
 
+class StoreUnavailable(TranslationError):
+    """The store cannot be opened now (another process holds its migration lock past the bound)."""
+
+    http_status = 503
+    retryable = True
+
+
 class ReplicaUnavailable(TranslationError):
     """Ray Serve: every attempt found the group's replica dead or unreachable (it is being restarted)."""
 

@@ -19,6 +19,11 @@ the decode step with g++; ninja comes with requirements.txt), once per machine a
 then loaded from disk. Where they cannot be built (no compiler), or with `HMT_CPU_KERNELS=0`, `decode_attention()`
 returns None and the step attends with tensor operations, and `fbgemm_linear()` returns None and the int8 layers
 call fbgemm through Python: the same arithmetic, slower.
+
+A server that must build them does so in the background while it serves (`prebuild.py`): it calls `defer()` first,
+so that asking for a kernel answers None at once instead of starting a build, and `activate()` once the build is
+on disk, at a point where no row is decoding (the engine's upgrade). The build itself holds an owned lock
+(`locks.py`): a build killed midway leaves nothing that makes the next one wait.
 """
 
 from __future__ import annotations
@@ -42,16 +47,56 @@ _SOURCES = tuple(Path(__file__).with_name(name)
 _LOCK = threading.Lock()
 #: Whether the library is loaded; None until the first call decides it (once per process).
 _LOADED: bool | None = None
+#: Set by `defer`: until `activate`, the library counts as absent and nothing builds it in this process.
+_DEFERRED = False
+#: Seconds a build waits for another process building the same kernels before it gives up (and the kernels are
+#: then absent in this process: the slower tensor operations serve).
+BUILD_WAIT_S = 900.0
+#: Written into the build folder once the library has been built and loaded there (`built`).
+_MARKER = "built.ok"
 
 
 def _library() -> bool:
-    """Build or load the library once: whether its ops are there."""
+    """Build or load the library once: whether its ops are there. False, without building, while deferred."""
     global _LOADED
     if _LOADED is None:
+        if _DEFERRED:
+            return False
         with _LOCK:
             if _LOADED is None:
                 _LOADED = _load()
     return _LOADED
+
+
+def defer() -> None:
+    """Until `activate`, the kernels count as absent: callers take their fallbacks, and nothing waits for a build
+    (another process builds them: `prebuild.py`)."""
+    global _DEFERRED
+    with _LOCK:
+        if _LOADED is None:
+            _DEFERRED = True
+
+
+def activate() -> bool:
+    """End `defer`: load the library now (built already, this is fast) and say whether its ops are there."""
+    global _DEFERRED
+    with _LOCK:
+        _DEFERRED = False
+    return _library()
+
+
+def state() -> str:
+    """"loaded", "unavailable" (off, or the build failed), "deferred" (another process builds them) or
+    "unknown" (not asked for yet)."""
+    if _LOADED is not None:
+        return "loaded" if _LOADED else "unavailable"
+    return "deferred" if _DEFERRED else "unknown"
+
+
+def built() -> bool:
+    """Whether the library for these sources, flags and torch is on disk already (loading it then takes about a
+    second, not a build)."""
+    return (_build_folder() / _MARKER).is_file()
 
 
 def decode_attention() -> Any:
@@ -137,26 +182,44 @@ def _ninja_on_path() -> Iterator[None]:
             os.environ["PATH"] = before
 
 
+def _build_folder() -> Path:
+    """Where the library for these sources, flags and torch is built (its name carries their digest)."""
+    digest = hashlib.sha256(repr(([src.read_bytes() for src in _SOURCES], _flags(), torch.__version__)).encode()
+                            ).hexdigest()[:12]
+    return cache_folder("HMT_KERNEL_CACHE", "hunyuan-mt-kernels") / f"hmt_cpu_kernels_{digest}"
+
+
+def build_extension(name: str, sources: list[Path], folder: Path, cflags: list[str], ldflags: list[str]) -> None:
+    """torch's extension builder on `sources` into `folder`, loaded into this process, under an owned lock
+    (`locks.py`) so that a build killed midway never leaves a later one waiting: under it, no other process of ours
+    builds here, so torch's own `lock` file, if there is one, is a dead build's and is removed first."""
+    from torch.utils import cpp_extension
+
+    from ..locks import owned_lock
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with owned_lock(folder / "build.lock", f"building {name}", BUILD_WAIT_S, log):
+        stale = folder / "lock"
+        if stale.exists():
+            log.warning("%s: removing the lock file of a build that did not finish (%s)", name, stale)
+            stale.unlink(missing_ok=True)
+        with _ninja_on_path():
+            cpp_extension.load(name=name, sources=[str(src) for src in sources], extra_cflags=cflags,
+                               extra_ldflags=ldflags, build_directory=str(folder), is_python_module=False,
+                               verbose=False)
+        (folder / _MARKER).write_text(name, encoding="utf-8")
+
+
 def _load() -> bool:
     if os.environ.get("HMT_CPU_KERNELS", "1").strip().lower() in ("0", "false", "off", "no"):
         log.info("CPU kernels off (HMT_CPU_KERNELS): decode attention runs as tensor operations, int8 layers call "
                  "fbgemm through Python")
         return False
-    flags = _flags()
-    digest = hashlib.sha256(repr(([src.read_bytes() for src in _SOURCES], flags, torch.__version__)).encode()
-                            ).hexdigest()[:12]
-    name = f"hmt_cpu_kernels_{digest}"
-    folder = cache_folder("HMT_KERNEL_CACHE", "hunyuan-mt-kernels") / name
+    folder = _build_folder()
     t0 = time.perf_counter()
     try:
-        from torch.utils import cpp_extension
-
-        folder.mkdir(parents=True, exist_ok=True)
-        with _ninja_on_path():
-            cpp_extension.load(name=name, sources=[str(src) for src in _SOURCES], extra_cflags=flags,
-                               extra_ldflags=["-fopenmp"], build_directory=str(folder), is_python_module=False,
-                               verbose=False)
-    except Exception as exc:  # noqa: BLE001 - the compiler, ninja and the loader fail in many ways
+        build_extension(folder.name, list(_SOURCES), folder, _flags(), ["-fopenmp"])
+    except Exception as exc:  # noqa: BLE001 - the compiler, ninja, the loader and the lock fail in many ways
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         log.warning("building the CPU kernels failed, attention runs as tensor operations and int8 layers call "
                     "fbgemm through Python (same output, slower): %s: %s", type(exc).__name__, first[:300])

@@ -3,29 +3,36 @@ Ray Serve replicas share), migrated to the newest schema by Alembic before anyth
 
     engine = open_engine("sqlite:////srv/hmt/data/hunyuan.db")   # or postgresql+psycopg://user@host/db
 
-Two processes starting on the same database at once migrate one after the other: SQLite under a lock file beside
-the database, PostgreSQL under an advisory lock.
+Two processes starting on the same database at once migrate one after the other: SQLite under an owned lock file
+beside the database (`locks.py`), PostgreSQL under a session advisory lock. Neither outlives its holder: the kernel
+drops the file lock of a dead process, and PostgreSQL the advisory lock of a closed session. A waiter says once
+what it waits for and gives up after `MIGRATION_WAIT_S` with `StoreUnavailable`.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
+import time
 from contextlib import contextmanager
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
-from ..errors import ConfigError
+from ..errors import ConfigError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 _MIGRATIONS = Path(__file__).with_name("migrations")
 #: PostgreSQL's advisory lock key for migrations (any constant; "hmt" in ASCII).
 _PG_LOCK = 0x686D74
+#: Seconds a start waits for another process's migration of the same database before it gives up.
+MIGRATION_WAIT_S = 300.0
+#: Seconds between two tries for PostgreSQL's advisory lock while another session holds it.
+_PG_POLL_S = 0.5
 #: Environment variable naming the folder for what the server writes (the database, job files); default ./data.
 DATA_ENV = "HMT_DATA"
 
@@ -101,9 +108,11 @@ def migrate(engine: Engine) -> str:
 
 @contextmanager
 def _migration_lock(engine: Engine) -> Iterator[None]:
+    from ..locks import LockTimeout, owned_lock
+
     if engine.dialect.name == "postgresql":
         with engine.connect() as connection:
-            connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_LOCK})
+            _pg_lock(connection)
             try:
                 yield
             finally:
@@ -114,9 +123,28 @@ def _migration_lock(engine: Engine) -> Iterator[None]:
     if not database or database == ":memory:":
         yield
         return
-    with open(f"{database}.migrate.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
+    try:
+        with owned_lock(f"{database}.migrate.lock", "migrating the store's schema", MIGRATION_WAIT_S, log):
             yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    except LockTimeout as exc:
+        raise StoreUnavailable(str(exc)) from None
+
+
+def _pg_lock(connection: Any) -> None:
+    """PostgreSQL's advisory lock, tried until MIGRATION_WAIT_S: one log line names the session that holds it."""
+    deadline = time.monotonic() + MIGRATION_WAIT_S
+    said = False
+    while not connection.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _PG_LOCK}).scalar():
+        if not said:
+            holder = connection.execute(text(
+                "SELECT a.pid, a.client_addr, a.backend_start FROM pg_locks l JOIN pg_stat_activity a "
+                "ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.objid = :k AND l.granted"),
+                {"k": _PG_LOCK}).first()
+            who = (f"PostgreSQL session {holder[0]} (client {holder[1] or 'local'}, since {holder[2]})"
+                   if holder is not None else "another session")
+            log.info("waiting for %s to finish migrating the store's schema (at most %.0f s)", who, MIGRATION_WAIT_S)
+            said = True
+        if time.monotonic() >= deadline:
+            raise StoreUnavailable(f"migrating the store's schema: another session still holds the migration lock "
+                                   f"after {MIGRATION_WAIT_S:.0f} s")
+        time.sleep(_PG_POLL_S)
