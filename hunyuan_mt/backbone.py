@@ -198,6 +198,20 @@ def load_backbone(cfg: ModelConfig) -> Backbone:
         return backbone
 
 
+def kernels_needed_at_load(cfg: ModelConfig) -> bool:
+    """Whether loading this model needs our CPU kernels built first: 4-bit weights and a pinned qgemm are packed
+    for them at load, and a model too large for the CPU's caches chooses its int8 kernel among them by timing them
+    (`int8.kernel_for`). The demo needs them only for speed, so a server can build them in the background."""
+    if cfg.quantization == "int4" or cfg.int8_kernel == "qgemm":
+        return True
+    if cfg.quantization not in ("int8", "auto"):
+        return False
+    folder = cfg.resolved_path
+    stored = sum(f.stat().st_size for f in folder.glob("*.safetensors")) if folder.is_dir() else 0
+    # Half-precision checkpoints hold 2 bytes a weight, float32 ones 4: either way more than the int8 bound.
+    return stored > 2 * int8.LARGE_MODEL_BYTES
+
+
 def loaded_backbones() -> list[Backbone]:
     with _LOAD_LOCK:
         return list(_INSTANCES.values())
@@ -648,35 +662,46 @@ class Backbone:
             return "the compiled step is not built for the qgemm kernel (the GEMMs are the step at its sizes)"
         return None
 
-    def compile_step(self) -> bool:
+    def compile_step(self, build: bool = True) -> bool:
         """Run every later batch's decode step (and a Marian model's encoder) compiled (decode/compiled.py) and warm
         them up now: the first calls compile (the caller waits; logged). False, with the reason logged, where it
-        does not apply or the decode step failed to compile (decoding stays eager)."""
+        does not apply or the decode step failed to compile (decoding stays eager).
+
+        `build=False` only loads packages already on disk (another process built them: prebuild.py), and a missing
+        one leaves decoding eager: a serving process must not compile for minutes in its decode thread."""
         note = self.compile_note()
         if note is not None:
             log.info("model.compile: not applied (%s)", note)
             return False
         from .decode.compiled import CompiledEncoder, CompiledLlamaStep, CompiledStep
 
-        if self.compiled is None:
+        if self.compiled is None or not build or not all(c.active for c in self.compiled if c is not None):
             # Float32 weights are frozen into the packages, where inductor packs them for oneDNN as the eager step
             # does (decode/dense.py): as inputs, a compiled step would multiply them unpacked, slower than eager.
             # int8 weights stay inputs (their GEMM, torch._int_mm, packs nothing).
             freeze = self.cfg.quantization == "none"
-            self.compiled = ((CompiledStep(freeze), CompiledEncoder(freeze)) if self.batch_class is MarianBatch
-                             else (CompiledLlamaStep(freeze), None))
-        log.info("compiling the decode step%s for this CPU (model.compile; the first start takes minutes on 2 cores, "
-                 "later starts read the compiled packages in %s)",
-                 " and encoder" if self.compiled[1] is not None else "", _inductor_cache())
+            compiled = ((CompiledStep(freeze, build), CompiledEncoder(freeze, build))
+                        if self.batch_class is MarianBatch else (CompiledLlamaStep(freeze, build), None))
+        else:
+            compiled = self.compiled
+        if build:
+            log.info("compiling the decode step%s for this CPU (model.compile; the first start takes minutes on 2 "
+                     "cores, later starts read the compiled packages in %s)",
+                     " and encoder" if compiled[1] is not None else "", _inductor_cache())
         t0 = time.perf_counter()
-        # One row (run beside a padding row) and then three: the second call must find the same graph.
-        self.generate([PromptRow("Hello.", "en", "es")], [BASE_SLOT], GenerationConfig(), max_new_tokens=4)
-        self.generate([PromptRow(t, "en", "es") for t in ("Open the file.", "Save.", "Close the window now.")],
-                      [BASE_SLOT] * 3, GenerationConfig(), max_new_tokens=6)
-        step, encoder = self.compiled
+        with self.model_lock:
+            # New batches take the compiled step from here on: set with the model lock held, so that no batch is
+            # being made meanwhile; the warm-up below runs before any other forward can.
+            self.compiled = compiled
+            # One row (run beside a padding row) and then three: the second call must find the same graph.
+            self.generate([PromptRow("Hello.", "en", "es")], [BASE_SLOT], GenerationConfig(), max_new_tokens=4)
+            self.generate([PromptRow(t, "en", "es") for t in ("Open the file.", "Save.", "Close the window now.")],
+                          [BASE_SLOT] * 3, GenerationConfig(), max_new_tokens=6)
+        step, encoder = compiled
         if not step.active:
             return False
-        log.info("decode step compiled and warm in %.1f s%s", time.perf_counter() - t0,
+        log.info("decode step %s and warm in %.1f s%s", "compiled" if build else "loaded",
+                 time.perf_counter() - t0,
                  "" if encoder is None or encoder.active else " (the encoder runs eagerly: it failed to compile)")
         return True
 

@@ -76,9 +76,11 @@ class ModelConfig:
     #: (./start.sh preloads it), else one less than the cores, since torch's own libgomp makes a second thread
     #: cost more than it gives in the engine's thread (hunyuan_mt/cpu.py, BENCHMARKS.md).
     cpu_threads: int = 0
-    #: Compile the decode step and encoder ahead of time (decode/compiled.py, decode/aot.py; CPU, Marian models, int8
-    #: or float32 weights). "auto": when the service warms up (it compiles then, ~135 s the first time on 2 cores,
-    #: ~1 s to load the kept packages after); true: also without warm-up (the first request compiles); false: eager.
+    #: Compile the decode step and encoder ahead of time (decode/compiled.py, decode/aot.py; CPU, lean steps, int8
+    #: or float32 weights). "auto": when the service warms up, in the background (prebuild.py: the eager step serves
+    #: from the start and the engine switches once the packages are built, ~150 s the first time on 2 cores; later
+    #: starts load them in about a second); true: before the service serves anything, also without warm-up
+    #: (benchmarks of the compiled step); false: eager.
     compile: str = "auto"
     #: What a Marian decode step keeps its attention keys and values in on the CPU: "float16" halves what every step
     #: reads (its attention is bound by memory; kernels/), "float32" keeps the model's precision, "auto": float16
@@ -509,6 +511,11 @@ class Config:
 
 # --------------------------------------------------------------------------------------------------------------
 # Loading
+
+
+def config_from_dict(data: Mapping[str, Any]) -> Config:
+    """A configuration from `Config.to_dict()`'s output (what a helper process is handed), validated again."""
+    return _build(Config, data, "")
 
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:

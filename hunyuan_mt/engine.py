@@ -69,6 +69,9 @@ BASE_KEY = "__base__"
 INTERACTIVE_WINDOW_S = 10.0
 #: How often an engine whose queued rows all wait for adapter slots held outside its batch looks again (seconds).
 SLOT_POLL_S = 0.01
+#: Seconds a pending switch of the decode step (`request_upgrade`) lets new rows join a running batch; after that
+#: they queue until the running rows finish and the switch is made.
+UPGRADE_HOLD_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -248,13 +251,7 @@ class BatchEngine:
         self._cancel_seen = False
         #: seq → pending row, for the rows in the running batch.
         self._running: dict[int, _Pending] = {}
-        self._batch: RunningBatch | None = backbone.new_batch(gen_cfg, self._static_cache_spec())
-        if self._batch is not None:
-            self._batch.before_forward = self._seam
-            self._batch.guard = self.guard
-            chunk = engine_cfg.prefill_chunk
-            if chunk != "auto" and hasattr(self._batch, "prefill_tokens"):
-                self._batch.prefill_tokens = chunk
+        self._batch: RunningBatch | None = self._new_batch()
         #: Prefills under way, a forward a round (`decode.Prefill`): their rows are in `_running`, not yet live.
         #: At most two: an interactive one may start beside a document's, and runs first (the last one here).
         self._prefills: list[Prefill] = []
@@ -268,12 +265,73 @@ class BatchEngine:
             with backbone.model_lock, torch.inference_mode():
                 captured = steps.warm(list(range(1, self.cfg.max_rows + 1)))
             log.info("engine: decode steps captured as CUDA graphs for batch sizes %s", captured)
+        #: A switch of the decode step (the background build's kernels or compiled packages: prebuild.py) to apply
+        #: once no row is decoding: (what, the function that applies it, monotonic time asked).
+        self._upgrade: tuple[str, Callable[[], Any], float] | None = None
+        #: The switches applied so far: (what, wall-clock time, ms the loop spent on it, how long it waited).
+        self._upgrades: list[dict[str, Any]] = []
         #: After an out-of-memory prefill of one row: admit nothing until the running batch drains.
         self._drain = False
         #: After an out-of-memory decode step: at most this many live rows until the batch drains.
         self._oom_cap: int | None = None
         self._thread = threading.Thread(target=self._loop, name="hmt-engine", daemon=True)
         self._thread.start()
+
+    def _new_batch(self) -> RunningBatch | None:
+        """A running batch from the backbone as it is now (its kernels, its compiled step), set up for this loop."""
+        batch = self.backbone.new_batch(self.gen, self._static_cache_spec())
+        if batch is not None:
+            batch.before_forward = self._seam
+            batch.guard = self.guard
+            chunk = self.cfg.prefill_chunk
+            if chunk != "auto" and hasattr(batch, "prefill_tokens"):
+                batch.prefill_tokens = chunk
+        return batch
+
+    def request_upgrade(self, what: str, apply: Callable[[], Any]) -> None:
+        """Run `apply` (it changes how the backbone decodes: kernels, compiled packages) on the loop's thread at the
+        first point where no row is decoding, then decode with a new running batch. A row thus never changes steps
+        midway. Rows keep being admitted for UPGRADE_HOLD_S; after that the queue waits for the running rows to
+        finish, so that a busy server switches too."""
+        with self._cv:
+            if self._upgrade is not None:
+                # Both are applied: the later one runs after the earlier one.
+                first = self._upgrade[1]
+                later = apply
+
+                def apply() -> Any:  # noqa: F811 - the two switches chained
+                    first()
+                    return later()
+
+                what = f"{self._upgrade[0]} and {what}"
+            self._upgrade = (what, apply, time.monotonic() if self._upgrade is None else self._upgrade[2])
+            self._cv.notify_all()
+
+    @property
+    def upgrade_pending(self) -> bool:
+        return self._upgrade is not None
+
+    def upgrades(self) -> list[dict[str, Any]]:
+        return list(self._upgrades)
+
+    def _apply_upgrade(self) -> None:
+        with self._cv:
+            pending, self._upgrade = self._upgrade, None
+        if pending is None:
+            return
+        what, apply, asked = pending
+        t0 = time.monotonic()
+        try:
+            apply()
+        except Exception:  # noqa: BLE001 - a failed switch leaves the step it had; the loop goes on
+            log.exception("engine: switching to %s failed; decoding goes on as before", what)
+        with self.backbone.model_lock:
+            self._batch = self._new_batch()
+        ms = (time.monotonic() - t0) * 1000
+        self._upgrades.append({"what": what, "at": round(time.time(), 3), "ms": round(ms, 1),
+                               "waited_s": round(t0 - asked, 3)})
+        log.info("engine: decoding with %s from now on (switched in %.0f ms, %.2f s after it was ready)", what, ms,
+                 t0 - asked)
 
     def _static_cache_spec(self) -> Any:
         """The static cache to ask the backbone for, or None (engine.kv_cache; "auto": decoder-only on CUDA)."""
@@ -487,7 +545,8 @@ class BatchEngine:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self._queue and not self._running and not self._closed and self._kv_switch is None:
+                while (not self._queue and not self._running and not self._closed and self._kv_switch is None
+                       and self._upgrade is None):
                     self._cv.wait()
                 if self._closed:
                     return
@@ -522,6 +581,8 @@ class BatchEngine:
     def _iterate(self) -> bool:
         """One round of the loop. False when nothing could run (rows wait for slots)."""
         self._reap_cancelled()
+        if self._upgrade is not None and not self._running and not self._prefills:
+            self._apply_upgrade()
         if self._kv_switch is not None:
             dtype, rows = self._kv_switch
             batch: Any = self._batch
@@ -581,6 +642,9 @@ class BatchEngine:
         if self._drain:
             room = 0
         now = time.monotonic()
+        upgrade = self._upgrade
+        if upgrade is not None and self._running and now - upgrade[2] > UPGRADE_HOLD_S:
+            room = 0  # let the running rows finish: the switch waits for a point where none decodes
         # During a prefill the loop admits only rows that fit beside it (`_iterate`), and at once: gathering them
         # for `max_join_steps` steps would wait out pieces of a second or more on a 1.8B.
         beside = bool(self._prefills)

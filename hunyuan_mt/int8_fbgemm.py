@@ -100,6 +100,9 @@ def linear_op() -> Any:
     global _NATIVE
     if _NATIVE is None:
         native = kernels.fbgemm_linear() or False  # built or loaded outside the table's lock (~25 s the first time)
+        if not native and kernels.state() == "deferred":
+            # Built by another process meanwhile (prebuild.py): the Python op serves until they are activated.
+            return torch.ops.hmt.fbgemm_linear
         with _TABLE_LOCK:
             if _NATIVE is None:
                 if native:

@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterator, Sequence
 from .adapters.cache import AdapterCache
 from .adapters.registry import AdapterRegistry
 from .adapters.request import Pair
-from .backbone import Backbone, load_backbone
+from . import kernels, prebuild
+from .backbone import Backbone, kernels_needed_at_load, load_backbone
 from .config import Config, load_config
 from .detect import Detection, detect as detect_language, ready as detector_ready, start as start_detector
 from .engine import BatchEngine, Row, future_scores, future_tokens
@@ -183,6 +184,19 @@ class _Job:
         return self.layout.render(segments, self.plan.src, self.plan.tgt)
 
 
+def attach_adapters(cfg: Config, backbone: Backbone, store: Store, start: bool = True
+                    ) -> tuple[AdapterRegistry, AdapterCache]:
+    """The adapter registry and cache over `backbone`, its pinned adapters attached (`start`): what a service
+    serves with, and what the background build compiles the step over (prebuild.py)."""
+    # Which version of each pair's adapter serves is the store's record (retrain.py promotes).
+    registry = AdapterRegistry(cfg.cache.resolved_dir, backbone.spec, store.adapters.current)
+    registry.scan()
+    cache = AdapterCache(backbone, registry, cfg.cache)
+    if start:
+        cache.start()
+    return registry, cache
+
+
 class TranslationService:
     """See the module docstring. Thread-safe; every public method may be called from many threads."""
 
@@ -190,19 +204,27 @@ class TranslationService:
         """`backbone` is for tests and benchmarks that need a private one; by default the process-wide backbone."""
         self.cfg = cfg
         t0 = time.perf_counter()
+        #: The kernels and compiled packages being built beside the serving process (prebuild.py), or None.
+        self.build: prebuild.BackgroundBuild | None = None
+        beside = cfg.model.compile == "auto" and cfg.model.warmup
+        if beside and backbone is None and not kernels.built() and not kernels_needed_at_load(cfg.model):
+            # Built by the background build while the eager step serves; activated by the engine's upgrade.
+            kernels.defer()
         self.backbone = backbone if backbone is not None else load_backbone(cfg.model)
         self.store = Store.open(cfg.store.url, cfg.store.dir)
-        # Which version of each pair's adapter serves is the store's record (retrain.py promotes).
-        self.registry = AdapterRegistry(cfg.cache.resolved_dir, self.backbone.spec, self.store.adapters.current)
-        self.registry.scan()
-        self.cache = AdapterCache(self.backbone, self.registry, cfg.cache)
+        self.registry, self.cache = attach_adapters(cfg, self.backbone, self.store, start=False)
         self.versions = VersionWatch(self.store.adapters.current, self.registry, self.rescan)
         self.tm = open_memory(cfg, self.store)
         self.cache.start()
-        if cfg.model.compile == "on" or (cfg.model.compile == "auto" and cfg.model.warmup):
-            # After the pinned adapters are in: the slot layers they wrap are part of the compiled graph.
+        # After the pinned adapters are in: the slot layers they wrap are part of the compiled graph.
+        if cfg.model.compile == "on":
             self.backbone.compile_step()
+        elif beside and kernels.state() != "deferred":
+            # Built on an earlier start: loaded in about a second. Else the background build makes them.
+            self.backbone.compile_step(build=False)
         self.engine = BatchEngine(self.backbone, self.cache, cfg.engine, cfg.generation, cfg.limits)
+        if beside:
+            self._build_beside()
         self.router = Router(self.registry, cfg.routing)
         self.monitor = MemoryMonitor(self.backbone.device)
         self.memory = MemoryPolicy(cfg.memory, self.monitor, self.cache, self.engine)
@@ -227,6 +249,54 @@ class TranslationService:
             threading.Thread(target=self._warm_up, name="hmt-warmup", daemon=True).start()
         else:
             self._warm.set()
+
+    def _build_beside(self) -> None:
+        """Start the background build of what the fast step still lacks (prebuild.py), if anything."""
+        bb = self.backbone
+        deferred = kernels.state() == "deferred"
+        step = bb.compiled[0] if bb.compiled else None
+        missing = bb.compile_note() is None and (step is None or not step.active)
+        if not deferred and not missing:
+            return
+        packages = prebuild.PACKAGES.get(bb.arch, ()) if missing else ()
+        self.build = prebuild.BackgroundBuild(prebuild.config_for_worker(self.cfg, bb), deferred, packages,
+                                              self._built)
+        self.build.start()
+
+    def _built(self, what: str) -> None:
+        """The background build has put `what` ("kernels", "packages") on disk: switch to it where no row is
+        decoding (the engine's upgrade)."""
+        if what == "kernels":
+            self.engine.request_upgrade("the CPU kernels", kernels.activate)
+        else:
+            self.engine.request_upgrade("the compiled decode step", lambda: self.backbone.compile_step(build=False))
+
+    def wait_full_speed(self, timeout: float | None = None) -> bool:
+        """Block until the background build has finished and the engine has switched to what it built (benchmarks
+        that measure the fast step); True when there is nothing left to switch to."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            build = self.build
+            if (build is None or build.done) and not self.engine.upgrade_pending:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+    def full_speed(self) -> dict[str, Any]:
+        """What /status and the page say about the fast step: built and in use, or still being built."""
+        bb = self.backbone
+        step = bb.compiled[0] if bb.compiled else None
+        out: dict[str, Any] = {"kernels": kernels.state(), "compiled_step": bool(step is not None and step.active),
+                               "upgrades": self.engine.upgrades()}
+        note = bb.compile_note()
+        if note is not None:
+            out["compiled_step_note"] = note
+        if self.build is not None:
+            out["build"] = self.build.status()
+            out["line"] = prebuild.describe(out["build"])
+        out["reached"] = (self.build is None or self.build.done) and not self.engine.upgrade_pending
+        return out
 
     def _warm_up(self) -> None:
         try:
@@ -260,6 +330,8 @@ class TranslationService:
     def close(self) -> None:
         """Stop the engine and the memory monitor (tests, and the server on its way out)."""
         self._closing.set()
+        if self.build is not None:
+            self.build.close()
         self.memory.stop()
         self.versions.stop()
         self.engine.close()
@@ -832,6 +904,7 @@ class TranslationService:
             "warmup": None if self.warmup is None else {**asdict(self.warmup),
                                                         "seconds": round(self.warmup.seconds, 2)},
             "backbone": self.backbone.info(),
+            "full_speed": self.full_speed(),
             "memory": {
                 "rss_bytes": reading.rss_bytes,
                 "host_fraction": round(reading.host_fraction, 4),

@@ -26,6 +26,12 @@ What this wrapper adds to `torch.export` + `torch._inductor.aoti_compile_and_pac
   strides the code computes from its sizes), so a call that does not fit the package raises `AotMismatch` instead
   of computing garbage; the caller falls back to eager.
 
+A package is compiled under an owned lock of its own (`locks.py`): two processes that need the same package (Ray
+replicas starting together, a server and its background build) compile it once, and a compile killed midway frees
+the lock for the next. `AotFunction.build = False` makes a missing package an error (`AotNotBuilt`) instead of a
+compile: a serving process whose packages are built by another (`prebuild.py`) must never compile in its decode
+thread.
+
 The package's generated code runs on a fixed number of threads (inductor writes it into each parallel loop), hence
 the thread count in the key: callers keep compiled forwards on one thread count (`decode/compiled.py`).
 """
@@ -67,6 +73,23 @@ _KEEP = 12
 
 class AotMismatch(RuntimeError):
     """A call's inputs do not fit the compiled package (the C++ input check refused them)."""
+
+
+class AotNotBuilt(RuntimeError):
+    """The package a call needs is not on disk, and this function may not compile it (`AotFunction.build`)."""
+
+
+#: Called as listener(label, "compiling" | "compiled" | "loaded", seconds) around each package a process compiles
+#: or loads (the background build reports its progress through it).
+LISTENERS: list[Callable[[str, str, float], None]] = []
+
+#: Seconds a compile waits for another process compiling the same package before it gives up.
+COMPILE_WAIT_S = 1800.0
+
+
+def _tell(label: str, event: str, seconds: float) -> None:
+    for listener in list(LISTENERS):
+        listener(label, event, seconds)
 
 
 def mark_dynamic(t: torch.Tensor | None, *dims: int) -> None:
@@ -198,6 +221,7 @@ def _prune(folder: Path, name: str) -> None:
         packages = sorted(folder.glob(f"{name}-*.pt2"), key=lambda p: p.stat().st_mtime, reverse=True)
         for stale in packages[_KEEP:]:
             stale.unlink(missing_ok=True)
+            stale.with_suffix(".lock").unlink(missing_ok=True)
     except OSError as exc:
         log.debug("not pruning %s: %s", folder, exc)
 
@@ -206,8 +230,14 @@ class AotFunction:
     """`fn` (a pure function of nested tuples/lists of tensors and constants, returning one tensor) compiled ahead
     of time on its first call's arguments. `sources`: the modules whose code it runs (part of the package key)."""
 
-    def __init__(self, fn: Callable[..., Any], sources: Iterable[types.ModuleType] = (), freeze: bool = False) -> None:
+    def __init__(self, fn: Callable[..., Any], sources: Iterable[types.ModuleType] = (), freeze: bool = False,
+                 label: str | None = None) -> None:
         self.fn = fn
+        #: The package's name in logs and progress ("encode_cross (one row)"): functions compiled more than once,
+        #: for calls of different structure, get a label each.
+        self.label = label or fn.__name__
+        #: False: a missing package raises `AotNotBuilt` instead of being compiled here.
+        self.build = True
         #: The `static` arguments' tensors are compiled into the package as constants (inductor's freezing) instead
         #: of being inputs: for float32 CPU linears it then packs their weights for oneDNN (see `_compile`). Their
         #: values key the package; they are read again when a static argument is a new object, so weights changed
@@ -293,10 +323,19 @@ class AotFunction:
         path = cache_dir() / f"{self.fn.__name__}-{key}.pt2"
         t0 = time.perf_counter()
         compiled = not path.exists()
+        if compiled and not self.build:
+            raise AotNotBuilt(f"{self.label}: no compiled package {path.name} on disk")
         if compiled:
-            self._compile(_Flat(self.fn, spec, constants, is_tensor, frozen), tensors, path)
-            _prune(path.parent, self.fn.__name__)
-        else:
+            from ..locks import owned_lock
+
+            with owned_lock(path.with_suffix(".lock"), f"compiling {self.label}", COMPILE_WAIT_S, log):
+                # Whoever held the lock before may have written it meanwhile.
+                compiled = not path.exists()
+                if compiled:
+                    _tell(self.label, "compiling", 0.0)
+                    self._compile(_Flat(self.fn, spec, constants, is_tensor, frozen), tensors, path)
+                    _prune(path.parent, self.fn.__name__)
+        if not compiled:
             with contextlib.suppress(OSError):  # a read-only cache still serves its packages
                 os.utime(path)  # used now: pruning keeps the packages in use
         with warnings.catch_warnings():
@@ -305,8 +344,9 @@ class AotFunction:
             loader = torch._inductor.aoti_load_package(str(path)).loader
         package = _Package(key, path, loader, time.perf_counter() - t0, compiled,
                            [i for i, t in enumerate(tensors) if getattr(t, _DYNAMIC, ())])
-        log.info("%s: %s in %.1f s (%s)", self.fn.__name__, "compiled ahead of time" if compiled else "loaded",
+        log.info("%s: %s in %.1f s (%s)", self.label, "compiled ahead of time" if compiled else "loaded",
                  package.seconds, path)
+        _tell(self.label, "compiled" if compiled else "loaded", package.seconds)
         return package
 
     def _compile(self, module: _Flat, tensors: list[torch.Tensor], path: Path) -> None:

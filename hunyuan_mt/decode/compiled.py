@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from .. import int8, int8_embedding, int8_fbgemm, int8_layer, invariant, kernels
 from ..lora import grouped
 from . import dense, kvcache, llama, marian
-from .aot import AotFunction, AotMismatch, is_marked
+from .aot import AotFunction, AotMismatch, AotNotBuilt, is_marked
 from .aot import mark_dynamic as _mark
 from .llama import llama_step
 from .marian import _NEG, decoder_step, encode_cross
@@ -67,8 +67,10 @@ class _Compiled:
     #: Arguments that are the same object at every call (the model's weights; see AotFunction).
     STATIC: tuple[int, ...] = ()
 
-    def __init__(self, fn: Any, freeze: bool = False) -> None:
+    def __init__(self, fn: Any, freeze: bool = False, build: bool = True) -> None:
         self._eager = fn
+        #: False: packages are only loaded, never compiled here (a missing one is an error: `AotNotBuilt`).
+        self.build = build
         self._fn = self._function(fn, freeze)
         #: The weights (the STATIC arguments) are compiled in as constants: callers pass them unpacked.
         self.frozen = freeze
@@ -77,11 +79,13 @@ class _Compiled:
         self.calls = 0
         self._lock = threading.Lock()
 
-    @staticmethod
-    def _function(fn: Any, freeze: bool) -> AotFunction:
+    def _function(self, fn: Any, freeze: bool, label: str | None = None) -> AotFunction:
         # The modules whose code the graph runs: a change to any of them compiles again.
-        return AotFunction(fn, freeze=freeze, sources=(marian, llama, kvcache, dense, grouped, int8, int8_embedding,
-                                                       int8_fbgemm, int8_layer, invariant, kernels))
+        function = AotFunction(fn, freeze=freeze, label=label,
+                               sources=(marian, llama, kvcache, dense, grouped, int8, int8_embedding, int8_fbgemm,
+                                        int8_layer, invariant, kernels))
+        function.build = self.build
+        return function
 
     @property
     def active(self) -> bool:
@@ -120,8 +124,11 @@ class _Compiled:
             if self.error is None:
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 self.error = f"{type(exc).__name__}: {first[:300]}"
-                log.warning("compiling %s failed, it runs eagerly (same output, slower): %s", self._eager.__name__,
-                            self.error)
+                if isinstance(exc, AotNotBuilt):
+                    log.info("%s runs eagerly: %s", self._eager.__name__, first[:300])
+                else:
+                    log.warning("compiling %s failed, it runs eagerly (same output, slower): %s",
+                                self._eager.__name__, self.error)
 
 
 def _mark_lora(lora: Sequence[tuple[Any, ...]]) -> None:
@@ -146,8 +153,8 @@ class _DecodeStep(_Compiled):
     """A decode step (one new token per row): padding rows up to MIN_ROWS, and the tensors that outlive a step
     marked once."""
 
-    def __init__(self, fn: Any, freeze: bool = False) -> None:
-        super().__init__(fn, freeze)
+    def __init__(self, fn: Any, freeze: bool = False, build: bool = True) -> None:
+        super().__init__(fn, freeze, build)
         #: The LoRA terms the last call marked: the same tuple at the next step (`LeanBatch._lora_terms`) holds
         #: the same tensors, marked already.
         self._marked: Any = None
@@ -172,8 +179,8 @@ class CompiledStep(_DecodeStep):
 
     STATIC = (8,)  # the model
 
-    def __init__(self, freeze: bool = False) -> None:
-        super().__init__(decoder_step, freeze)
+    def __init__(self, freeze: bool = False, build: bool = True) -> None:
+        super().__init__(decoder_step, freeze, build)
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, cmask: torch.Tensor,
                  k: list[torch.Tensor], v: list[torch.Tensor], ck: list[torch.Tensor], cv: list[torch.Tensor],
@@ -204,8 +211,8 @@ class CompiledLlamaStep(_DecodeStep):
 
     STATIC = (7,)  # the model
 
-    def __init__(self, freeze: bool = False) -> None:
-        super().__init__(llama_step, freeze)
+    def __init__(self, freeze: bool = False, build: bool = True) -> None:
+        super().__init__(llama_step, freeze, build)
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, k: list[torch.Tensor],
                  v: list[torch.Tensor], cos: torch.Tensor, sin: torch.Tensor, model: tuple[Any, ...],
@@ -236,9 +243,11 @@ class CompiledEncoder(_Compiled):
 
     STATIC = (2, 4)  # the encoder's weights, the cross-attention K/V projections'
 
-    def __init__(self, freeze: bool = False) -> None:
-        super().__init__(encode_cross, freeze)
-        self._single = self._function(encode_cross, freeze)
+    def __init__(self, freeze: bool = False, build: bool = True) -> None:
+        super().__init__(encode_cross, freeze, build)
+        # Two packages of one function, hence two compiles of encode_cross on a first start: this one, and the
+        # one whose rows vary (`_fn`).
+        self._single = self._function(encode_cross, freeze, "encode_cross (one row)")
 
     def _functions(self) -> tuple[AotFunction, ...]:
         return self._fn, self._single

@@ -568,6 +568,9 @@ class RestApi:
             **({"quantization_note": backbone["quantization_note"]} if backbone.get("quantization_note") else {}),
             "mode": memory.get("mode", "normal"),
             "uptime_s": status.get("uptime_s"), "startup_s": status.get("startup_s"), "warmup": status.get("warmup")}
+        if status.get("full_speed"):
+            # Whether the fast step (kernels, compiled packages) serves yet, or how far its background build is.
+            body["full_speed"] = status["full_speed"]
         if status.get("adapter_versions"):
             # Each pair's serving adapter version, and the shadow scores of every version trained from corrections.
             body["adapters"] = status["adapter_versions"]

@@ -580,6 +580,9 @@ def _overview_markdown(status: dict[str, Any]) -> str:
     if backbone.get("quantization_note"):
         # Why the weights run as they do when the service chose (model.quantization: auto) or warns.
         lines.append(f"**Weights:** {backbone['quantization_note']}")
+    step = _step_line(status.get("full_speed") or {})
+    if step:
+        lines.append(step)
     mem_line = f"**Memory:** RSS {_fmt_bytes(memory.get('rss_bytes'))}"
     gpu = memory.get("gpu") or {}
     if gpu:
@@ -598,6 +601,21 @@ def _overview_markdown(status: dict[str, Any]) -> str:
     else:
         lines.append("**Latency:** no translations yet")
     return "\n\n".join(lines)
+
+
+def _step_line(full: dict[str, Any]) -> str:
+    """What decodes now: the fast step, or the eager one while the fast one is still being built (and how far)."""
+    build = full.get("build")
+    if build is not None and build.get("state") == "building":
+        marks = {"done": "✓", "skipped": "✓", "building": "…", "failed": "✗"}
+        parts = ", ".join(f"{p['name']} {marks.get(p['state'], '·')}" for p in build.get("parts", []))
+        return (f"**Decode step:** eager while the fast one is built for this CPU: {build['done']} of "
+                f"{build['total']} parts after {build['seconds']:.0f} s ({parts})")
+    if full.get("line"):
+        return f"**Decode step:** {full['line']}"
+    if full.get("compiled_step"):
+        return "**Decode step:** compiled for this CPU"
+    return ""
 
 
 def _markdown_text(text: str) -> str:
