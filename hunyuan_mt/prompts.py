@@ -22,6 +22,8 @@ card leaves, the entry says so:
 - Hy-MT2's card names no "context" template; its "Structured Data 2" row (background information the model reads
   and does not translate) is what this table uses for a request's context. It has no formatted (`<sn>`) template.
   Its table sets instructions in bold (`**…**`): markdown in a table cell, not prompt text.
+- HY-MT1.5's and Hunyuan-MT-7B's code examples send an English→Chinese request with the XX⇄XX template; the table
+  follows the templates' headings (ZH⇄XX: the Chinese instruction).
 - The cards do not say which instruction language a direction takes beyond HY-MT1.5's "ZH⇄XX" and "XX⇄XX": every
   family takes the Chinese instruction when either side is Chinese (zh, zh-Hant, yue) and the English one
   otherwise; a template the English side lacks is the Chinese one, with Chinese names (the cards ask for the
@@ -212,6 +214,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
         name="hy-mt1.5",
         card="the HY-MT1.5 card (Tencent-Hunyuan/HY-MT, README)",
         chinese=HY_MT15_CHINESE, english=HY_MT15_ENGLISH,
+        # The card's transformers example, as Hunyuan-MT-7B's. Hy-MT2's card, on the same 1.8B chat format, passes
+        # True, and llama.cpp's hunyuan-dense renderer ends a user turn with the assistant's marker too.
         add_generation_prompt=False, max_new_tokens=2048,
         stop_tokens=(HY_DENSE_EOS, DENSE_7B_EOS), sampling=CARD_SAMPLING, chat_formats=("hunyuan-1.8b", "hunyuan-7b"),
     ),
