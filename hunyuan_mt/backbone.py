@@ -378,7 +378,7 @@ class Backbone:
         self.spec = BackboneSpec.from_model(model)
         #: The model's parameters as loaded (int8/int4 layers keep their weights as buffers: `_load` counts first).
         self.param_count = params if params is not None else sum(p.numel() for p in model.parameters())
-        #: The card this backbone's prompts, stop tokens and sampling values follow (decoder-only models).
+        #: The card this backbone's prompts, end tokens and sampling values follow (decoder-only models).
         self.recipe: prompts.Recipe | None = prompts.recipe(cfg.prompt) if arch == DECODER_ONLY else None
         #: Serialises forward passes with each other and with slot writes: the slot mapping is one per model, so
         #: two forwards, or a forward and an attach that grows the layers, must not overlap.
@@ -387,10 +387,10 @@ class Backbone:
         self.tokens = PromptTokens(tokenizer)
         self._target_prefix = self._detect_target_prefix()
         vocab = tokenizer.get_vocab() if self.recipe is not None else {}
-        #: The family's stop tokens this tokenizer has, beside the model's declared end-of-sequence ids.
-        self._family_stops = tuple(vocab[t] for t in (self.recipe.stop_tokens if self.recipe else ()) if t in vocab)
+        #: The family's end tokens this tokenizer has, beside the model's declared end-of-sequence ids.
+        self._family_ends = tuple(vocab[t] for t in (self.recipe.end_tokens if self.recipe else ()) if t in vocab)
         #: Every token that ends a row; none of them is ever part of an output (`decode`), special or not.
-        self.stop_ids: frozenset[int] = self.picker(GenerationConfig()).eos
+        self.end_ids: frozenset[int] = self.picker(GenerationConfig()).eos
         positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
         #: Longest model input a row may have (tokens), or None when the model sets no limit. The engine checks
         #: rows against it so one over-long row fails alone instead of failing its batch inside `generate`.
@@ -632,10 +632,10 @@ class Backbone:
         return max(1, min(requested, self._max_positions - used))
 
     def decode(self, token_ids: list[int]) -> str:
-        """A row's generated ids as text: up to its first stop token, which is never printed (a family's stop
+        """A row's generated ids as text: up to its first end token, which is never printed (a family's end
         token need not be a special token the tokenizer leaves out)."""
         ids = list(token_ids)
-        end = next((i for i, t in enumerate(ids) if t in self.stop_ids), len(ids))
+        end = next((i for i, t in enumerate(ids) if t in self.end_ids), len(ids))
         return self.tokens.text(ids[:end])
 
     # ------------------------------------------------------------------ generation
@@ -646,7 +646,7 @@ class Backbone:
 
     def picker(self, gen: GenerationConfig) -> TokenPicker:
         return TokenPicker.for_model(self.model, self.generation(gen), self.tokenizer.eos_token_id,
-                                     encoder_decoder=self.arch == ENCODER_DECODER, stops=self._family_stops)
+                                     encoder_decoder=self.arch == ENCODER_DECODER, ends=self._family_ends)
 
     def new_batch(self, gen: GenerationConfig, static: StaticCache | None = None) -> RunningBatch | None:
         """An empty running batch for the decode loop, or None when this model or `gen` needs transformers'
@@ -837,9 +837,9 @@ class Backbone:
             "repetition_penalty": gen.repetition_penalty,
             "pad_token_id": self.tokenizer.pad_token_id,
         }
-        if self.stop_ids:
-            # The family's stop tokens end a row here as in the decode loop (TokenPicker.eos).
-            kwargs["eos_token_id"] = sorted(self.stop_ids)
+        if self.end_ids:
+            # The family's end tokens end a row here as in the decode loop (TokenPicker.eos).
+            kwargs["eos_token_id"] = sorted(self.end_ids)
         if gen.do_sample:
             kwargs.update(temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k)
         else:

@@ -87,7 +87,7 @@ class ModelConfig:
     #: the model's dtype.
     kv_cache: str = "auto"
     #: The family whose card a decoder-only model's prompt follows (prompts.RECIPES): "hunyuan-mt" (Hunyuan-MT-7B's
-    #: card), "hy-mt1.5" (HY-MT1.5's) or "hy-mt2" (Hy-MT2's): templates, the end of the chat template, stop tokens,
+    #: card), "hy-mt1.5" (HY-MT1.5's) or "hy-mt2" (Hy-MT2's): templates, the end of the chat template, end tokens,
     #: sampling values. Encoder-decoder models take no prompt.
     prompt: str = "hunyuan-mt"
     #: Where a decoder-only model's chat template comes from: "folder" (its own, chat_template.jinja or

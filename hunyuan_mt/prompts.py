@@ -1,6 +1,6 @@
 """The user turn a decoder-only backbone is given for one segment, and each model family's recipe as its card writes
 it (`RECIPES`, chosen by `model.prompt`): the templates, whether the chat template ends with the assistant's
-marker, the tokens generation stops on, the output budget and the sampling values.
+marker, the tokens that end generation, the output budget and the sampling values.
 
 The table below is meant to be read beside the cards, line by line:
 
@@ -94,7 +94,7 @@ class Recipe:
     #: What the card's own code passes to `apply_chat_template`.
     add_generation_prompt: bool
     #: Tokens that end a translation besides the model's declared end-of-sequence ids (those the tokenizer has).
-    stop_tokens: tuple[str, ...]
+    end_tokens: tuple[str, ...]
     #: The card's output budget (what its profiles set as limits.max_new_tokens).
     max_new_tokens: int
     sampling: Sampling
@@ -164,7 +164,7 @@ HY_MT2_ENGLISH = Instructions(
 #: The 1.8B models' end of a turn, their tokenizer's eos_token (120020): Tencent's description of the 1.8B's
 #: chat_template.jinja (Tencent-Hunyuan/Hy-MT2, train/llama_factory_support/hy_dense_template.py).
 HY_DENSE_EOS = "<｜hy_place▁holder▁no▁2｜>"
-#: The 7B models' (same description; the HY-MT1.5 card's vLLM example stops on its id, 127960).
+#: The 7B models' (same description; the HY-MT1.5 card's vLLM example ends generation on its id, 127960).
 DENSE_7B_EOS = "<|eos|>"
 
 #: Written from that same description of the official chat_template.jinja files, not copied from them (the model
@@ -207,7 +207,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
         chinese=HUNYUAN_MT_CHINESE, english=HUNYUAN_MT_ENGLISH,
         # The card's transformers example; its example generates max_new_tokens=2048.
         add_generation_prompt=False, max_new_tokens=2048,
-        stop_tokens=(DENSE_7B_EOS,), sampling=CARD_SAMPLING, chat_formats=("hunyuan-7b",),
+        end_tokens=(DENSE_7B_EOS,), sampling=CARD_SAMPLING, chat_formats=("hunyuan-7b",),
         borrowed=("terminology", "context", "formatted"),
     ),
     Recipe(
@@ -217,7 +217,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
         # The card's transformers example, as Hunyuan-MT-7B's. Hy-MT2's card, on the same 1.8B chat format, passes
         # True, and llama.cpp's hunyuan-dense renderer ends a user turn with the assistant's marker too.
         add_generation_prompt=False, max_new_tokens=2048,
-        stop_tokens=(HY_DENSE_EOS, DENSE_7B_EOS), sampling=CARD_SAMPLING, chat_formats=("hunyuan-1.8b", "hunyuan-7b"),
+        end_tokens=(HY_DENSE_EOS, DENSE_7B_EOS), sampling=CARD_SAMPLING, chat_formats=("hunyuan-1.8b", "hunyuan-7b"),
     ),
     Recipe(
         name="hy-mt2",
@@ -225,7 +225,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
         chinese=HY_MT2_CHINESE, english=HY_MT2_ENGLISH,
         # The card's transformers example passes True; its parameters give "max_tokens": 4096.
         add_generation_prompt=True, max_new_tokens=4096,
-        stop_tokens=(HY_DENSE_EOS, DENSE_7B_EOS), sampling=CARD_SAMPLING, chat_formats=("hunyuan-1.8b", "hunyuan-7b"),
+        end_tokens=(HY_DENSE_EOS, DENSE_7B_EOS), sampling=CARD_SAMPLING, chat_formats=("hunyuan-1.8b", "hunyuan-7b"),
     ),
 )}
 

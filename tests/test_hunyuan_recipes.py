@@ -11,7 +11,7 @@ families' special tokens at their ids:
   here, beside the assistant's marker: its id was not read from the file.
 - the 7B models (Hunyuan-MT-7B, HY-MT1.5-7B, Hy-MT2-7B): vocabulary 128,167, `<|startoftext|>` 127958 (llama.cpp's
   converter sets it as the 7B dense models' start token) and `<|eos|>` 127960 (the HY-MT1.5 card's vLLM example
-  stops on it); `<|extra_0|>`, `<|extra_4|>` and the padding are placed beside them here.
+  ends generation on it); `<|extra_0|>`, `<|extra_4|>` and the padding are placed beside them here.
 
 Each folder's chat template is written here from Tencent's description of the official files (Hy-MT2 repository,
 train/llama_factory_support/hy_dense_template.py), independently of prompts.CHAT_FORMATS, which a folder without a
@@ -294,11 +294,11 @@ def test_sampling_draws_from_the_cards_top_tokens_only(small_dir: Path) -> None:
     assert max(neutral.pick(logits.clone(), [row])[0] for _ in range(200)) >= 1020
 
 
-def test_a_stop_token_that_is_not_special_is_never_printed(small_dir: Path, tmp_path: Path) -> None:
+def test_an_end_token_that_is_not_special_is_never_printed(small_dir: Path, tmp_path: Path) -> None:
     """A model that declares another end token, and a tokenizer that leaves the family's end token plain text:
     decoding with skip_special_tokens would print it. The family's table makes it end the row, in the decode loop
     and in transformers' generate, and no output holds it."""
-    folder = tmp_path / "plain-stop"
+    folder = tmp_path / "plain-end"
     shutil.copytree(small_dir, folder)
     end = "<｜hy_end▁of▁sentence｜>"
     _tokenizer(folder, {**SMALL_IDS, end: 120001}, BOS, end, PAD, SMALL_TEMPLATE, plain=(HY_EOS,))
@@ -306,13 +306,13 @@ def test_a_stop_token_that_is_not_special_is_never_printed(small_dir: Path, tmp_
         declared = json.loads((folder / name).read_text())
         (folder / name).write_text(json.dumps({**declared, "eos_token_id": 120001}))
     backbone = _load("hy-mt1.5-1.8b", folder)
-    stop = SMALL_IDS[HY_EOS]
-    assert stop in backbone.stop_ids and 120001 in backbone.stop_ids
+    token = SMALL_IDS[HY_EOS]
+    assert token in backbone.end_ids and 120001 in backbone.end_ids
     hola = backbone.tokenizer("Hola", add_special_tokens=False)["input_ids"]
-    assert HY_EOS in backbone.tokenizer.decode(hola + [stop], skip_special_tokens=True)
-    assert backbone.decode(hola + [stop] + hola) == "Hola"
+    assert HY_EOS in backbone.tokenizer.decode(hola + [token], skip_special_tokens=True)
+    assert backbone.decode(hola + [token] + hola) == "Hola"
     # The model made to end every row with it (forced as the last token), in both decoding paths.
-    backbone.model.generation_config.forced_eos_token_id = stop
+    backbone.model.generation_config.forced_eos_token_id = token
     rows = [PromptRow("Open the file.", "en", "de"), PromptRow("你好", "zh", "en")]
     loop = backbone.generate(rows, [0, 0], GenerationConfig(), max_new_tokens=3)
     beams = backbone.generate(rows, [0, 0], GenerationConfig(num_beams=2), max_new_tokens=3)

@@ -64,12 +64,12 @@ class TokenPicker:
 
     @classmethod
     def for_model(cls, model: Any, gen: GenerationConfig, fallback_eos: int | None,
-                  encoder_decoder: bool, stops: Sequence[int] = ()) -> TokenPicker:
-        """`stops`: tokens that end a row besides the model's declared end-of-sequence ids (its family's)."""
+                  encoder_decoder: bool, ends: Sequence[int] = ()) -> TokenPicker:
+        """`ends`: tokens that end a row besides the model's declared end-of-sequence ids (its family's)."""
         mg = getattr(model, "generation_config", None)
         get = (lambda name: getattr(mg, name, None)) if mg is not None else (lambda name: None)
         eos = _ids(get("eos_token_id")) or _ids(getattr(model.config, "eos_token_id", None)) or _ids(fallback_eos)
-        eos = eos + [t for t in stops if t not in eos]
+        eos = eos + [t for t in ends if t not in eos]
         banned: list[int] = []
         sequences: list[tuple[tuple[int, ...], int]] = []
         for words in get("bad_words_ids") or []:
