@@ -87,8 +87,9 @@ class PlainModel:
             prompt = prompts.build("hunyuan-mt", req.text, req.src, req.tgt)
             templated = bool(tok.chat_template)
             if templated:
+                ending = prompts.recipe("hunyuan-mt").add_generation_prompt  # as the server renders it
                 prompt = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                 add_generation_prompt=True)
+                                                 add_generation_prompt=ending)
             batch = dict(tok([prompt], return_tensors="pt", add_special_tokens=not templated))
             cut = batch["input_ids"].shape[1]
         return {k: v.to(self.device) for k, v in batch.items()}, cut

@@ -68,7 +68,8 @@ def model_spec(cfg, adapters_dir: Path):
 
     return ModelSpec(model_dir=cfg.model.resolved_path, adapters_dir=adapters_dir, device=cfg.model.device,
                      dtype=cfg.model.dtype, max_new_tokens=cfg.limits.max_new_tokens,
-                     num_beams=cfg.generation.num_beams, repetition_penalty=cfg.generation.repetition_penalty)
+                     num_beams=cfg.generation.num_beams,
+                     repetition_penalty=cfg.generation.resolved(None).repetition_penalty)
 
 
 def make_variant(name: str, cfg, adapters_dir: Path, preload_deadline_s: float | None = None):

@@ -182,7 +182,8 @@ def _resolved_key(cfg: ModelConfig) -> tuple[Any, ...]:
     # decides the layers it loads, the key/value dtype every batch it makes: a configuration that asks for others
     # must not get one built for the first.
     return (where, cfg.arch, cfg.dtype, cfg.device, cfg.quantization, cfg.int8_kernel, cfg.kv_cache,
-            cfg.attn_implementation, cfg.device_map, cfg.allow_pickle, cfg.trust_remote_code, cfg.prompt, cfg.markup)
+            cfg.attn_implementation, cfg.device_map, cfg.allow_pickle, cfg.trust_remote_code, cfg.prompt, cfg.markup,
+            cfg.chat_template)
 
 
 def load_backbone(cfg: ModelConfig) -> Backbone:
@@ -319,6 +320,31 @@ def _check_footprint(cfg: ModelConfig, folder: Path, hf_config: Any, dtype: torc
     return dtype
 
 
+def _ensure_chat_template(cfg: ModelConfig, tokenizer: Any) -> None:
+    """A decoder-only model's prompt is its chat template's user turn: a folder without a template is refused in one
+    line, unless the profile asks for the family's (`model.chat_template: family`), which is then logged. Served
+    without one, every request got the bare instruction: no start token, no role markers."""
+    if getattr(tokenizer, "chat_template", None):
+        return
+    family = prompts.recipe(cfg.prompt)
+    if cfg.chat_template != "family":
+        raise ModelUnavailable(
+            f"Model {cfg.path!r} has no chat template: chat_template.jinja is missing from the folder (and "
+            "tokenizer_config.json holds none). Copy chat_template.jinja from the model's repository into the folder, "
+            f"or set model.chat_template: family to use the {family.name} family's (hunyuan_mt/prompts.py).")
+    vocab = tokenizer.get_vocab()
+    formats = [prompts.CHAT_FORMATS[name] for name in family.chat_formats]
+    fits = [f for f in formats if all(marker in vocab for marker in f.markers)]
+    if not fits:
+        raise ModelUnavailable(
+            f"Model {cfg.path!r} has no chat template (chat_template.jinja), and its tokenizer lacks the role tokens "
+            f"of the {family.name} family's ({', '.join(f'{f.name}: ' + ' '.join(f.markers) for f in formats)}). "
+            "Copy chat_template.jinja from the model's repository into the folder.")
+    tokenizer.chat_template = fits[0].template
+    log.warning("%s has no chat template (chat_template.jinja): using the %s family's %s chat format from "
+                "hunyuan_mt/prompts.py (model.chat_template: family)", cfg.path, family.name, fits[0].name)
+
+
 def _has_safetensors(source: str) -> bool:
     folder = Path(source)
     if not folder.is_dir():
@@ -339,7 +365,7 @@ class Backbone:
     (`lora`); the model object itself is never replaced."""
 
     def __init__(self, model: Any, tokenizer: Any, arch: str, device: str, dtype: torch.dtype, name: str,
-                 cfg: ModelConfig, load_s: float) -> None:
+                 cfg: ModelConfig, load_s: float, params: int | None = None) -> None:
         self.model = model
         #: The same model (kept for callers that predate the slot layers).
         self.base_model = model
@@ -364,13 +390,21 @@ class Backbone:
         #: The compiled decode step and encoder every new batch uses (`compile_step`), or None: eager.
         self.compiled: Any = None
         self.spec = BackboneSpec.from_model(model)
-        self.param_count = sum(p.numel() for p in model.parameters())
+        #: The model's parameters as loaded (int8/int4 layers keep their weights as buffers: `_load` counts first).
+        self.param_count = params if params is not None else sum(p.numel() for p in model.parameters())
+        #: The card this backbone's prompts, end tokens and sampling values follow (decoder-only models).
+        self.recipe: prompts.Recipe | None = prompts.recipe(cfg.prompt) if arch == DECODER_ONLY else None
         #: Serialises forward passes with each other and with slot writes: the slot mapping is one per model, so
         #: two forwards, or a forward and an attach that grows the layers, must not overlap.
         self.model_lock = threading.RLock()
         #: Prompts to ids and back (thread-safe; see tokens.py). Tokenizing is safe beside a running generate.
         self.tokens = PromptTokens(tokenizer)
         self._target_prefix = self._detect_target_prefix()
+        vocab = tokenizer.get_vocab() if self.recipe is not None else {}
+        #: The family's end tokens this tokenizer has, beside the model's declared end-of-sequence ids.
+        self._family_ends = tuple(vocab[t] for t in (self.recipe.end_tokens if self.recipe else ()) if t in vocab)
+        #: Every token that ends a row; none of them is ever part of an output (`decode`), special or not.
+        self.end_ids: frozenset[int] = self.picker(GenerationConfig()).eos
         positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
         #: Longest model input a row may have (tokens), or None when the model sets no limit. The engine checks
         #: rows against it so one over-long row fails alone instead of failing its batch inside `generate`.
@@ -454,10 +488,14 @@ class Backbone:
             raise ModelUnavailable(
                 f"Model {cfg.path!r} could not be loaded: {str(exc).splitlines()[0][:200]}"
             ) from None
+        if arch == DECODER_ONLY:
+            _ensure_chat_template(cfg, tokenizer)
         if "device_map" not in kwargs:
             model.to(device)
         model.eval()
         model.requires_grad_(False)
+        # Counted before int8/int4 layers replace the linears (their weights are buffers, not parameters).
+        params = model.num_parameters()
         kernel = None
         if cfg.quantization in CPU_QUANTIZATION:
             # The kernel configured, or the faster on this CPU (timed once per process); 4-bit weights: qgemm.
@@ -476,7 +514,7 @@ class Backbone:
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         name = Path(source).name if Path(source).is_dir() else source
-        backbone = cls(model, tokenizer, arch, device, dtype, name, cfg, load_s=0.0)
+        backbone = cls(model, tokenizer, arch, device, dtype, name, cfg, load_s=0.0, params=params)
         backbone.quantization_note = quantization_note
         backbone.int8_kernel = kernel
         backbone.load_s = time.perf_counter() - t0
@@ -547,8 +585,11 @@ class Backbone:
             prompt = prompts.build(self.cfg.prompt, text, row.src, row.tgt, row.context, row.terms,
                                    formatted=form == "tags" and bool(row.markup))
             if getattr(self.tokenizer, "chat_template", None):
+                # Each card's own code decides whether the prompt ends with the assistant's marker.
+                assert self.recipe is not None
                 return self.tokenizer.apply_chat_template(
-                    [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+                    [{"role": "user", "content": prompt}], tokenize=False,
+                    add_generation_prompt=self.recipe.add_generation_prompt,
                 )
             return prompt
         if self._target_prefix:
@@ -605,13 +646,21 @@ class Backbone:
         return max(1, min(requested, self._max_positions - used))
 
     def decode(self, token_ids: list[int]) -> str:
-        return self.tokens.text(token_ids)
+        """A row's generated ids as text: up to its first end token, which is never printed (a family's end
+        token need not be a special token the tokenizer leaves out)."""
+        ids = list(token_ids)
+        end = next((i for i, t in enumerate(ids) if t in self.end_ids), len(ids))
+        return self.tokens.text(ids[:end])
 
     # ------------------------------------------------------------------ generation
 
+    def generation(self, gen: GenerationConfig) -> GenerationConfig:
+        """`gen` with every value set: the profile's own, else the family card's when sampling (prompts.py)."""
+        return gen.resolved(self.recipe.sampling if self.recipe is not None else None)
+
     def picker(self, gen: GenerationConfig) -> TokenPicker:
-        return TokenPicker.for_model(self.model, gen, self.tokenizer.eos_token_id,
-                                     encoder_decoder=self.arch == ENCODER_DECODER)
+        return TokenPicker.for_model(self.model, self.generation(gen), self.tokenizer.eos_token_id,
+                                     encoder_decoder=self.arch == ENCODER_DECODER, ends=self._family_ends)
 
     def new_batch(self, gen: GenerationConfig, static: StaticCache | None = None) -> RunningBatch | None:
         """An empty running batch for the decode loop, or None when this model or `gen` needs transformers'
@@ -756,7 +805,8 @@ class Backbone:
         encoded = [self.encode(r) for r in rows]
         for e in encoded:
             self.check_length(e)
-        beams = GenerationConfig(num_beams=max(n, gen.num_beams), repetition_penalty=gen.repetition_penalty)
+        beams = GenerationConfig(num_beams=max(n, gen.num_beams),
+                                 repetition_penalty=self.generation(gen).repetition_penalty)
         flat = self._hf_generate(encoded, list(slots), beams, max_new_tokens, num_return_sequences=n)
         return [flat[i * n:(i + 1) * n] for i in range(len(rows))]
 
@@ -801,9 +851,10 @@ class Backbone:
             if mapping is not None:
                 mapping.set(slots)
             out = self.model.generate(**batch, **kwargs)
-        return [s.strip() for s in tok.batch_decode(out[:, prefix_len:], skip_special_tokens=True)]
+        return [self.decode(row) for row in out[:, prefix_len:].tolist()]
 
     def _generation_kwargs(self, gen: GenerationConfig, max_new_tokens: int) -> dict[str, Any]:
+        gen = self.generation(gen)
         kwargs: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
             "num_beams": gen.num_beams,
@@ -811,6 +862,9 @@ class Backbone:
             "repetition_penalty": gen.repetition_penalty,
             "pad_token_id": self.tokenizer.pad_token_id,
         }
+        if self.end_ids:
+            # The family's end tokens end a row here as in the decode loop (TokenPicker.eos).
+            kwargs["eos_token_id"] = sorted(self.end_ids)
         if gen.do_sample:
             kwargs.update(temperature=gen.temperature, top_p=gen.top_p, top_k=gen.top_k)
         else:

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 import yaml
 
+from . import prompts
 from .errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -87,13 +88,18 @@ class ModelConfig:
     #: where the weights are int8 (already rounded more coarsely than that) and the attention kernel is built, else
     #: the model's dtype.
     kv_cache: str = "auto"
-    #: The instruction a decoder-only model is given (prompts.py): "hunyuan-mt" (Hunyuan-MT-7B's card) or
-    #: "hy-mt1.5" (the HY-MT1.5 card's templates, for HY-MT1.5 and Hy-MT2). Encoder-decoder models take no prompt.
+    #: The family whose card a decoder-only model's prompt follows (prompts.RECIPES): "hunyuan-mt" (Hunyuan-MT-7B's
+    #: card), "hy-mt1.5" (HY-MT1.5's) or "hy-mt2" (Hy-MT2's): templates, the end of the chat template, end tokens,
+    #: sampling values. Encoder-decoder models take no prompt.
     prompt: str = "hunyuan-mt"
+    #: Where a decoder-only model's chat template comes from: "folder" (its own, chat_template.jinja or
+    #: tokenizer_config.json; a folder without one is refused at start), or "family": the folder's own, else the
+    #: family's from prompts.CHAT_FORMATS, logged at start.
+    chat_template: str = "folder"
     #: How a document's inline markup reaches the model (inline.py): "sentinels" (as the reader wrote them),
     #: "spaced" (markup sentinels set apart from the words beside them, the source's spacing put back: the demo,
     #: trained so), "tags" (the HY-MT1.5 card's formatted-translation template, `<s1>…</s1>`), or "auto": "tags"
-    #: under the "hy-mt1.5" prompt, else "sentinels".
+    #: under a family whose own card has that template (hy-mt1.5), else "sentinels".
     markup: str = "auto"
 
     @property
@@ -101,7 +107,9 @@ class ModelConfig:
         """`markup` with "auto" resolved (inline.FORMS)."""
         if self.markup != "auto":
             return self.markup
-        return "tags" if self.prompt == "hy-mt1.5" else "sentinels"
+        family = prompts.RECIPES[self.prompt]
+        own = family.chinese.formatted is not None and "formatted" not in family.borrowed
+        return "tags" if own else "sentinels"
 
     def __post_init__(self) -> None:
         # YAML reads on/off/true/false as booleans; environment variables and --set give strings.
@@ -122,9 +130,14 @@ class ModelConfig:
                "one of auto, int_mm, fbgemm, qgemm", self.int8_kernel)
         _check(self.kv_cache in ("auto", "float32", "float16"), "model.kv_cache", "one of auto, float32, float16",
                self.kv_cache)
-        _check(self.prompt in ("hunyuan-mt", "hy-mt1.5"), "model.prompt", "one of hunyuan-mt, hy-mt1.5", self.prompt)
+        _check(self.prompt in prompts.STYLES, "model.prompt", f"one of {', '.join(prompts.STYLES)}", self.prompt)
+        _check(self.chat_template in ("folder", "family"), "model.chat_template", "one of folder, family",
+               self.chat_template)
         _check(self.markup in ("auto", "sentinels", "spaced", "tags"), "model.markup",
                "one of auto, sentinels, spaced, tags", self.markup)
+        family = prompts.RECIPES[self.prompt]
+        _check(self.markup != "tags" or family.chinese.formatted is not None, "model.markup",
+               f"auto, sentinels or spaced ({family.card} has no formatted-translation template)", self.markup)
         _check(self.attn_implementation in ("auto", "sdpa", "flash_attention_2", "eager"),
                "model.attn_implementation", "one of auto, sdpa, flash_attention_2, eager", self.attn_implementation)
         _check(isinstance(self.cpu_threads, int) and self.cpu_threads >= 0, "model.cpu_threads", "an integer >= 0",
@@ -242,18 +255,37 @@ class LimitsConfig:
 @dataclass
 class GenerationConfig:
     num_beams: int = 1
+    #: Greedy keeps outputs reproducible and batch-independent, which the invariants need. With do_sample, every
+    #: value below the config leaves unset is the model family's card's (prompts.RECIPES: temperature 0.7, top_p
+    #: 0.6, top_k 20, repetition_penalty 1.05 for the Hunyuan families), or transformers' neutral one for a model
+    #: without a family (an encoder-decoder). Greedy leaves repetition_penalty at 1.0 unless it is set.
     do_sample: bool = False
-    repetition_penalty: float = 1.0
-    #: Hunyuan-MT's card recommends sampling (top_k 20, top_p 0.6, temperature 0.7); greedy keeps outputs
-    #: reproducible and batch-independent, which the invariants need. Profiles may opt in.
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 50
+    repetition_penalty: float | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
 
     def __post_init__(self) -> None:
         _check(isinstance(self.num_beams, int) and self.num_beams >= 1, "generation.num_beams", "an integer >= 1",
                self.num_beams)
-        _check(self.repetition_penalty > 0, "generation.repetition_penalty", "a number > 0", self.repetition_penalty)
+        _check(self.repetition_penalty is None or self.repetition_penalty > 0, "generation.repetition_penalty",
+               "a number > 0", self.repetition_penalty)
+        _check(self.temperature is None or self.temperature > 0, "generation.temperature", "a number > 0",
+               self.temperature)
+        _check(self.top_p is None or 0 < self.top_p <= 1, "generation.top_p", "a number in (0, 1]", self.top_p)
+        _check(self.top_k is None or self.top_k >= 0, "generation.top_k", "an integer >= 0 (0: off)", self.top_k)
+
+    def resolved(self, card: prompts.Sampling | None) -> GenerationConfig:
+        """Every value set: the config's own, else (sampling) the card's, else transformers' neutral one."""
+        card = card if self.do_sample else None
+
+        def pick(name: str, neutral: float) -> Any:
+            own = getattr(self, name)
+            return own if own is not None else getattr(card, name) if card is not None else neutral
+
+        return dataclasses.replace(self, repetition_penalty=pick("repetition_penalty", 1.0),
+                                   temperature=pick("temperature", 1.0), top_p=pick("top_p", 1.0),
+                                   top_k=pick("top_k", 50))
 
 
 @dataclass

@@ -108,9 +108,13 @@ def test_decoder_only_prompt_uses_chat_template_and_hunyuan_format(fresh_backbon
     bb = fresh_backbone(hunyuan_dir)
     en_es = bb.prompt_text(PromptRow("Hello", "en", "es"))
     zh_en = bb.prompt_text(PromptRow("你好", "zh", "en"))
+    # Hunyuan-MT-7B's card passes add_generation_prompt=False: the prompt ends with the user's turn.
     assert en_es == ("<s>user: Translate the following segment into Spanish, without additional explanation."
-                     "\n\nHello</s><s>assistant:")
-    assert zh_en == "<s>user: 把下面的文本翻译成英语，不要额外解释。\n\n你好</s><s>assistant:"
+                     "\n\nHello</s>")
+    assert zh_en == "<s>user: 把下面的文本翻译成英语，不要额外解释。\n\n你好</s>"
+    # Hy-MT2's passes True: the template's generation prompt follows.
+    assert fresh_backbone(hunyuan_dir, prompt="hy-mt2").prompt_text(PromptRow("你好", "zh", "en")) == (
+        "<s>user: 将以下文本翻译为英语，注意只需要输出翻译后的结果，不要额外解释：\n\n你好</s><s>assistant:")
 
 
 def test_encoder_decoder_input_is_source_text_with_target_token(fresh_backbone, marian_dir: Path) -> None:

@@ -25,6 +25,9 @@ def hy_service(hunyuan_dir: Path, hunyuan_adapters: Path):
         "cache.adapters_dir": str(hunyuan_adapters), "routing.pivot": "en", "memory.enabled": False,
         "limits.max_new_tokens": 8, "limits.max_chars": 300, "engine.max_wait_ms": 1, "model.quantization": "none",
         "server.host": "127.0.0.1", "server.port": 0,
+        # The loop guard off: outputs compared with the backbone's own generate, which has none, must not depend
+        # on whether the random model happens to repeat itself.
+        "limits.loop_repeats": 0,
     }, env={})
     service = TranslationService(cfg, backbone=Backbone.load_uncached(cfg.model))
     prompts: list[str] = []
@@ -44,11 +47,11 @@ def test_context_goes_into_every_hops_prompt_and_shapes_the_output(hy_service) -
     prompts.clear()
     plain = service.translate("Open the file.", "en", "de")
     assert prompts == ["<s>user: Translate the following segment into German, without additional explanation."
-                       "\n\nOpen the file.</s><s>assistant:"]
+                       "\n\nOpen the file.</s>"]
     prompts.clear()
     shaped = service.translate("Open the file.", "en", "de", context=CONTEXT)
     assert prompts == [f"<s>user: {CONTEXT}\n参考上面的信息，把下面的文本翻译成德语，注意不需要翻译上文，也不要额外解释："
-                       "\nOpen the file.</s><s>assistant:"]
+                       "\nOpen the file.</s>"]
     with service.cache.lease([service.router.plan("en", "de").hops[0].adapter]) as lease:
         expected = service.backbone.generate([PromptRow("Open the file.", "en", "de", CONTEXT)], lease.slots,
                                              service.cfg.generation, 8)[0]
@@ -104,7 +107,7 @@ def test_glossary_terms_go_into_the_terminology_prompt_and_stay_enforced(hy_serv
         prompts.clear()
         result = service.translate("Open the file.", "en", "de", glossary=glossary)
         assert prompts[0] == ("<s>user: 参考下面的翻译：\nfile 翻译成 Datei\n\n将以下文本翻译为德语，注意只需要输出翻译后的结果，"
-                              "不要额外解释：\nOpen the file.</s><s>assistant:")
+                              "不要额外解释：\nOpen the file.</s>")
         assert "Datei" in result.text and result.glossary_terms == 1
         assert len(prompts) == 1 or "file" not in prompts[1]  # the second run, if any, carries a sentinel
         prompts.clear()

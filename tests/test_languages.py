@@ -60,10 +60,10 @@ def test_hy_mt15_prompts_are_the_cards_templates() -> None:
     assert prompts.build("hy-mt1.5", "Hola", "es", "de") == (
         "Translate the following segment into German, without additional explanation.\n\nHola")
     context = "The file menu of a text editor."
-    for style in prompts.STYLES:
+    for style in ("hunyuan-mt", "hy-mt1.5"):
         assert prompts.build(style, "Open", "en", "de", context=context) == (
             "The file menu of a text editor.\n参考上面的信息，把下面的文本翻译成德语，注意不需要翻译上文，也不要额外解释：\nOpen")
         assert prompts.build(style, "Open", "en", "de", context="  ") == prompts.build(style, "Open", "en", "de")
     assert prompts.parse(prompts.build("hy-mt1.5", "Some text\nwith lines", "en", "zh")) == ("zh", "Some text\nwith lines")
-    with pytest.raises(ValueError, match="one of hunyuan-mt, hy-mt1.5"):
+    with pytest.raises(ValueError, match="one of hunyuan-mt, hy-mt1.5, hy-mt2"):
         prompts.build("llama", "x", "en", "de")

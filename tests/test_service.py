@@ -258,10 +258,10 @@ def test_decoder_only_prompt_format(hsvc: TranslationService) -> None:
     bb = hsvc.backbone
     assert bb.arch == "decoder-only"
     zh = bb.prompt_text(PromptRow("你好世界", "zh", "en"))
-    assert zh == "<s>user: 把下面的文本翻译成英语，不要额外解释。\n\n你好世界</s><s>assistant:"
+    assert zh == "<s>user: 把下面的文本翻译成英语，不要额外解释。\n\n你好世界</s>"  # the card passes add_generation_prompt=False
     en = bb.prompt_text(PromptRow("Hello world", "en", "es"))
     assert en == ("<s>user: Translate the following segment into Spanish, without additional explanation."
-                  "\n\nHello world</s><s>assistant:")
+                  "\n\nHello world</s>")
     to_zh = bb.prompt_text(PromptRow("Hello", "en", "zh-Hant"))
     assert "把下面的文本翻译成繁体中文，不要额外解释。" in to_zh
 

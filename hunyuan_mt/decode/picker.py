@@ -58,12 +58,18 @@ class TokenPicker:
     generator: torch.Generator | None = None
     _ban_mask: torch.Tensor | None = None
 
+    def __post_init__(self) -> None:
+        # A value the profile left unset is the neutral one here; the backbone passes its family's first.
+        self.gen = self.gen.resolved(None)
+
     @classmethod
     def for_model(cls, model: Any, gen: GenerationConfig, fallback_eos: int | None,
-                  encoder_decoder: bool) -> TokenPicker:
+                  encoder_decoder: bool, ends: Sequence[int] = ()) -> TokenPicker:
+        """`ends`: tokens that end a row besides the model's declared end-of-sequence ids (its family's)."""
         mg = getattr(model, "generation_config", None)
         get = (lambda name: getattr(mg, name, None)) if mg is not None else (lambda name: None)
         eos = _ids(get("eos_token_id")) or _ids(getattr(model.config, "eos_token_id", None)) or _ids(fallback_eos)
+        eos = eos + [t for t in ends if t not in eos]
         banned: list[int] = []
         sequences: list[tuple[tuple[int, ...], int]] = []
         for words in get("bad_words_ids") or []:
