@@ -30,7 +30,9 @@ def _service(build: Path, extra: dict[str, Any] | None = None) -> Any:
 
     overrides = {"model.path": str(build / "models" / "demo"), "cache.adapters_dir": str(build / "adapters"),
                  "tm.enabled": False, "memory.enabled": False, **(extra or {})}
-    return TranslationService(load_config(None, overrides, env={}))
+    service = TranslationService(load_config(None, overrides, env={}))
+    service.wait_full_speed()  # the compiled step where it applies, as a warm server runs
+    return service
 
 
 def _pass(service: Any, items: dict[str, list[dict[str, str]]]) -> tuple[list[float], dict[str, list[str]]]:

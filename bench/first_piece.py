@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     from .hunyuan_cpu import cpu_line
 
     service = TranslationService(load_config(args.config, parse_set_args(args.set)))
+    service.wait_full_speed()  # a warm server's first piece, not one beside the background build
     try:
         if not service.wait_ready(900):
             raise SystemExit("the service did not become ready in 15 minutes")

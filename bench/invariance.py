@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides: dict[str, Any] = {"tm.enabled": False, "memory.enabled": False, "model.warmup": True}
     overrides.update(dict(item.split("=", 1) for item in args.set))
     service = TranslationService(load_config(None, overrides, env={}))
+    service.wait_full_speed()  # the step a warm server decodes with
     try:
         service.wait_ready(600)
         backbone = service.status()["backbone"]

@@ -21,6 +21,7 @@ class Ours(Variant):
         from hunyuan_mt.service import TranslationService
 
         self.service = TranslationService(self.cfg)
+        self.service.wait_full_speed()
 
     def translate(self, req: Request) -> str:
         return self.service.translate(req.text, req.src, req.tgt).text
