@@ -607,10 +607,14 @@ def _step_line(full: dict[str, Any]) -> str:
     """What decodes now: the fast step, or the eager one while the fast one is still being built (and how far)."""
     build = full.get("build")
     if build is not None and build.get("state") == "building":
-        marks = {"done": "✓", "skipped": "✓", "building": "…", "failed": "✗"}
-        parts = ", ".join(f"{p['name']} {marks.get(p['state'], '·')}" for p in build.get("parts", []))
-        return (f"**Decode step:** eager while the fast one is built for this CPU: {build['done']} of "
-                f"{build['total']} parts after {build['seconds']:.0f} s ({parts})")
+        parts = build.get("parts", [])
+        now = next((p["name"] for p in parts if p["state"] == "building"), None)
+        left = [p["name"] for p in parts if p["state"] == "waiting"]
+        doing = f"; now: {now}" if now else ""
+        waiting = f"; then: {', '.join(left)}" if left else ""
+        return (f"**Decode step:** eager, while the fast one is built for this CPU in the background ("
+                f"{build['done']} of {build['total']} parts done, {build['seconds']:.0f} s so far{doing}{waiting}). "
+                "It takes over by itself, between two requests.")
     if full.get("line"):
         return f"**Decode step:** {full['line']}"
     if full.get("compiled_step"):
