@@ -35,9 +35,9 @@ def _same(shown: object, got: object) -> bool:
         return shown.keys() == got.keys() and all(_same(shown[k], got[k]) for k in shown)
     if isinstance(shown, list) and isinstance(got, list):
         return len(shown) == len(got) and all(_same(a, b) for a, b in zip(shown, got))
-    numbers = (int, float)
-    if isinstance(shown, numbers) and isinstance(got, numbers) and not isinstance(shown, bool) \
-            and not isinstance(got, bool):
+    if isinstance(shown, bool) or isinstance(got, bool):
+        return type(shown) is type(got) and shown == got
+    if isinstance(shown, (int, float)) and isinstance(got, (int, float)):
         return abs(shown - got) <= NUMBER_TOLERANCE
     return shown == got
 
