@@ -205,16 +205,79 @@ LARGE_MODEL_BYTES = 256 * 2**20
 
 def kernel_for(speed: GemmSpeed, weight_bytes: int) -> str:
     """The int8 kernel for a model with `weight_bytes` of int8 linear weights: the pinned one; for a model too
-    large for the CPU's caches, qgemm where the CPU has AVX-512 VNNI (1.8B's layers in a step, 2-core Xeon: 1 row
-    54.5 against fbgemm's 59.9 ms, 16 rows 88 against 132; `python -m bench.qgemm`), else fbgemm (where this torch
-    build has it: qgemm's AVX2 path has not been measured against it on an AVX2-only CPU); else the probe's faster
-    one."""
+    large for the CPU's caches, fbgemm or our qgemm, whichever `large_gemm_speed` timed faster on this CPU at the
+    rows a server's decode steps run (one stream and a batch); else the probe's faster one."""
     if speed.pinned is None and weight_bytes > LARGE_MODEL_BYTES:
-        if int8_packed.available() and int8_packed.isa() == "avx512_vnni":
+        if int8_packed.available() and int8_fbgemm.available():
+            large = large_gemm_speed(torch.get_num_threads())
+            log.info("int8 kernel for a large model: %s", large.describe())
+            return large.kernel
+        if int8_packed.available():
             return "qgemm"
         if int8_fbgemm.available():
             return "fbgemm"
     return speed.kernel
+
+
+@dataclass(frozen=True)
+class LargeGemmSpeed:
+    """fbgemm's and qgemm's 8-bit GEMMs timed on this CPU over more weights than its caches hold (`large_gemm_speed`):
+    ms per pass at each row count."""
+
+    fbgemm_ms: dict[int, float]
+    qgemm_ms: dict[int, float]
+    isa: str  # qgemm's path here
+
+    @property
+    def kernel(self) -> str:
+        """The faster over the rows timed together: qgemm where the product of its times is the smaller (each row
+        count weighs the same, whatever its absolute time)."""
+        ours = fbgemm = 1.0
+        for rows in self.fbgemm_ms:
+            ours *= self.qgemm_ms[rows]
+            fbgemm *= self.fbgemm_ms[rows]
+        return "qgemm" if ours < fbgemm else "fbgemm"
+
+    def describe(self) -> str:
+        cells = ", ".join(f"{rows} rows {self.qgemm_ms[rows]:.1f} vs {self.fbgemm_ms[rows]:.1f} ms"
+                          for rows in self.fbgemm_ms)
+        return f"{self.kernel} (qgemm's {self.isa} path against fbgemm: {cells})"
+
+
+#: (in, out) of each layer `large_gemm_speed` multiplies, and how many: 64 MB of int8, twice the L3 of the 2-core
+#: boxes, so that its one-row pass is bound by memory as a large model's step is.
+_LARGE_PROBE = (2048, 8192, 4)
+#: The rows a server's decode steps run: one stream, and the batch of 16 the concurrency benchmark sends.
+_LARGE_ROWS = (1, 16)
+
+
+@functools.lru_cache(maxsize=None)
+def large_gemm_speed(threads: int | None = None) -> LargeGemmSpeed:
+    """Time fbgemm and qgemm (8-bit) on `_LARGE_PROBE`'s weights at `_LARGE_ROWS` rows, on the threads the model
+    runs (the argument only keys the cache): the kernels take turns, each row count's best of 5 passes. About a
+    second, once per process, before a large model is quantized. The choice was a rule before (qgemm where the CPU
+    has AVX-512 VNNI, fbgemm elsewhere): on an AVX2-only AMD Zen 3 that rule kept fbgemm, whose 16-row step was
+    slower than one stream's rate times 16 (BENCHMARKS.md)."""
+    inner, out, count = _LARGE_PROBE
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randint(-63, 64, (out, inner), dtype=torch.int8, generator=gen)
+    scale = torch.full((out,), 1e-3)
+    fbgemm_layers = [int8_fbgemm.FbgemmLinear(q, scale, None) for _ in range(count)]
+    ours = [int8_packed.PackedLinear(q, scale[:, None], inner, None) for _ in range(count)]
+    xs = {rows: torch.randn(rows, inner, generator=gen) for rows in _LARGE_ROWS}
+    times: dict[str, dict[int, float]] = {"fbgemm": {}, "qgemm": {}}
+    kinds = {"fbgemm": fbgemm_layers, "qgemm": ours}
+    for rows, x in xs.items():
+        best = {name: float("inf") for name in kinds}
+        for _ in range(5):
+            for name, layers in kinds.items():
+                t0 = time.perf_counter()
+                for layer in layers:
+                    layer.matmul(x)
+                best[name] = min(best[name], (time.perf_counter() - t0) * 1e3)
+        for name in kinds:
+            times[name][rows] = best[name]
+    return LargeGemmSpeed(times["fbgemm"], times["qgemm"], int8_packed.isa())
 
 
 @functools.lru_cache(maxsize=None)

@@ -129,12 +129,20 @@ def test_stacked_layers_compute_what_each_computes() -> None:
     assert "4-bit" in repr(fused) and "scales per 128 inputs" in repr(fused)
 
 
-def test_a_model_gets_qgemm_where_the_cpu_has_vnni_and_4_bit_only_through_it() -> None:
+def test_a_large_model_gets_the_kernel_timed_faster_here_and_4_bit_only_through_qgemm(monkeypatch) -> None:
     probe = int8.GemmSpeed(int8_us=10.0, float32_us=40.0, capability="AVX512", fbgemm_us=30.0)
     large = int8.LARGE_MODEL_BYTES + 1
-    expected = "qgemm" if int8_packed.isa() == "avx512_vnni" else "fbgemm"
-    assert int8.kernel_for(probe, large) == expected
+    for fbgemm_ms, qgemm_ms, expected in (({1: 5.0, 16: 9.0}, {1: 4.0, 16: 8.0}, "qgemm"),
+                                          ({1: 5.0, 16: 9.0}, {1: 6.0, 16: 10.0}, "fbgemm"),
+                                          # A faster one-row pass does not outweigh a 16-row pass twice as slow.
+                                          ({1: 5.0, 16: 9.0}, {1: 4.0, 16: 18.0}, "fbgemm")):
+        timed = int8.LargeGemmSpeed(fbgemm_ms, qgemm_ms, "avx2")
+        monkeypatch.setattr(int8, "large_gemm_speed", lambda threads=None, timed=timed: timed)
+        assert int8.kernel_for(probe, large) == expected
+        assert timed.describe().startswith(f"{expected} (qgemm's avx2 path against fbgemm: 1 rows")
     assert int8.kernel_for(probe, 13 * 2**20) == "int_mm"
+    pinned = int8.GemmSpeed(int8_us=10.0, float32_us=40.0, capability="AVX2", fbgemm_us=3.0, pinned="fbgemm")
+    assert int8.kernel_for(pinned, large) == "fbgemm"
     model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Linear(32, 20))
     with pytest.raises(ValueError, match="4-bit weights are multiplied by qgemm only"):
         int8.quantize_linears(model, "fbgemm", bits=4)
@@ -148,3 +156,10 @@ def test_without_the_kernel_a_packed_layer_says_what_to_configure(monkeypatch) -
     monkeypatch.setattr(kernels, "qgemm", lambda: None)
     with pytest.raises(RuntimeError, match="set model.int8_kernel to fbgemm or int_mm"):
         PackedLinear.from_float(torch.randn(8, 16), None)
+
+
+def test_the_large_model_probe_times_both_kernels_at_one_row_and_a_batch() -> None:
+    timed = int8.large_gemm_speed.__wrapped__(1)
+    assert set(timed.fbgemm_ms) == set(timed.qgemm_ms) == {1, 16}
+    assert all(0 < v < 10_000 for v in (*timed.fbgemm_ms.values(), *timed.qgemm_ms.values()))
+    assert timed.kernel in ("qgemm", "fbgemm") and timed.isa == int8_packed.isa()
