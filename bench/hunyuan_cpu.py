@@ -55,6 +55,10 @@ PRESETS: dict[str, dict[str, Any]] = {
                  num_key_value_heads=2, head_dim=16, vocab_size=512, tie_word_embeddings=True, rms_norm_eps=1e-5,
                  max_position_embeddings=32768, rope_parameters=_ROPE),
 }
+#: Ours as each preset's profile runs it, where the command line does not say: the 1.8B as
+#: configs/hy-mt1.5-1.8b.yaml (eager step, bfloat16 slots), the smaller ones as the default profile (compiled).
+PROFILE: dict[str, dict[str, Any]] = {"hy-mt1.5-1.8b": {"compile": False, "slot_dtype": "bfloat16"},
+                                      "default": {"compile": True, "slot_dtype": "auto"}}
 PAIRS = ("en2es", "en2de", "en2fr", "en2zh", "es2en", "de2en", "fr2en", "zh2en")
 RANK = 16
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -308,7 +312,7 @@ def _spawn(engine: str, args: argparse.Namespace) -> dict[str, Any]:
            str(args.runs), "--prompt", str(args.prompt), "--new", str(args.new), "--requests", str(args.requests),
            "--threads", str(args.threads), "--quantization", args.quantization, "--int8-kernel", args.int8_kernel,
            "--slot-dtype", args.slot_dtype] + \
-        (["--peft"] if args.peft else []) + ([] if args.compile else ["--no-compile"])
+        (["--peft"] if args.peft else []) + (["--compile"] if args.compile else ["--no-compile"])
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -374,18 +378,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quantization", default="int8", choices=("int8", "int4", "none"),
                         help="ours: the weights (with --ours, for each variant that names none)")
     parser.add_argument("--int8-kernel", default="auto", choices=("auto", "int_mm", "fbgemm", "qgemm"))
-    parser.add_argument("--slot-dtype", default="auto", choices=("auto", "float32", "bfloat16"),
-                        help="ours: what the adapter slots keep (cache.slot_dtype; the hy-mt1.5-1.8b profile: "
-                        "bfloat16)")
+    parser.add_argument("--slot-dtype", default=None, choices=("auto", "float32", "bfloat16"),
+                        help="ours: what the adapter slots keep (cache.slot_dtype; default: as the preset's profile "
+                        "runs, bfloat16 for hy-mt1.5-1.8b)")
     parser.add_argument("--ours", default="",
                         help="several of ours in one invocation, comma-separated QUANTIZATION[:KERNEL]: "
                         "int8:fbgemm,int8:qgemm,int4")
-    parser.add_argument("--no-compile", dest="compile", action="store_false",
-                        help="our decode step eager (the service compiles it ahead of time by default)")
+    parser.add_argument("--compile", dest="compile", action="store_true", default=None,
+                        help="our decode step compiled ahead of time (default: as the preset's profile runs: "
+                        "eager for hy-mt1.5-1.8b, whose configs/hy-mt1.5-1.8b.yaml sets model.compile: false)")
+    parser.add_argument("--no-compile", dest="compile", action="store_false", help="our decode step eager")
     parser.add_argument("--peft", action="store_true", help="also transformers + PEFT one request at a time "
                         "(default for --preset mid)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    for key, value in PROFILE.get(args.preset, PROFILE["default"]).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     if args.worker:
         print(json.dumps(_worker(args.worker, args)))
         return 0
@@ -412,9 +421,9 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
     hf = r["transformers"]
     lines = [f"# Hunyuan family on the CPU: {args.preset}", "",
              f"CPU: {r['cpu']}; {args.threads} threads; prompt {args.prompt} tokens, {args.new} new tokens (EOS "
-             f"ignored); medians of {args.runs} runs. Command: `python -m bench.hunyuan_cpu --preset {args.preset}"
-             f"{'' if args.compile else ' --no-compile'}{f' --ours {args.ours}' if args.ours else ''}"
-             f"{f' --slot-dtype {slot}' if (slot := getattr(args, 'slot_dtype', 'auto')) != 'auto' else ''}`",
+             f"ignored); medians of {args.runs} runs; ours {'compiled' if args.compile else 'eager'}, "
+             f"{args.slot_dtype} slots. Command: `python -m bench.hunyuan_cpu --preset {args.preset}"
+             f"{f' --ours {args.ours}' if args.ours else ''}`",
              "", "| engine | first token (s) | decode tok/s | one stream tok/s | "
              f"{args.requests} requests over 8 adapters tok/s | RSS MB |", "|---|---|---|---|---|---|"]
 
