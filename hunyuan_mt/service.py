@@ -789,12 +789,12 @@ class TranslationService:
         return out
 
     def export_memory(self, pair: Pair | str) -> bytes:
-        """The translation memory of `pair` as TMX (the user's entries over the shipped ones; see
-        TranslationMemory.export_rows)."""
+        """The translation memory of `pair` as TMX (the user's entries over the shipped ones, with who made each
+        and when; see TranslationMemory.export_entries)."""
         from .tm import tmx_bytes
 
         parsed = self._pair(pair)
-        return tmx_bytes(self.tm.export_rows(parsed), parsed.src, parsed.tgt)
+        return tmx_bytes(self.tm.export_entries(parsed), parsed.src, parsed.tgt)
 
     def rescan(self) -> None:
         self.cache.rescan()
