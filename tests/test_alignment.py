@@ -86,3 +86,15 @@ def test_a_long_paragraph_is_placed_quickly() -> None:
     started = time.perf_counter()
     placed = place_markup(source, words, [p.strip() or None for p in pieces])
     assert placed is not None and time.perf_counter() - started < 5.0
+
+
+def test_a_guess_counts_only_where_nothing_else_of_the_piece_is_found_and_is_never_confident() -> None:
+    # "account" alone is nonsense; the tagged translation wrote the word, then its emptied tags.
+    placed = place_markup("Your ⟦0⟧account⟦1⟧ has been created.", "Se ha creado la cuenta de usuario.",
+                          ["Puede", "contrario", "se ha creado."], ["Se ha creado la cuenta ", "", "."],
+                          [None, "cuenta", None])
+    assert placed is not None and placed.text == "Se ha creado la ⟦0⟧cuenta⟦1⟧ de usuario." and not placed.confident
+    # The piece's own translation is in the sentence: the guess ("el", before the emptied tags) is not taken.
+    placed = place_markup("Open the ⟦0⟧file⟦1⟧ now.", "Abre el archivo ahora.", ["Abre el", "archivo", "ahora."],
+                          ["Abre el ", "", " archivo ahora."], [None, "el", None])
+    assert placed is not None and placed.text == "Abre el ⟦0⟧archivo⟦1⟧ ahora." and placed.confident

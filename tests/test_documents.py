@@ -890,6 +890,23 @@ def test_markup_emptied_by_the_model_is_placed_around_its_words_again() -> None:
     assert "piece by piece" not in rendered.note
 
 
+def test_an_element_the_model_emptied_goes_around_the_word_before_its_tags_and_is_marked_for_review() -> None:
+    """The demo's `Your <u>account</u> has been created.` (es): shown the markup it wrote `la cuenta ⟦0⟧⟦1⟧.`, and
+    alone "account" came back as nonsense; the piece-by-piece fallback made `Puede <u>contrario</u> se ha creado.`"""
+    from hunyuan_mt.documents import translate_keeping_markup
+    from hunyuan_mt.documents.base import ORIGIN_MODEL, ORIGIN_MODEL_SURE
+
+    answers = {"Your ⟦0⟧account⟦1⟧ has been created.": "Se ha creado la cuenta ⟦0⟧⟦1⟧.",
+               "Your account has been created.": "Se ha creado la cuenta de usuario.",
+               "Your": "Puede", "account": "contrario", "has been created.": "se ha creado."}
+    doc = read_document(b"<p>Your <u>account</u> has been created.</p>", "a.html", LIMITS)
+    origins = {"Your account has been created.": ORIGIN_MODEL_SURE}
+    kept = translate_keeping_markup(doc, lambda segments, progress=None: [answers[s] for s in segments],
+                                    origins=origins)
+    assert "<p>Se ha creado la <u>cuenta</u> de usuario.</p>" in doc.render(kept.translations).data.decode()
+    assert (kept.aligned, kept.unsure, kept.redone) == (1, 1, 0) and origins[doc.segments[0]] == ORIGIN_MODEL
+
+
 def test_markup_in_order_in_the_whole_sentences_words_is_kept_as_the_model_gave_it() -> None:
     calls: list[list[str]] = []
 

@@ -69,6 +69,17 @@ def _is_word(token: str) -> bool:
     return any(ch.isalnum() for ch in token)
 
 
+def last_word(text: str) -> str:
+    """The word `text` ends with ("" when it ends otherwise): a spaced script's last word, or its last two Chinese
+    or Japanese characters (about a word)."""
+    tokens = _tokens(text)
+    if not tokens or not _is_word(tokens[-1]):
+        return ""
+    if _CJK.match(tokens[-1]):
+        return "".join(tokens[-2:]) if len(tokens) > 1 and _CJK.match(tokens[-2]) else tokens[-1]
+    return tokens[-1]
+
+
 def _letters(text: str) -> int:
     return sum(len(w) for w in _tokens(text) if _is_word(w))
 
@@ -98,12 +109,14 @@ def _weights(tokens: list[str], candidates: Sequence[str]) -> list[float]:
 
 
 def place_markup(source: str, translation: str, alone: Sequence[str | None],
-                 hints: Sequence[str] | None = None) -> Placement | None:
+                 hints: Sequence[str] | None = None,
+                 guesses: Sequence[str | None] | None = None) -> Placement | None:
     """`translation` (of `source` without its sentinels) with `source`'s sentinels ⟦0⟧ … ⟦n-1⟧ placed in it.
 
     `alone[k]`: the k-th piece of `source` (between sentinels) translated on its own, None for a piece with no
     words; `hints`: the pieces of a translation of `source` that gave its sentinels back in order, if there was
-    one."""
+    one; `guesses[k]`: a word that may be the k-th piece's, taken only when no other candidate of it is in the
+    translation at all, and then the placement is not confident."""
     count = masking.sentinel_count(source)
     pieces = masking.split_at_sentinels(source, count)
     if pieces is None or len(alone) != len(pieces) or (hints is not None and len(hints) != len(pieces)):
@@ -125,6 +138,11 @@ def place_markup(source: str, translation: str, alone: Sequence[str | None],
     candidates = [[c for c in ([alone[k]] if alone[k] else []) + ([hints[k]] if hints else []) if c and c.strip()]
                   for k in range(len(pieces))]
     weights = [_weights(tokens, cands) for cands in candidates]
+    guessed = False
+    for k, guess in enumerate(guesses or ()):
+        if guess and content[k] and not any(weights[k]):
+            weights[k] = _weights(tokens, [guess])
+            guessed = guessed or any(weights[k])
     last = len(pieces) - 1
     tight = [content[k] and (k == 0 or not pieces[k][:1].isspace()) and (k == last or not pieces[k][-1:].isspace())
              for k in range(len(pieces))]
@@ -140,7 +158,7 @@ def place_markup(source: str, translation: str, alone: Sequence[str | None],
     hit = tuple(any(weights[k][i] > 0 for i in words if assignment[i] == k) for k in range(len(pieces)))
     # The pieces between two sentinels must have found theirs; the text at the ends is often worded otherwise alone.
     found = all(hit[k] or not content[k] or not candidates[k] for k in range(1, len(pieces) - 1))
-    return Placement(masking.join_pieces(slices), found and matched >= _MATCHED * total, hit)
+    return Placement(masking.join_pieces(slices), found and not guessed and matched >= _MATCHED * total, hit)
 
 
 def _segment(tokens: list[str], sizes: list[int], content: list[bool], needed: list[bool], tight: list[bool],

@@ -228,11 +228,12 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
         whole = masking.SENTINEL.sub("", done.get(bare[i], ""))
         alone = [done.get(p.strip()) if _has_words(p) else None for p in pieces]
         first = masking.split_at_sentinels(translated[i], len(pieces) - 1)
-        if first is not None and _bare(translated[i]) == " ".join(whole.split()) and not _emptied(pieces, first,
-                                                                                                  edges=True):
+        emptied = first is not None and _emptied(pieces, first, edges=True)
+        if first is not None and not emptied and _bare(translated[i]) == " ".join(whole.split()):
             placed: alignment.Placement | None = alignment.Placement(translated[i], True, (True,) * len(pieces))
         else:
-            placed = alignment.place_markup(source, whole, alone, first)
+            placed = alignment.place_markup(source, whole, alone, first,
+                                            _emptied_words(pieces, first) if emptied else None)
         if placed is None:
             translated[i] = masking.join_pieces([_around(p, _initial_case(p, done.get(p.strip(), p))) for p in pieces])
             kept.redone += 1
@@ -304,6 +305,17 @@ def _emptied(pieces: list[str], translated: list[str], edges: bool = False) -> b
     the last piece can be a link's text."""
     inside = zip(pieces, translated) if edges else zip(pieces[1:-1], translated[1:-1])
     return any(any(ch.isalpha() for ch in piece) and not out.strip() for piece, out in inside)
+
+
+def _emptied_words(pieces: list[str], translated: list[str]) -> list[str | None]:
+    """For each element a tagged translation emptied, the word just before its sentinels: a model that loses the
+    place of a formatted word writes the word, then the tags (`la cuenta ⟦0⟧⟦1⟧.`), so that word is a guess at
+    the element's text (`alignment.place_markup`'s `guesses`)."""
+    out: list[str | None] = [None] * len(pieces)
+    for k in range(1, len(pieces)):
+        if any(ch.isalpha() for ch in pieces[k]) and not translated[k].strip():
+            out[k] = alignment.last_word(translated[k - 1].rstrip()) or None
+    return out
 
 
 def _terms_stay(pieces: list[str], translated: list[str], glossary: Glossary) -> bool:
