@@ -461,8 +461,8 @@ def test_html_round_trip_translates_sentences_and_keeps_markup():
     # A sentence with inline tags is one segment; its tags travel as sentinels, its text unescaped.
     assert calls[0] == ["My page", "Welcome & hello", "Hello ⟦0⟧world⟦1⟧, see ⟦2⟧the docs⟦3⟧.⟦4⟧ Next line",
                         "Café <tag> 3 > 2"]
-    # The formatted one again without its markup, whole, and its pieces alone.
-    assert calls[1] == ["Hello world, see the docs. Next line", "Hello", "world", ", see", "the docs", "Next line"]
+    # The formatted one again without its markup, whole, and the text of its elements alone.
+    assert calls[1] == ["Hello world, see the docs. Next line", "world", "the docs"]
     assert "<title>MY PAGE</title>" in out
     assert '<h1 class="t">WELCOME &amp; HELLO</h1>' in out
     assert '<p>HELLO <b>WORLD</b>, SEE <a href="https://x.example/docs">THE DOCS</a>.<br> NEXT LINE</p>' in out
@@ -547,11 +547,10 @@ def test_formatted_words_come_from_the_whole_sentence_not_the_models_copy_of_the
     # A name stays as it is; the Spanish word order puts the formatted word last.
     assert "<p>Abra <b>GIMP</b> en modo <i>Guardar</i>.</p>" in html
     assert "piece by piece" not in rendered.note
-    # The bare sentences, then each piece alone, once, whatever the number of segments holding it.
+    # The bare sentences, then each element's text alone, once, whatever the number of segments holding it.
     sent: list[list[str]] = []
     translate_document(data, "a.html", LIMITS, lambda s, p=None: sent.append(list(s)) or _copying_model(s))
-    assert sent[1] == ["Click Save to keep your changes.", "Open GIMP in Save mode.", "Click", "Save",
-                       "to keep your", "changes", "Open", "GIMP", "in", "mode."]
+    assert sent[1] == ["Click Save to keep your changes.", "Open GIMP in Save mode.", "Save", "changes", "GIMP"]
 
 
 def test_markup_with_too_few_words_to_hold_it_is_translated_piece_by_piece_and_marked_for_review():
@@ -886,7 +885,7 @@ def test_markup_emptied_by_the_model_is_placed_around_its_words_again() -> None:
     rendered = translate_document(b'<p>Click <a href="/s">here</a> to change your <strong>password</strong>.</p>',
                                   "page.html", LIMITS, moving)
     assert '<p>Pulse <a href="/s">aquí</a> para cambiar su <strong>contraseña</strong>.</p>' in rendered.data.decode()
-    assert sent[1] == ["Click here to change your password.", "Click", "here", "to change your", "password"]
+    assert sent[1] == ["Click here to change your password.", "here", "password"]
     assert "piece by piece" not in rendered.note
 
 
@@ -916,7 +915,7 @@ def test_markup_in_order_in_the_whole_sentences_words_is_kept_as_the_model_gave_
 
     rendered = translate_document(b"<p>Click <b>Save</b>   now.</p>", "page.html", LIMITS, in_order)
     assert "<p>CLICK <b>SAVE</b> NOW.</p>" in rendered.data.decode("utf-8")
-    assert calls == [["Click ⟦0⟧Save⟦1⟧ now."], ["Click Save now.", "Click", "Save", "now."]]
+    assert calls == [["Click ⟦0⟧Save⟦1⟧ now."], ["Click Save now.", "Save"]]
     assert "piece by piece" not in rendered.note
 
 

@@ -13,9 +13,9 @@ one word; a word that another piece claims costs something inside a piece that f
 nobody claims goes by position.
 
 The sentinels then sit between the slices, so they come back once each and in order: the markup stays valid
-whatever the translation did. A placement is `confident` when each piece with words between two sentinels found one
-of its candidates' words in its slice and at least half of the translation's letters matched; otherwise the caller
-marks the segment for review. `None` when the translation has fewer words than the source has pieces that need one.
+whatever the translation did. A placement is `confident` when the text of each element (a piece glued to its
+sentinels) found its candidates' words and is at least half made of them; otherwise the caller marks the segment
+for review. `None` when the translation has fewer words than the source has pieces that need one.
 """
 
 from __future__ import annotations
@@ -45,9 +45,11 @@ _EDGE = 0.25
 _CLAIMED = 1.0
 _LOOSE = 0.1
 _CLAIMED_OUTSIDE = 0.5
+#: How much more a word of an element's text weighs than one of the text around the elements.
+_ELEMENT = 2.0
 #: The weight of a word's distance from its piece's place in the source: breaks ties for words nobody claims.
 _POSITION = 0.05
-#: Share of the translation's letters that must match their slice's candidates for a confident placement.
+#: Share of an element's letters that must match its candidates for a confident placement.
 _MATCHED = 0.5
 
 
@@ -67,6 +69,14 @@ def _tokens(text: str) -> list[str]:
 
 def _is_word(token: str) -> bool:
     return any(ch.isalnum() for ch in token)
+
+
+def element_pieces(pieces: Sequence[str]) -> list[bool]:
+    """Which pieces with words are glued to the sentinels beside them (`⟦0⟧Save⟦1⟧`, `Cancel⟦0⟧` at the start):
+    an element's text or a run's, as opposed to text spaced from the markup around it."""
+    last = len(pieces) - 1
+    return [any(ch.isalnum() for ch in piece) and (k == 0 or not piece[:1].isspace())
+            and (k == last or not piece[-1:].isspace()) for k, piece in enumerate(pieces)]
 
 
 def last_word(text: str) -> str:
@@ -138,14 +148,23 @@ def place_markup(source: str, translation: str, alone: Sequence[str | None],
     candidates = [[c for c in ([alone[k]] if alone[k] else []) + ([hints[k]] if hints else []) if c and c.strip()]
                   for k in range(len(pieces))]
     weights = [_weights(tokens, cands) for cands in candidates]
+    # A word several pieces' candidates hold ("de", "the") says little about where it belongs: shared between them.
+    for i in words:
+        claims = sum(w[i] > 0 for w in weights)
+        if claims > 1:
+            for w in weights:
+                w[i] /= claims
+    tight = element_pieces(pieces)
+    # Where the order of the target leaves no way to give every piece its words, an element's text wins over the
+    # text around the elements: the formatting is what the placement is for.
+    for k in range(len(pieces)):
+        if tight[k]:
+            weights[k] = [w * _ELEMENT for w in weights[k]]
     guessed = False
     for k, guess in enumerate(guesses or ()):
         if guess and content[k] and not any(weights[k]):
-            weights[k] = _weights(tokens, [guess])
+            weights[k] = [w * (_ELEMENT if tight[k] else 1.0) for w in _weights(tokens, [guess])]
             guessed = guessed or any(weights[k])
-    last = len(pieces) - 1
-    tight = [content[k] and (k == 0 or not pieces[k][:1].isspace()) and (k == last or not pieces[k][-1:].isspace())
-             for k in range(len(pieces))]
     assignment = _segment(tokens, [max(len(p.strip()), 1) for p in pieces], content, needed, tight, weights)
     if assignment is None:
         return None
@@ -153,12 +172,21 @@ def place_markup(source: str, translation: str, alone: Sequence[str | None],
     for token, k in zip(tokens, assignment):
         slices[k] += token
     slices = _respace(slices, pieces)
-    matched = sum(len(tokens[i]) for i in words if weights[assignment[i]][i] > 0)
-    total = sum(len(tokens[i]) for i in words)
     hit = tuple(any(weights[k][i] > 0 for i in words if assignment[i] == k) for k in range(len(pieces)))
-    # The pieces between two sentinels must have found theirs; the text at the ends is often worded otherwise alone.
-    found = all(hit[k] or not content[k] or not candidates[k] for k in range(1, len(pieces) - 1))
-    return Placement(masking.join_pieces(slices), found and not guessed and matched >= _MATCHED * total, hit)
+    # Sure when every element's text found its own words and is mostly made of them: the formatting sits where it
+    # belongs. The text around the elements may be worded otherwise alone.
+    sure = not guessed and all(_held(k, tokens, words, assignment, weights) for k in range(len(pieces))
+                               if tight[k] and candidates[k])
+    return Placement(masking.join_pieces(slices), sure, hit)
+
+
+def _held(piece: int, tokens: list[str], words: list[int], assignment: list[int],
+          weights: list[list[float]]) -> bool:
+    """Whether a piece's slice holds a word of its candidates, and those words make up at least `_MATCHED` of its
+    letters."""
+    mine = [i for i in words if assignment[i] == piece]
+    matched = sum(len(tokens[i]) for i in mine if weights[piece][i] > 0)
+    return matched > 0 and matched >= _MATCHED * sum(len(tokens[i]) for i in mine)
 
 
 def _segment(tokens: list[str], sizes: list[int], content: list[bool], needed: list[bool], tight: list[bool],

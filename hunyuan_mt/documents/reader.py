@@ -189,9 +189,10 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
     """Every segment's translation, and how the formatted ones were put together.
 
     Repeated segments (table headers, running footers) are sent once. A segment with markup sentinels
-    (`Document.sentinel_markup`) goes once as it is, then its text without the markup is translated whole, and each
-    piece between the sentinels on its own (through the memory and corrections, like any segment). A model shown
-    the markup translates worse than one shown the bare sentence (chrF 0.4-7.6 lower on the demo, `python -m
+    (`Document.sentinel_markup`) goes once as it is, then its text without the markup is translated whole, and the
+    pieces inside its elements on their own (through the memory and corrections, like any segment; every piece when
+    the first translation lost the markup's order). A model shown
+    the markup translates worse than one shown the bare sentence (chrF 0.4-7.0 lower on the demo, `python -m
     bench.formatted`), so the whole translation is kept, and the markup is placed in it by alignment
     (`alignment.place_markup`): the sentinels come back once each and in order, so tags cannot end up swapped or
     badly nested. When the first translation has the same words as the whole one, its own sentinels stand. A piece
@@ -217,17 +218,18 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
             if pieces is not None and known.get(source) not in (ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR):
                 formatted[i] = pieces
     bare = {i: _bare(unique[i]) for i in formatted}
+    firsts = {i: masking.split_at_sentinels(translated[i], len(pieces) - 1) for i, pieces in formatted.items()}
     texts = [text for text in bare.values() if text]
-    texts += [p.strip() for pieces in formatted.values() for p in pieces if _has_words(p)]
+    texts += [p.strip() for i, pieces in formatted.items() for p in _alone(pieces, firsts[i] is not None)]
     done = _translate_each(texts, translate_segments)
     kept = KeptMarkup(translated)
+    redo: list[int] = []
     for i, pieces in formatted.items():
-        source = unique[i]
+        source, first = unique[i], firsts[i]
         # A translator that echoes sentinels into a text that had none (the service's masking never does): they
         # are not the source's.
         whole = masking.SENTINEL.sub("", done.get(bare[i], ""))
         alone = [done.get(p.strip()) if _has_words(p) else None for p in pieces]
-        first = masking.split_at_sentinels(translated[i], len(pieces) - 1)
         emptied = first is not None and _emptied(pieces, first, edges=True)
         if first is not None and not emptied and _bare(translated[i]) == " ".join(whole.split()):
             placed: alignment.Placement | None = alignment.Placement(translated[i], True, (True,) * len(pieces))
@@ -235,9 +237,7 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
             placed = alignment.place_markup(source, whole, alone, first,
                                             _emptied_words(pieces, first) if emptied else None)
         if placed is None:
-            translated[i] = masking.join_pieces([_around(p, _initial_case(p, done.get(p.strip(), p))) for p in pieces])
-            kept.redone += 1
-            known[source] = ORIGIN_MODEL
+            redo.append(i)
             continue
         slices = masking.split_at_sentinels(placed.text, len(pieces) - 1) or []
         changed = _memory_pieces(pieces, slices, alone, placed.matched, known)
@@ -249,6 +249,14 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
             # The memory's words for the bare sentence with markup placed here: a near answer, to check.
             origin = origins.get(bare[i], ORIGIN_MODEL) if sure else ORIGIN_MODEL
             origins[source] = ORIGIN_MEMORY_NEAR if origin == ORIGIN_MEMORY else origin
+    # Piece by piece: the pieces not translated alone yet go in one more call.
+    more = [p.strip() for i in redo for p in formatted[i] if _has_words(p) and p.strip() not in done]
+    done.update(_translate_each(more, translate_segments))
+    for i in redo:
+        translated[i] = masking.join_pieces([_around(p, _initial_case(p, done.get(p.strip(), p)))
+                                             for p in formatted[i]])
+        kept.redone += 1
+        known[unique[i]] = ORIGIN_MODEL
     by_source = dict(zip(unique, translated))
     kept.translations = [by_source[s] for s in document.segments]
     return kept
@@ -257,6 +265,14 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
 def _bare(segment: str) -> str:
     """A formatted segment's text without its sentinels, as one line: what is translated whole."""
     return " ".join(masking.SENTINEL.sub("", segment).split())
+
+
+def _alone(pieces: list[str], hinted: bool) -> list[str]:
+    """The pieces of a formatted segment to translate on their own: those an element holds (glued to their
+    sentinels, `alignment.element_pieces`: where the memory's words for a bold `Cancel` matter, and what the
+    alignment finds least well otherwise), and the others too when the tagged translation gave no hints."""
+    inside = alignment.element_pieces(pieces)
+    return [p for p, held in zip(pieces, inside) if _has_words(p) and (held or not hinted)]
 
 
 def _has_words(piece: str) -> bool:
