@@ -79,6 +79,18 @@ def element_pieces(pieces: Sequence[str]) -> list[bool]:
             and (k == last or not piece[-1:].isspace()) for k, piece in enumerate(pieces)]
 
 
+def needs_words(pieces: Sequence[str]) -> list[bool]:
+    """Which pieces must keep a word of their own in a translation. One with words between two sentinels, or its
+    formatting would sit on nothing; so does one at an end that is glued to its sentinel: a reader leaves out the
+    end tag of an element that closes the segment (`could not acquire ⟦0⟧credentials`), so that piece is a link's
+    text. One spaced from its sentinel is text around the elements, which a target that reorders may empty
+    (`modifier les paramètres de ⟦0⟧serveur⟦1⟧`)."""
+    last = len(pieces) - 1
+    return [any(ch.isalnum() for ch in piece) and (0 < k < last or last == 0 or (k == 0 and not piece[-1:].isspace())
+                                                   or (k == last and not piece[:1].isspace()))
+            for k, piece in enumerate(pieces)]
+
+
 def last_word(text: str) -> str:
     """The word `text` ends with ("" when it ends otherwise): a spaced script's last word, or its last two Chinese
     or Japanese characters (about a word)."""
@@ -134,15 +146,7 @@ def place_markup(source: str, translation: str, alone: Sequence[str | None],
     tokens = _tokens(translation)
     words = [i for i, t in enumerate(tokens) if _is_word(t)]
     content = [any(ch.isalnum() for ch in piece) for piece in pieces]
-    # A piece with words between two sentinels keeps a word of its own, or its formatting would sit on nothing. So
-    # does one at an end that is glued to its sentinel: a reader leaves out the end tag of an element that closes
-    # the segment (`could not acquire ⟦0⟧credentials`), so that piece is a link's text. One spaced from its
-    # sentinel is text around the elements, which a target that reorders may empty (`modificar las opciones de
-    # ⟦0⟧servidor⟦1⟧`).
-    needed = [content[k] and (0 < k < len(pieces) - 1 or len(pieces) == 1
-                              or (k == 0 and not pieces[k][-1:].isspace())
-                              or (k == len(pieces) - 1 and not pieces[k][:1].isspace()))
-              for k in range(len(pieces))]
+    needed = needs_words(pieces)
     if not words or sum(needed) > len(words):
         return None
     candidates = [[c for c in ([alone[k]] if alone[k] else []) + ([hints[k]] if hints else []) if c and c.strip()]

@@ -191,12 +191,12 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
     Repeated segments (table headers, running footers) are sent once. A segment with markup sentinels
     (`Document.sentinel_markup`) goes once as it is, then its text without the markup is translated whole, and the
     pieces inside its elements on their own (through the memory and corrections, like any segment; every piece when
-    the first translation lost the markup's order). A model shown
-    the markup translates worse than one shown the bare sentence (chrF 0.4-7.0 lower on the demo, `python -m
-    bench.formatted`), so the whole translation is kept, and the markup is placed in it by alignment
-    (`alignment.place_markup`): the sentinels come back once each and in order, so tags cannot end up swapped or
-    badly nested. When the first translation has the same words as the whole one, its own sentinels stand. A piece
-    the memory knows takes the memory's words in its place (a bold `Cancel` is the memory's `Abbrechen`).
+    the first translation lost the markup's order). A model shown the markup translates worse than one shown the
+    bare sentence (chrF 0.4-7.0 lower on the demo, `python -m bench.formatted`), so the whole translation is kept,
+    and the markup is placed in it by alignment (`alignment.place_markup`): the sentinels come back once each and
+    in order, so tags cannot end up swapped or badly nested. When the first translation has the same words as the
+    whole one, its own sentinels stand. A piece the memory knows takes the memory's words in its place (a bold
+    `Cancel` is the memory's `Abbrechen`).
 
     A segment whose markup cannot be placed (the whole translation has fewer words than the source has formatted
     pieces) is translated piece by piece and put back between the sentinels in the source's order, which keeps
@@ -230,7 +230,7 @@ def translate_keeping_markup(document: Document, translate_segments: TranslateSe
         # are not the source's.
         whole = masking.SENTINEL.sub("", done.get(bare[i], ""))
         alone = [done.get(p.strip()) if _has_words(p) else None for p in pieces]
-        emptied = first is not None and _emptied(pieces, first, edges=True)
+        emptied = first is not None and _emptied(pieces, first)
         if first is not None and not emptied and _bare(translated[i]) == " ".join(whole.split()):
             placed: alignment.Placement | None = alignment.Placement(translated[i], True, (True,) * len(pieces))
         else:
@@ -314,13 +314,10 @@ def _initial_case(source: str, translation: str) -> str:
     return out
 
 
-def _emptied(pieces: list[str], translated: list[str], edges: bool = False) -> bool:
-    """Whether a piece between two sentinels that held words came back empty: the model moved them out of their
-    markup (`su contraseña <strong></strong>.`), which would leave the formatting on nothing. With `edges`, the
-    first and last pieces too: a reader leaves the end tag of an element that closes the segment out of it, so
-    the last piece can be a link's text."""
-    inside = zip(pieces, translated) if edges else zip(pieces[1:-1], translated[1:-1])
-    return any(any(ch.isalpha() for ch in piece) and not out.strip() for piece, out in inside)
+def _emptied(pieces: list[str], translated: list[str]) -> bool:
+    """Whether a piece that must keep words (`alignment.needs_words`) came back empty: the model moved them out of
+    their markup (`su contraseña <strong></strong>.`), which would leave the formatting on nothing."""
+    return any(needed and not out.strip() for needed, out in zip(alignment.needs_words(pieces), translated))
 
 
 def _emptied_words(pieces: list[str], translated: list[str]) -> list[str | None]:
