@@ -98,3 +98,18 @@ def test_a_guess_counts_only_where_nothing_else_of_the_piece_is_found_and_is_nev
     placed = place_markup("Open the ⟦0⟧file⟦1⟧ now.", "Abre el archivo ahora.", ["Abre el", "archivo", "ahora."],
                           ["Abre el ", "", " archivo ahora."], [None, "el", None])
     assert placed is not None and placed.text == "Abre el ⟦0⟧archivo⟦1⟧ ahora." and placed.confident
+
+
+def test_a_paragraph_of_hundreds_of_runs_goes_piece_by_piece_at_once() -> None:
+    import time
+
+    from hunyuan_mt.documents.alignment import MAX_WORK
+
+    count = 600
+    source = "".join(f"w{i}⟦{i}⟧" for i in range(count)) + "end"
+    pieces = masking.split_at_sentinels(source, count)
+    assert pieces is not None
+    translation = " ".join(f"x{i}" for i in range(count + 1))
+    started = time.perf_counter()
+    assert place_markup(source, translation, list(pieces)) is None  # past MAX_WORK: the caller goes piece by piece
+    assert time.perf_counter() - started < 1.0 and (2 * count + 1) * (count + 1) > MAX_WORK

@@ -15,7 +15,8 @@ nobody claims goes by position.
 The sentinels then sit between the slices, so they come back once each and in order: the markup stays valid
 whatever the translation did. A placement is `confident` when the text of each element (a piece glued to its
 sentinels) found its candidates' words and is at least half made of them; otherwise the caller marks the segment
-for review. `None` when the translation has fewer words than the source has pieces that need one.
+for review. `None` when the translation has fewer words than the source has pieces that need one, or is too long
+for its number of pieces (`MAX_WORK`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ _ELEMENT = 2.0
 _POSITION = 0.05
 #: Share of an element's letters that must match its candidates for a confident placement.
 _MATCHED = 0.5
+#: Tokens × pieces past which no placement is tried (the segmentation's time grows with their product and with the
+#: pieces again: 500 runs of one paragraph took 1.5 s); such a segment goes piece by piece, in linear time.
+MAX_WORK = 100_000
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,8 @@ def place_markup(source: str, translation: str, alone: Sequence[str | None],
     if pieces is None or len(alone) != len(pieces) or (hints is not None and len(hints) != len(pieces)):
         return None
     tokens = _tokens(translation)
+    if len(tokens) * len(pieces) > MAX_WORK:
+        return None
     words = [i for i, t in enumerate(tokens) if _is_word(t)]
     content = [any(ch.isalnum() for ch in piece) for piece in pieces]
     needed = needs_words(pieces)
