@@ -4,7 +4,7 @@
 
 1. 50 tagged strings (10 UI sentences × 5 inline-markup patterns), en→es and en→fr, `format: html`:
    how many come back with the source's tags, in order and validly nested. Baseline: the segments' translations
-   rendered as the model gave them (no piece-by-piece pass). Ours: `documents.translate_keeping_markup`.
+   rendered as the model gave them (no second pass). Ours: `documents.translate_keeping_markup`.
 2. The project's README (first 20 kB, cut at a paragraph) uploaded as .md, en→es: outputs with a repetition loop
    (a unit of up to 8 words repeated 3+ times over 6+ words), the longest segment output, the markdown markers
    kept (`**`, inline code, links), and the time. Baseline: the guards off (limits.loop_repeats 0,
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
               "markup": markup, "readme": readme}
     lines = [f"# Markup and degenerate output ({result['date']}, `python -m bench.markup --runs {args.runs}`)", "",
              f"Tagged strings (`format: html`, {len(tagged_strings())} per target): tags back in order and validly "
-             "nested", "", "| target | baseline (as the model gave them) | ours (piece by piece when out of order) |",
+             "nested", "", "| target | baseline (as the model gave them) | ours (translate_keeping_markup) |",
              "|---|---|---|"]
     for target, kept in markup.items():
         n = len(tagged_strings())

@@ -152,7 +152,7 @@ def cmd_tm(args: argparse.Namespace) -> int:
     memory = open_memory(cfg, store)
     if args.action == "export":
         out = Path(args.file or f"{pair.key}.tmx")
-        rows = memory.export_rows(pair)
+        rows = memory.export_entries(pair)
         out.write_bytes(tmx_bytes(rows, pair.src, pair.tgt))
         print(f"{pair.key}: {len(rows)} entries written to {out} (TMX 1.4)")
         return 0

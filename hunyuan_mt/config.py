@@ -473,10 +473,12 @@ class QualityConfig:
     #: A document segment the model translated with a confidence below this (0..1: the geometric mean of its
     #: tokens' probabilities, its least sure sentence's) is marked for review where the format has a place:
     #: XLIFF 1.2 `state="needs-review-translation"`, PO's `fuzzy` flag. At or above it: XLIFF `translated`
-    #: (`mt-suggestion`), and no fuzzy flag. 1.0 marks every machine translation for review.
+    #: (`mt-suggestion`), and no fuzzy flag. 1.0 marks every machine translation for review. A segment given back
+    #: as its source is marked whatever this says (review.py). The demo profile sets its calibrated 0.68
+    #: (configs/default.yaml, `python -m bench.review_threshold`); this default is uncalibrated.
     review_below: float = 0.5
     #: Word has no review state: a .docx segment marked for review gets a Word comment saying so ("machine
-    #: translation, low confidence: check it") when this is on. Off by default: comments change the delivered file.
+    #: translation to check: low confidence …") when this is on. Off by default: comments change the delivered file.
     docx_comments: bool = False
 
     def __post_init__(self) -> None:

@@ -17,7 +17,8 @@ Three forms, chosen per backbone (`model.markup`):
   the card's template.
 
 Either way the caller gets the reader's sentinels back in the reader's places, or a text that
-`masking.split_at_sentinels` refuses, so the document layer re-does the segment piece by piece.
+`masking.split_at_sentinels` refuses; the document layer then places the markup in the whole sentence's
+translation without it (`documents/alignment.py`), and uses what came back in order as a hint.
 """
 
 from __future__ import annotations
@@ -121,8 +122,8 @@ def to_tags(text: str, markup: Collection[int]) -> str:
 def from_tags(output: str, text: str, markup: Collection[int]) -> str:
     """The model's answer to a `to_tags` prompt back in sentinel form: `<target>` taken off, each `<sN>` pair's
     text in order with the markup sentinels of `text` between them. When the pairs did not all come back once and
-    in order, the answer's text without its tags (the markup sentinels are missing, so the document layer
-    translates the segment piece by piece)."""
+    in order, the answer's text without its tags (the markup sentinels are missing, so the document layer places
+    them itself, `documents/alignment.py`)."""
     match = _TARGET.match(output)
     body = match.group(1) if match else output
     boundaries = [int(m.group(1)) for m in SENTINEL.finditer(text) if int(m.group(1)) in markup]

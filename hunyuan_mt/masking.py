@@ -1,8 +1,8 @@
 """Do-not-translate spans: mask them before translation, put them back verbatim after.
 
-Placeholders (`%s`, `%(name)s`, `{0}`, `{name}`), markup tags, URLs, e-mail addresses, numbers, `code spans`,
-prices, key names and shortcuts, paths, and emoji and other symbols are replaced by sentinel tokens `⟦0⟧`, `⟦1⟧`, ... that a model copies (the demo model is trained on text masked
-this way and its tokenizer knows the sentinels as whole tokens). Any backbone works: `restore` does not trust the
+Placeholders (`%s`, `%(name)s`, `{0}`, `{name}`), markup tags, URLs, e-mail addresses, file names and extensions,
+numbers, `code spans`, prices, key names and shortcuts, paths, and emoji and other symbols are replaced by sentinel
+tokens `⟦0⟧`, `⟦1⟧`, ... that a model copies (the demo model is trained on text masked this way and its tokenizer knows the sentinels as whole tokens). Any backbone works: `restore` does not trust the
 model, it puts every span back exactly once, removes duplicated or invented sentinels and appends dropped ones.
 """
 
@@ -68,6 +68,25 @@ _PRICE = rf"[{_CURRENCY}]\s?{_AMOUNT}|(?<![\w.,]){_AMOUNT}\s?[{_CURRENCY}]"
 _PATH = (r"(?<![\w/.~])(?:~|\.{1,2})?/[\w.-]+(?:/[\w.-]+)*/?(?<![.,;:])"
          r"|\b[A-Za-z]:\\(?:[\w.-]+\\?)+")
 
+# File names, globs and extensions (report.txt, settings.json, archive.tar.gz, docs/intro.md, *.po, ".docx"): a
+# model turned `settings.json` into `设置.json`. A name is Latin, Greek or Cyrillic letters, digits, `_` and `-`
+# (Chinese text around it is not part of it: `打开settings.json`), its parts joined by dots or slashes. The
+# extension is a known one in any case, or any lowercase one of 2-8 characters after a name of 2+ characters: so
+# "e.g.", "z.B." and "Mr.Smith" stay text.
+_FILE_CHAR = r"A-Za-z0-9_\u00C0-\u024F\u0370-\u03FF\u0400-\u04FF"
+_FILE_NAME_PART = rf"[{_FILE_CHAR}][{_FILE_CHAR}-]*"
+_KNOWN_EXTENSIONS = (
+    "txt|text|md|rst|log|csv|tsv|json|jsonl|xml|html?|xhtml|css|scss|ya?ml|toml|ini|cfg|conf|env|lock|"
+    "docx?|xlsx?|pptx?|odt|ods|odp|rtf|pdf|epub|tex|bib|srt|vtt|po|pot|mo|xliff|xlf|tmx|"
+    "png|jpe?g|gif|svg|webp|bmp|ico|tiff?|psd|mp3|mp4|wav|ogg|flac|avi|mkv|mov|webm|"
+    "zip|tar|gz|tgz|bz2|xz|zst|7z|rar|iso|img|dmg|deb|rpm|apk|msi|exe|dll|so|dylib|jar|whl|bin|dat|db|sqlite|"
+    "py|pyc|ipynb|js|mjs|ts|jsx|tsx|java|kt|c|h|cc|cpp|hpp|cs|go|rs|rb|php|pl|lua|swift|sh|bash|zsh|bat|ps1|sql|"
+    "bak|tmp|pem|crt|key|ttf|otf|woff2?")
+_FILENAME = (rf"(?<![{_FILE_CHAR}.@/\\-])"
+             rf"(?:(?:\*|{_FILE_NAME_PART}(?:[./\\]{_FILE_NAME_PART})*)\.(?i:{_KNOWN_EXTENSIONS})"
+             rf"|[{_FILE_CHAR}]{{2}}[{_FILE_CHAR}-]*(?:[./\\]{_FILE_NAME_PART})*\.[a-z][a-z0-9]{{1,7}}"
+             rf"|\.(?:(?i:{_KNOWN_EXTENSIONS})|[a-z][a-z0-9]{{1,7}}))"
+             rf"(?![{_FILE_CHAR}-]|\.[{_FILE_CHAR}])")
 # 20+ characters of letters and digits (and base64's + / =) mixed, with no space: a checksum, a key, an id.
 _OPAQUE = r"(?<![\w+/=])(?=[A-Za-z0-9+/]*\d)(?=[A-Za-z0-9+/]*[A-Za-z])[A-Za-z0-9+/]{20,}={0,2}(?![\w+/=])"
 # Version strings as semver writes them (v3.0.0-beta.2, 2.1.0+build.5, v2): one span, or the model rewrote the
@@ -94,6 +113,7 @@ _PATTERNS: tuple[str, ...] = (
     r"(?:https?|ftp|file)://[^\s<>\"'`]+",                     # URLs with a scheme
     r"www\.[^\s<>\"'`]+",                                      # bare www URLs
     r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+",                           # e-mail addresses
+    _FILENAME,                                                 # report.txt, *.po, archive.tar.gz, .docx
     r"%\([\w.-]+\)[-+ #0]*\d*(?:\.\d+)?[diouxXeEfFgGcrsa]",    # %(name)s
     r"%(?:\d+\$)?[-+ #0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|L|q|j|z|t|I64|I32)?[diouxXeEfFgGcrsaApn@]",  # printf
     r"%\d+",                                                   # Qt-style %1

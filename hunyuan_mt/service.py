@@ -31,7 +31,7 @@ from .config import Config, load_config
 from .detect import Detection, detect as detect_language, ready as detector_ready, start as start_detector
 from .engine import BatchEngine, Row, future_scores, future_tokens
 from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
-from . import inline, prompts
+from . import inline, prompts, punctuation, review
 from .glossary import Glossary, has_terms
 from .prompts import CONTROL_CHARS, SURROGATES
 from .adapters.watch import VersionWatch
@@ -158,18 +158,24 @@ class _Job:
     logprob: dict[int, float | None] = field(default_factory=dict)
     #: Segment index → its last hop's output tokens and their log-probabilities (scored jobs).
     tokens: dict[int, tuple[list[int], list[float]]] = field(default_factory=dict)
+    #: Segments the model gave back as their source (review.unchanged): never confident.
+    unchanged: set[int] = field(default_factory=set)
 
     def confidences(self) -> list[float | None]:
         """Each segment's confidence in (0, 1]: the geometric mean of its tokens' probabilities, multiplied over a
-        pivot's hops; 1.0 for a segment the translation memory answered; None where the model gave no score
-        (beam search) or the segment needed no translation."""
+        pivot's hops, at most review.UNCHANGED_CONFIDENCE for a segment that came back as its source; 1.0 for a
+        segment the translation memory answered; None where the model gave no score (beam search) or the segment
+        needed no translation."""
         out: list[float | None] = []
         for i in range(len(self.current)):
             if i in self.memory:
                 out.append(1.0)
             else:
                 value = self.logprob.get(i)
-                out.append(None if value is None else round(math.exp(value), 4))
+                score = None if value is None else round(math.exp(value), 4)
+                if score is not None and i in self.unchanged:
+                    score = min(score, review.UNCHANGED_CONFIDENCE)
+                out.append(score)
         return out
 
     @property
@@ -659,12 +665,13 @@ class TranslationService:
 
     def _model_origin(self, job: _Job) -> str:
         """A segment the model translated: ORIGIN_MODEL_SURE when every sentence of it scored at least
-        `quality.review_below`, else ORIGIN_MODEL (to review)."""
+        `quality.review_below` and none came back as its source, else ORIGIN_MODEL (to review)."""
         review_below = self.cfg.quality.review_below
         confidences = job.confidences()
         scores = [confidences[i] for i in job.todo]
         # 1.0 marks every one, even a segment whose confidence rounds to 1.0.
-        sure = review_below < 1.0 and bool(scores) and all(c is not None and c >= review_below for c in scores)
+        sure = review_below < 1.0 and bool(scores) and all(c is not None and c >= review_below for c in scores) \
+            and not any(i in job.unchanged for i in job.todo)
         return ORIGIN_MODEL_SURE if sure else ORIGIN_MODEL
 
     def _check_alternatives(self, alternatives: Any) -> None:
@@ -739,11 +746,26 @@ class TranslationService:
         for job in jobs:
             if job.layout is None:
                 continue
+            self._finish_outputs(job)
             for i, prot in enumerate(job.protected):
                 if prot is not None:
                     job.current[i] = _masking.restore(job.current[i], prot)
                     if i in job.nbest:
                         job.nbest[i] = [_masking.restore(h, prot) for h in job.nbest[i]]
+
+    @staticmethod
+    def _finish_outputs(job: _Job) -> None:
+        """The model's outputs of a job before their spans go back in: the target's punctuation (a space before
+        "。", an ASCII comma between Chinese words), and which came back as their source (`_Job.unchanged`)."""
+        target = job.plan.tgt
+        for i in job.todo:
+            job.current[i] = punctuation.tidy(job.current[i], target)
+            if i in job.nbest:
+                job.nbest[i] = [punctuation.tidy(h, target) for h in job.nbest[i]]
+            prot = job.protected[i]
+            source = prot.text if prot is not None else job.layout.segments[i]
+            if review.unchanged(source, job.current[i]):
+                job.unchanged.add(i)
 
     def _first_alone(self, rows: list[Row], extra: list[Row], where: list[tuple[_Job, int]], k: int,
                      ticket: Ticket | None, listen: Callable[..., None]) -> list[Future]:
@@ -839,12 +861,12 @@ class TranslationService:
         return out
 
     def export_memory(self, pair: Pair | str) -> bytes:
-        """The translation memory of `pair` as TMX (the user's entries over the shipped ones; see
-        TranslationMemory.export_rows)."""
+        """The translation memory of `pair` as TMX (the user's entries over the shipped ones, with who made each
+        and when; see TranslationMemory.export_entries)."""
         from .tm import tmx_bytes
 
         parsed = self._pair(pair)
-        return tmx_bytes(self.tm.export_rows(parsed), parsed.src, parsed.tgt)
+        return tmx_bytes(self.tm.export_entries(parsed), parsed.src, parsed.tgt)
 
     def rescan(self) -> None:
         self.cache.rescan()

@@ -54,17 +54,34 @@ _HALF_WIDTH = {v: k for k, v in _FULL_WIDTH.items()}
 _CLOSINGS = ("", ".", "!", "?", ":", "…", "...", "。", "！", "？", "：")
 #: Opening marks that belong to a closing one (Spanish): they go when the closing mark goes.
 _OPENING = re.compile(r"^[¿¡]")
+#: Languages that open an exclamation or a question with its own inverted mark.
+INVERTED_MARKS = frozenset({"es"})
+_OPENER = {"!": "¡", "?": "¿"}
 
 
-def with_closing_of(target: str, query: str, unspaced: bool) -> str:
+def with_closing_of(target: str, query: str, language: str) -> str:
     """`target` ending in `query`'s closing punctuation instead of its own (none when the query has none), each mark
-    in the target's width (`unspaced`: a Chinese or Japanese target, full-width)."""
+    in the target `language`'s width (Chinese and Japanese: full-width) and, where the language opens them too
+    (`INVERTED_MARKS`), with the opening mark that goes with it: "Welcome" → "Bienvenido" asked as "Welcome!" is
+    "¡Bienvenido!"."""
     body = _CLOSING.sub("", target.rstrip())
     closing = _CLOSING.search(query.rstrip())
     if closing is None:
         return _OPENING.sub("", body)  # "¿Dónde está?" asked as "Where is it": no question marks at all
-    table = _FULL_WIDTH if unspaced else _HALF_WIDTH
+    if language in INVERTED_MARKS:
+        body = _opened(body, closing.group(0))
+    table = _FULL_WIDTH if language in UNSPACED_SENTENCES else _HALF_WIDTH
     return body + "".join(table.get(ch, ch) for ch in closing.group(0))
+
+
+def _opened(body: str, closing: str) -> str:
+    """A Spanish sentence's start for its new `closing`: "¡" before an exclamation, "¿" before a question (unless
+    the sentence opens one further in: "Si quiere, ¿guardar?"), neither before a statement."""
+    opener = _OPENER.get(closing[0])
+    rest = _OPENING.sub("", body)
+    if opener is None or (opener in rest and not body.startswith(opener)):
+        return rest
+    return opener + rest
 
 
 @dataclass(frozen=True)
@@ -174,8 +191,9 @@ class _Entries:
             target = target[0].upper() + target[1:]
         return target
 
-    def hit(self, segment: Protected, unspaced: bool) -> MemoryHit | None:
-        """The answer for `segment` (masked, with its spans): exact, else near-exact (see MemoryHit)."""
+    def hit(self, segment: Protected, language: str) -> MemoryHit | None:
+        """The answer for `segment` (masked, with its spans) in the target `language`: exact, else near-exact (see
+        MemoryHit)."""
         key = memory_key(segment.text, fold=False)
         target = self.exact.get(key)
         if target is not None:
@@ -185,12 +203,12 @@ class _Entries:
         target = self.get(segment.text)
         if target is not None:
             return MemoryHit(target, "case")
-        close = self.near(segment.text, unspaced)
+        close = self.near(segment.text, language)
         return None if close is None else MemoryHit(close, "closing punctuation")
 
-    def near(self, source: str, unspaced: bool) -> str | None:
+    def near(self, source: str, language: str) -> str | None:
         """The target of the entry that differs from `source` only in case, whitespace or closing punctuation,
-        given `source`'s closing mark (in the target's width: `unspaced`, a Chinese or Japanese target). A 98 %
+        given `source`'s closing mark as the target `language` writes it (`with_closing_of`). A 98 %
         fuzzy match that lacked only a final full stop was a mere suggestion before. A few dictionary look-ups
         (the query with each closing mark), no index of its own."""
         asked = memory_key(source)
@@ -203,11 +221,27 @@ class _Entries:
                 continue  # the exact look-up's own key
             target = self._folded(candidate, source)
             if target is not None:
-                return with_closing_of(target, source, unspaced)
+                return with_closing_of(target, source, language)
         return None
 
     def __len__(self) -> int:
         return len(self.exact)
+
+
+#: Who made a shipped entry, as an export says (TMX's creationid), and who made the export itself.
+SHIPPED_CREATOR = "hunyuan-mt (shipped memory)"
+EXPORTER = "hunyuan-mt"
+
+
+@dataclass(frozen=True)
+class ExportedEntry:
+    """One entry of an export as written, with when it was made (unix time; None where unknown) and by whom (the
+    store's `who`, else how it came: "import", "correction", "legacy"; `SHIPPED_CREATOR`)."""
+
+    source: str
+    target: str
+    created: float | None
+    creator: str
 
 
 @dataclass(frozen=True)
@@ -320,7 +354,7 @@ class TranslationMemory:
         the caller puts the query's own spans back). None when neither."""
         if not self.enabled:
             return None
-        found = self._entries(f"{src}2{tgt}").hit(segment, tgt in UNSPACED_SENTENCES)
+        found = self._entries(f"{src}2{tgt}").hit(segment, tgt)
         if found is not None:
             with self._lock:
                 self.hits += 1
@@ -351,21 +385,29 @@ class TranslationMemory:
 
     # ------------------------------------------------------------------ exporting
 
-    def export_rows(self, pair: Pair | str) -> list[tuple[str, str]]:
-        """A pair's entries as written, for an export: the user's (raw) over the shipped ones. A shipped entry is
-        stored masked, so one that held placeholders (`⟦0⟧` in place of `%s`) is left out: its spans are lost."""
+    def export_entries(self, pair: Pair | str) -> list[ExportedEntry]:
+        """A pair's entries as written, for an export, with who made each and when: the user's (raw, with the
+        store's record of them) over the shipped ones (the memory file's date, `SHIPPED_CREATOR`). A shipped entry
+        is stored masked, so one that held placeholders (`⟦0⟧` in place of `%s`) is left out: its spans are lost."""
         key = (pair if isinstance(pair, Pair) else Pair.parse(pair)).key
-        rows: dict[str, tuple[str, str]] = {}
+        rows: dict[str, ExportedEntry] = {}
         for path in self._shipped_files(key):
+            written = path.stat().st_mtime
             for source, target in tsv_rows(path):
                 if "⟦" not in source + target and source.strip() and target.strip():
-                    rows[memory_key(source, fold=False)] = (source, target)
+                    rows[memory_key(source, fold=False)] = ExportedEntry(source, target, written, SHIPPED_CREATOR)
         self._entries(key)
         with self._lock:
             user = list(self._user.get(key, {}).values())
+        made = self.rows.provenance(key) if user else {}
         for source, target in user:
-            rows[memory_key(source, fold=False)] = (source, target)
+            created, creator = made.get((source, target), (None, "import"))
+            rows[memory_key(source, fold=False)] = ExportedEntry(source, target, created, creator)
         return list(rows.values())
+
+    def export_rows(self, pair: Pair | str) -> list[tuple[str, str]]:
+        """`export_entries` as (source, target) pairs."""
+        return [(entry.source, entry.target) for entry in self.export_entries(pair)]
 
     # ------------------------------------------------------------------ adding
 
@@ -451,14 +493,29 @@ def tsv_rows(path: Path) -> Iterator[tuple[str, str]]:
                 yield source, target
 
 
-def tmx_bytes(rows: list[tuple[str, str]], src: str, tgt: str) -> bytes:
-    """`rows` as a TMX 1.4 document, written by translate-toolkit's TMX store (the library Pootle and Weblate's
-    tooling use), which the import reads back (`read_rows`)."""
+def tmx_date(when: float) -> str:
+    """A unix time as TMX writes dates: ISO 8601 basic format, UTC (`20261207T031500Z`)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
+
+
+def tmx_bytes(entries: list[ExportedEntry], src: str, tgt: str, now: float | None = None) -> bytes:
+    """`entries` as a TMX 1.4 document, written by translate-toolkit's TMX store (the library Pootle and Weblate's
+    tooling use), which the import reads back (`read_rows`). The header says when the export was made and by
+    what (`creationdate`, `creationid`), each unit when its entry was made and by whom: CAT tools sort and filter
+    a memory by them."""
     from translate.storage import tmx
 
     store = tmx.tmxfile(sourcelanguage=src, targetlanguage=tgt)
-    for source, target in rows:
-        store.addtranslation(source, src, target, tgt)
+    header = store.document.getroot().find("header")
+    if header is not None:
+        header.set("creationdate", tmx_date(time.time() if now is None else now))
+        header.set("creationid", EXPORTER)
+    for entry in entries:
+        unit = store.addsourceunit(entry.source, src)
+        unit.settarget(entry.target, tgt, append=True)
+        if entry.created is not None:
+            unit.xmlelement.set("creationdate", tmx_date(entry.created))
+        unit.xmlelement.set("creationid", entry.creator)
     return bytes(store)
 
 

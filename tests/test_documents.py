@@ -215,18 +215,21 @@ def test_txt_encodings_utf8_bom_utf16_and_detected_cp1252():
 
 
 def test_markdown_round_trip_leaves_code_front_matter_and_syntax():
-    sent: list[str] = []
+    calls: list[list[str]] = []
 
     def record(segments, progress=None):
-        sent.extend(segments)
+        calls.append(list(segments))
         return upper(segments)
 
     out = translate_document(MARKDOWN.encode(), "notes.md", LIMITS, record).data.decode()
+    sent = calls[0]
     assert_clean_segments(sent)
     # Emphasis and link syntax travel as sentinels: the translator cannot mangle them, nor the link's target.
     assert sent == ["Release notes", "Install it with `pip install thing` and read ⟦0⟧the guide⟦1⟧.",
                     "A quoted remark.", "First item", "Second item with ⟦0⟧bold⟦1⟧", "Numbered step", "Name", "Meaning",
                     "a | b", "Pipe inside", "Hard break", "next line"]
+    # Then the formatted ones whole without their markup, and their pieces alone (reader.translate_keeping_markup).
+    assert calls[1][:2] == ["Install it with `pip install thing` and read the guide.", "Second item with bold"]
     front_matter = "---\ntitle: Release notes\ntags: [a, b]\n---\n"
     expected = MARKDOWN.removeprefix(front_matter)
     unmasked = {"Install it with `pip install thing` and read [the guide](https://example.com/guide).":
@@ -343,9 +346,11 @@ def test_docx_without_usable_sentinels_falls_back_to_proportional_cuts_between_w
     # Out of order or duplicated: same fallback, sentinels removed.
     assert [t for t, _ in _bold_runs_rendered("Las ventas ⟦1⟧crecieron ⟦0⟧ mucho ⟦0⟧más rápido de lo previsto.")] \
         == ["Las ventas ", "crecieron mucho más", " rápido de lo previsto."]
-    # Through translate_document, the pieces between the runs are translated one by one instead: the bold run
-    # gets its own piece's translation ("much faster": this translator leaves it as it is).
-    assert _bold_runs_after("Las ventas crecieron mucho más rápido de lo previsto.")[1] == ("much faster", True)
+    # Through translate_document, the sentence's translation without markup is kept whole and the runs are cut
+    # from it by alignment: every run keeps text, the bold one a word of its own.
+    runs = _bold_runs_after("Las ventas crecieron mucho más rápido de lo previsto.")
+    assert "".join(text for text, _ in runs) == "Las ventas crecieron mucho más rápido de lo previsto."
+    assert all(text.strip() for text, _ in runs) and runs[1][1] is True
 
 
 def test_docx_line_breaks_from_the_translator_become_spaces():
@@ -445,17 +450,19 @@ def test_pdf_paragraph_heuristics():
 
 
 def test_html_round_trip_translates_sentences_and_keeps_markup():
-    sent: list[str] = []
+    calls: list[list[str]] = []
 
     def record(segments, progress=None):
-        sent.extend(segments)
+        calls.append(list(segments))
         return upper(segments)
 
     out = translate_document(HTML.encode(), "page.html", LIMITS, record).data.decode()
-    assert_clean_segments(sent)
+    assert_clean_segments([s for call in calls for s in call])
     # A sentence with inline tags is one segment; its tags travel as sentinels, its text unescaped.
-    assert sent == ["My page", "Welcome & hello", "Hello ⟦0⟧world⟦1⟧, see ⟦2⟧the docs⟦3⟧.⟦4⟧ Next line",
-                    "Café <tag> 3 > 2"]
+    assert calls[0] == ["My page", "Welcome & hello", "Hello ⟦0⟧world⟦1⟧, see ⟦2⟧the docs⟦3⟧.⟦4⟧ Next line",
+                        "Café <tag> 3 > 2"]
+    # The formatted one again without its markup, whole, and the text of its elements alone.
+    assert calls[1] == ["Hello world, see the docs. Next line", "world", "the docs"]
     assert "<title>MY PAGE</title>" in out
     assert '<h1 class="t">WELCOME &amp; HELLO</h1>' in out
     assert '<p>HELLO <b>WORLD</b>, SEE <a href="https://x.example/docs">THE DOCS</a>.<br> NEXT LINE</p>' in out
@@ -487,27 +494,38 @@ def test_html_lang_alt_title_and_placeholder_are_translated_urls_and_code_kept()
     assert '<code title="a code title">x = 1</code>' in out  # code and its attributes stay
 
 
-def test_a_glossary_term_that_leaves_its_element_is_translated_piece_by_piece():
+def test_a_glossary_term_the_tagged_translation_moved_out_of_its_element_lands_in_it():
     from hunyuan_mt.documents import translate_keeping_markup
+    from hunyuan_mt.documents.base import ORIGIN_MODEL, ORIGIN_MODEL_SURE
     from hunyuan_mt.glossary import parse_terms
 
     doc = read_document(b"<p>Open the <b>file</b> now.</p>", "a.html", LIMITS)
     glossary = parse_terms({"file": "archivo"}, 10)
+    whole = {"Open the file now.": "Abre el archivo ahora."}
 
     def translate(segments, progress=None):
-        # The whole sentence comes back with the term moved out of <b>; pieces come back term for term.
-        return ["Abre el ⟦0⟧⟦1⟧ archivo ahora." if "⟦0⟧" in s else s.replace("file", "archivo") for s in segments]
+        # Shown the markup, the model moves the term out of <b>; the bare sentence and the pieces come back term
+        # for term.
+        return ["Abre el ⟦0⟧⟦1⟧ archivo ahora." if "⟦0⟧" in s else whole.get(s, s.replace("file", "archivo"))
+                for s in segments]
 
-    kept = translate_keeping_markup(doc, translate, glossary=glossary)
-    assert kept.redone == 1 and "<b>archivo</b>" in doc.render(kept.translations, "es").data.decode()
-    # Without a glossary too: the element came back empty, its word outside it (see the test below).
-    kept = translate_keeping_markup(doc, translate)
-    assert kept.redone == 1 and "⟦0⟧archivo⟦1⟧" in kept.translations[0]
+    origins = {"Open the file now.": ORIGIN_MODEL_SURE}
+    kept = translate_keeping_markup(doc, translate, glossary=glossary, origins=origins)
+    assert (kept.aligned, kept.unsure, kept.redone) == (1, 0, 0)
+    assert "<p>Abre el <b>archivo</b> ahora.</p>" in doc.render(kept.translations, "es").data.decode()
+    assert origins[doc.segments[0]] == ORIGIN_MODEL_SURE
+    # A whole translation that has another word where the term should be: placed, and marked for review.
+    whole["Open the file now."] = "Abre el fichero ahora."
+    origins = {"Open the file now.": ORIGIN_MODEL_SURE}
+    kept = translate_keeping_markup(doc, translate, glossary=glossary, origins=origins)
+    assert (kept.aligned, kept.unsure) == (1, 1) and origins[doc.segments[0]] == ORIGIN_MODEL
 
 
-#: A model that copies what stands between sentinels (issue 47: "Pulse **Save** para mantener su *changes*") but
-#: translates the same words alone.
-_WORDS = {"Save": "Guardar", "changes": "Cambios", "GIMP": "GIMP"}
+#: A model that copies what stands between sentinels (issue 47: "Pulse **Save** para mantener su *changes*"), but
+#: translates the same sentence without markup, and the words alone.
+_WORDS = {"Save": "Guardar", "changes": "Cambios", "GIMP": "GIMP",
+          "Click Save to keep your changes.": "Pulse Guardar para mantener sus cambios.",
+          "Open GIMP in Save mode.": "Abra GIMP en modo Guardar."}
 
 
 def _copying_model(segments, progress=None):
@@ -521,30 +539,40 @@ def _copying_model(segments, progress=None):
     return out
 
 
-def test_formatted_words_the_model_copied_are_translated_on_their_own():
+def test_formatted_words_come_from_the_whole_sentence_not_the_models_copy_of_them():
     data = b"<p>Click <b>Save</b> to keep your <i>changes</i>.</p><p>Open <b>GIMP</b> in <i>Save</i> mode.</p>"
     rendered = translate_document(data, "a.html", LIMITS, _copying_model)
     html = rendered.data.decode()
     assert "<p>Pulse <b>Guardar</b> para mantener sus <i>cambios</i>.</p>" in html
-    # "Cambios" alone, "sus cambios" in the sentence (the source's piece began in lower case). A name the model keeps
-    # alone stays; the other piece of that paragraph is still translated.
-    assert "<p>Abra <b>GIMP</b> en <i>Guardar</i> mode.</p>" in html
-    assert "3 formatted pieces the model had left in the source language were translated on their own." \
-        in rendered.note
-    # Pieces sent alone once each, whatever the number of segments holding them.
+    # A name stays as it is; the Spanish word order puts the formatted word last.
+    assert "<p>Abra <b>GIMP</b> en modo <i>Guardar</i>.</p>" in html
+    assert "piece by piece" not in rendered.note
+    # The bare sentences, then each element's text alone, once, whatever the number of segments holding it.
     sent: list[list[str]] = []
     translate_document(data, "a.html", LIMITS, lambda s, p=None: sent.append(list(s)) or _copying_model(s))
-    assert sent[1] == ["Save", "changes", "GIMP"]
+    assert sent[1] == ["Click Save to keep your changes.", "Open GIMP in Save mode.", "Save", "changes", "GIMP"]
 
 
-def test_pieces_translated_alone_keep_the_lower_case_start_they_had_in_the_sentence():
+def test_markup_with_too_few_words_to_hold_it_is_translated_piece_by_piece_and_marked_for_review():
+    from hunyuan_mt.documents import translate_keeping_markup
+    from hunyuan_mt.documents.base import ORIGIN_MODEL, ORIGIN_MODEL_SURE
+
     def translate(segments, progress=None):
-        # The whole sentence comes back with its markup out of order; pieces alone start as sentences do.
-        return ["⟦1⟧Pulse ⟦0⟧Guardar para mantener sus cambios." if "⟦" in s
+        # The whole sentence comes back as one word: three formatted pieces cannot each get one of their own.
+        return ["Guardar." if "⟦" not in s and " " in s and s.endswith(".") else
+                "⟦1⟧Pulse ⟦0⟧Guardar para mantener sus cambios." if "⟦" in s
                 else {"Click": "Pulse", "Save": "Guardar", "changes": "Cambios"}.get(s, s) for s in segments]
 
-    rendered = translate_document(b"<p>Click <b>Save</b> to keep your <i>changes</i>.</p>", "a.html", LIMITS, translate)
-    assert "<p>Pulse <b>Guardar</b> to keep your <i>cambios</i>.</p>" in rendered.data.decode()
+    doc = read_document(b"<p>Click <b>Save</b> to keep your <i>changes</i>.</p>", "a.html", LIMITS)
+    origins = {"Click Save to keep your changes.": ORIGIN_MODEL_SURE}
+    kept = translate_keeping_markup(doc, translate, origins=origins)
+    assert (kept.aligned, kept.redone) == (0, 1) and origins[doc.segments[0]] == ORIGIN_MODEL
+    # Pieces alone start as sentences do; inside the sentence they keep the source's lower-case start.
+    assert "<p>Pulse <b>Guardar</b> to keep your <i>cambios</i>.</p>" in doc.render(kept.translations).data.decode()
+    rendered = translate_document(b"<p>Click <b>Save</b> to keep your <i>changes</i>.</p>", "a.html", LIMITS,
+                                  translate)
+    assert "1 segment whose markup could not be placed in the whole sentence's translation was translated piece " \
+           "by piece" in rendered.note
 
 
 def test_a_segment_from_the_memory_keeps_its_formatted_words():
@@ -553,9 +581,9 @@ def test_a_segment_from_the_memory_keeps_its_formatted_words():
 
     doc = read_document(b"<p>Click <b>Save</b> to keep your <i>changes</i>.</p>", "a.html", LIMITS)
     kept = translate_keeping_markup(doc, _copying_model, origins={doc.segments[0]: ORIGIN_MEMORY})
-    assert kept.retranslated == 0 and "⟦0⟧Save⟦1⟧" in kept.translations[0]
+    assert kept.aligned == 0 and "⟦0⟧Save⟦1⟧" in kept.translations[0]
     kept = translate_keeping_markup(doc, _copying_model)
-    assert kept.retranslated == 2 and "⟦0⟧Guardar⟦1⟧" in kept.translations[0]
+    assert kept.aligned == 1 and "⟦0⟧Guardar⟦1⟧" in kept.translations[0]
 
 
 def test_html_tags_come_back_exactly_once_whatever_the_translator_does():
@@ -822,7 +850,7 @@ def swapping(segments: list[str], progress=None) -> list[str]:
     return [s.replace("⟦0⟧", "\x00").replace("⟦1⟧", "⟦0⟧").replace("\x00", "⟦1⟧").upper() for s in segments]
 
 
-def test_markup_out_of_order_is_translated_piece_by_piece() -> None:
+def test_markup_out_of_order_is_placed_in_the_whole_translation() -> None:
     source = b"<p>Click <b>Save</b> to keep your changes.</p><p>Plain <i>one</i>.</p><p>No tags here.</p>"
     sent: list[list[str]] = []
 
@@ -835,43 +863,63 @@ def test_markup_out_of_order_is_translated_piece_by_piece() -> None:
     assert "<p>CLICK <b>SAVE</b> TO KEEP YOUR CHANGES.</p>" in out
     assert "<p>PLAIN <i>ONE</i>.</p>" in out and "<p>NO TAGS HERE.</p>" in out
     assert tag_sequence(out) == tag_sequence(source.decode()) is not None
-    # One pass for the segments, a second for the pieces between the tags of the two that came back swapped.
-    assert sent[1] == ["Click", "Save", "to keep your changes.", "Plain", "one", "."]
-    assert "2 segments whose markup came back out of order were translated piece by piece" in rendered.note
+    # One pass for the segments, a second for the formatted ones without their markup and for their pieces.
+    assert sent[1] == ["Click Save to keep your changes.", "Plain one.", "Click", "Save", "to keep your changes.",
+                       "Plain", "one"]
+    assert "piece by piece" not in rendered.note
 
 
-def test_markup_emptied_by_the_model_is_translated_piece_by_piece() -> None:
+def test_markup_emptied_by_the_model_is_placed_around_its_words_again() -> None:
     """Sentinels back in order but the formatted word moved out of them (`su contraseña <strong></strong>.`): the
-    formatting would sit on nothing, so the pieces are translated between the tags instead."""
+    formatting would sit on nothing, so it is placed in the whole sentence's translation, around its word."""
     sent: list[list[str]] = []
 
     def moving(segments: list[str], progress=None) -> list[str]:
         sent.append(list(segments))
         if len(sent) == 1:
             return ["Pulse ⟦0⟧aquí⟦1⟧ para cambiar su contraseña ⟦2⟧⟦3⟧."]
-        return [{"Click": "Pulse", "here": "aquí", "to change your": "para cambiar su",
-                 "password": "contraseña"}.get(s, s) for s in segments]
+        return [{"Click here to change your password.": "Pulse aquí para cambiar su contraseña.", "Click": "Pulse",
+                 "here": "aquí", "to change your": "para cambiar su", "password": "contraseña"}.get(s, s)
+                for s in segments]
 
     rendered = translate_document(b'<p>Click <a href="/s">here</a> to change your <strong>password</strong>.</p>',
                                   "page.html", LIMITS, moving)
     assert '<p>Pulse <a href="/s">aquí</a> para cambiar su <strong>contraseña</strong>.</p>' in rendered.data.decode()
-    assert sent[1] == ["Click", "here", "to change your", "password", "."]
-    assert "1 segment whose markup came back out of order was translated piece by piece" in rendered.note
+    assert sent[1] == ["Click here to change your password.", "here", "password"]
+    assert "piece by piece" not in rendered.note
 
 
-def test_markup_in_order_is_kept_as_the_model_gave_it() -> None:
-    calls: list[int] = []
+def test_an_element_the_model_emptied_goes_around_the_word_before_its_tags_and_is_marked_for_review() -> None:
+    """The demo's `Your <u>account</u> has been created.` (es): shown the markup it wrote `la cuenta ⟦0⟧⟦1⟧.`, and
+    alone "account" came back as nonsense; the piece-by-piece fallback made `Puede <u>contrario</u> se ha creado.`"""
+    from hunyuan_mt.documents import translate_keeping_markup
+    from hunyuan_mt.documents.base import ORIGIN_MODEL, ORIGIN_MODEL_SURE
+
+    answers = {"Your ⟦0⟧account⟦1⟧ has been created.": "Se ha creado la cuenta ⟦0⟧⟦1⟧.",
+               "Your account has been created.": "Se ha creado la cuenta de usuario.",
+               "Your": "Puede", "account": "contrario", "has been created.": "se ha creado."}
+    doc = read_document(b"<p>Your <u>account</u> has been created.</p>", "a.html", LIMITS)
+    origins = {"Your account has been created.": ORIGIN_MODEL_SURE}
+    kept = translate_keeping_markup(doc, lambda segments, progress=None: [answers[s] for s in segments],
+                                    origins=origins)
+    assert "<p>Se ha creado la <u>cuenta</u> de usuario.</p>" in doc.render(kept.translations).data.decode()
+    assert (kept.aligned, kept.unsure, kept.redone) == (1, 1, 0) and origins[doc.segments[0]] == ORIGIN_MODEL
+
+
+def test_markup_in_order_in_the_whole_sentences_words_is_kept_as_the_model_gave_it() -> None:
+    calls: list[list[str]] = []
 
     def in_order(segments: list[str], progress=None) -> list[str]:
-        calls.append(len(segments))
+        calls.append(list(segments))
         return upper(segments)
 
-    rendered = translate_document(b"<p>Click <b>Save</b> now.</p>", "page.html", LIMITS, in_order)
+    rendered = translate_document(b"<p>Click <b>Save</b>   now.</p>", "page.html", LIMITS, in_order)
     assert "<p>CLICK <b>SAVE</b> NOW.</p>" in rendered.data.decode("utf-8")
-    assert calls == [1] and "piece by piece" not in rendered.note
+    assert calls == [["Click ⟦0⟧Save⟦1⟧ now."], ["Click Save now.", "Save"]]
+    assert "piece by piece" not in rendered.note
 
 
-def test_docx_runs_out_of_order_are_translated_piece_by_piece() -> None:
+def test_docx_runs_out_of_order_are_placed_by_alignment() -> None:
     rendered = translate_document(make_docx(), "report.docx", LIMITS, swapping)
     paragraph = next(p for p in docx.Document(io.BytesIO(rendered.data)).paragraphs if "MUCH FASTER" in p.text)
     bold = [r.text for r in paragraph.runs if r.bold]

@@ -191,7 +191,9 @@ def test_rest_answers_memory_matches_as_suggestions(memory_server: LiveServer) -
 NEAR_EXACT = [
     ("Open the file.", "Abra el archivo.", "Open the file", "Abra el archivo"),
     ("Open the file.", "Abra el archivo.", "open the file.", "Abra el archivo."),
-    ("Open the file.", "Abra el archivo.", "OPEN THE FILE!", "Abra el archivo!"),
+    ("Open the file.", "Abra el archivo.", "OPEN THE FILE!", "¡Abra el archivo!"),  # Spanish opens it too
+    ("Welcome", "Bienvenido", "Welcome!", "¡Bienvenido!"),
+    ("Save changes", "Guardar cambios", "Save changes?", "¿Guardar cambios?"),
     ("Save changes", "Guardar cambios", "Save changes.", "Guardar cambios."),
     ("Save changes", "Guardar cambios", "Save changes:", "Guardar cambios:"),
     ("Where is the file?", "¿Dónde está el archivo?", "Where is the file", "Dónde está el archivo"),
@@ -317,6 +319,47 @@ def test_a_pairs_memory_exports_as_tmx_that_imports_back(memory_server: LiveServ
     fresh = memory_in(tmp_path / "again")
     fresh.add("en2es", read_rows(response.content, "en2es.tmx", "en", "es"))
     assert fresh.lookup("en", "es", protect("Delete {0}?")) == "¿Eliminar ⟦0⟧?"
+
+
+def test_spanish_opening_marks_follow_the_querys_closing_one() -> None:
+    from hunyuan_mt.tm import with_closing_of
+
+    assert with_closing_of("¡Bienvenido!", "Welcome?", "es") == "¿Bienvenido?"
+    assert with_closing_of("¡Bienvenido!", "Welcome.", "es") == "Bienvenido."
+    assert with_closing_of("Si quiere, ¿guardar?", "If you want, save?", "es") == "Si quiere, ¿guardar?"
+    assert with_closing_of("Bienvenue", "Welcome!", "fr") == "Bienvenue!"  # only where the language opens them
+    assert with_closing_of("欢迎", "Welcome!", "zh") == "欢迎！"
+
+
+def test_a_tmx_export_says_who_made_each_entry_and_when(tmp_path: Path) -> None:
+    import re
+    import time
+    import xml.etree.ElementTree as ElementTree
+
+    from hunyuan_mt.store import Correction, Provenance
+    from hunyuan_mt.tm import SHIPPED_CREATOR, tmx_bytes
+
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (shipped / "en2es.tsv").write_text("Open\tAbrir\n", encoding="utf-8")
+    memory = memory_in(tmp_path / "data", shipped)
+    before = time.time()
+    memory.add("en2es", [("Save", "Guardar")], Provenance("import", "cli"))
+    memory.correct(Correction("en2es", "Close", "Cerrar"), Provenance("correction", "key:0123456789ab"))
+    root = ElementTree.fromstring(tmx_bytes(memory.export_entries("en2es"), "en", "es", now=0.0))
+    date = re.compile(r"^\d{8}T\d{6}Z$")
+    header = root.find("header")
+    assert header is not None and header.get("creationdate") == "19700101T000000Z"
+    assert header.get("creationid") == "hunyuan-mt"
+    units = {tu.findtext("tuv/seg"): tu for tu in root.iter("tu")}
+    assert {k: tu.get("creationid") for k, tu in units.items()} == {
+        "Open": SHIPPED_CREATOR, "Save": "cli", "Close": "key:0123456789ab"}
+    assert all(date.match(tu.get("creationdate") or "") for tu in units.values())
+    made = time.strptime(units["Save"].get("creationdate") or "", "%Y%m%dT%H%M%SZ")
+    assert abs(time.mktime(made) - time.mktime(time.gmtime(before))) < 60
+    # What the import reads back is unchanged.
+    assert sorted(read_rows(tmx_bytes(memory.export_entries("en2es"), "en", "es"), "m.tmx", "en", "es")) == [
+        ("Close", "Cerrar"), ("Open", "Abrir"), ("Save", "Guardar")]
 
 
 def test_the_cli_exports_the_shipped_and_the_users_entries(tmp_path: Path, capsys: Any) -> None:

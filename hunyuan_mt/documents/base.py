@@ -124,7 +124,7 @@ class Document(ABC):
     #: Short format name ("txt", "md", "srt", "docx", "pdf", "html").
     kind: str = ""
     #: Whether segments carry ⟦0⟧ … ⟦n-1⟧ for inline markup (tags, formatting runs) that must come back in order:
-    #: the translation is then checked, and re-done piece by piece when it is not (`reader.translate_segments`).
+    #: the markup is then placed in the translation of the segment without it (`reader.translate_keeping_markup`).
     sentinel_markup: bool = False
 
     def __init__(self, filename: str, segments: list[str]) -> None:

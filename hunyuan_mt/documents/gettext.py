@@ -1,14 +1,14 @@
 """gettext catalogues (.po, .pot): untranslated entries get a machine translation, marked fuzzy where the model
-was unsure.
+was unsure or gave the source back.
 
 Read and written with polib, the library translate-toolkit and Weblate's tooling rest on, so what comes back is a
 catalogue `msgfmt` takes: the header, every entry's order, `msgctxt`, comments, references, flags and obsolete
 entries stay as they were. An entry already translated is left alone (a translator's work is never overwritten); an
-entry the model fills below `quality.review_below` confidence gets the `fuzzy` flag, which is how gettext says
-"check me" (msgfmt leaves fuzzy entries out of the compiled catalogue until someone removes the flag), and one at
-or above it a translator comment saying it is a confident machine translation (1.0 flags them all); an entry the
-translation memory filled gets a translator comment saying so, and the fuzzy flag only when the match was
-near-exact (an exact one is a person's translation). A plural entry gets its singular's translation in msgstr[0] and its plural's in every other form the header's Plural-Forms asks for (2 without one). Placeholders
+entry the model fills below `quality.review_below` confidence, or with its source unchanged, gets the `fuzzy` flag,
+which is how gettext says "check me" (msgfmt leaves fuzzy entries out of the compiled catalogue until someone
+removes the flag), and one at or above it a translator comment saying it is a confident machine translation (1.0
+flags them all); an entry the translation memory filled gets a translator comment saying so, and the fuzzy flag
+only when the match was near-exact (an exact one is a person's translation). A plural entry gets its singular's translation in msgstr[0] and its plural's in every other form the header's Plural-Forms asks for (2 without one). Placeholders
 (`%s`, `{name}`, `%(count)d`) travel as masking spans like everywhere else. A .pot comes back as a .po whose
 header names the target language.
 """
@@ -26,8 +26,8 @@ from .base import (ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, ORIGIN_MODEL
                    needs_translation, output_filename)
 from .encoding import decode_text
 
-_NOTE = ("Entries the model translated with low confidence are marked fuzzy for review (quality.review_below); "
-         "entries already translated, contexts, comments and flags are kept.")
+_NOTE = ("Entries the model translated with low confidence (quality.review_below) or left as the source are marked "
+         "fuzzy for review; entries already translated, contexts, comments and flags are kept.")
 _NPLURALS = re.compile(r"nplurals\s*=\s*(\d+)")
 #: The translator comment an entry gets for where its translation came from (the model's unsure ones have the
 #: fuzzy flag alone): an exact answer is a person's translation and is not fuzzy; a near-exact one is.

@@ -43,7 +43,8 @@ for _content_type in _NOTE_TYPES:
 DOCX_MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 _P, _T, _R = qn("w:p"), qn("w:t"), qn("w:r")
 #: The comment a segment to review gets (`quality.docx_comments`).
-_REVIEW_COMMENT = "Machine translation, low confidence (below quality.review_below): check it."
+_REVIEW_COMMENT = ("Machine translation to check: low confidence (below quality.review_below), left as the source, "
+                   "or its formatting placed without certainty.")
 _RPR = qn("w:rPr")
 # Elements that end a segment: the translation cannot move them, so the text on each side is translated apart.
 _BOUNDARIES = {qn("w:tab"), qn("w:br"), qn("w:cr"), qn("w:ptab"), qn("w:noBreakHyphen")}

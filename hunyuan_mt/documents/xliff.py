@@ -14,8 +14,8 @@ Inline codes travel as masking sentinels, like HTML tags: a paired code's start 
 `<pc>…</pc>` in 2.x, `<mrk>` in both) are two sentinels with the text between them translated; a standalone code
 (`<x/>`, `<bx/>`, `<ex/>`, `<ph/>`, `<sc/>`, `<ec/>`, `<sm/>`, `<em/>`, `<cp/>`), a code that carries native data
 (`<ph>`, `<bpt>`, `<ept>`, `<it>` in 1.2) and a marker of text not to translate (`<mrk mtype="protected">`, or
-`translate="no"` in 2.x) is one sentinel, copied whole. A translation that gives them back out
-of order is redone piece by piece between them (`reader.translate_keeping_markup`), so the codes keep their order.
+`translate="no"` in 2.x) is one sentinel, copied whole. The codes are placed in the translation of
+the segment without them (`reader.translate_keeping_markup`), so they keep their order.
 """
 
 from __future__ import annotations

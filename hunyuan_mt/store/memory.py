@@ -117,6 +117,16 @@ class MemoryRows:
                 .where(memory_entries.c.pair == pair, memory_entries.c.id > after)
                 .order_by(memory_entries.c.id))]
 
+    def provenance(self, pair: str) -> dict[tuple[str, str], tuple[float, str]]:
+        """(source, target) of each of a pair's rows → when the latest such row was added and by whom (`who`, else
+        its origin: "import", "correction", "legacy"), for an export."""
+        with self.engine.connect() as connection:
+            rows = connection.execute(
+                select(memory_entries.c.source, memory_entries.c.target, memory_entries.c.created,
+                       memory_entries.c.who, memory_entries.c.origin)
+                .where(memory_entries.c.pair == pair).order_by(memory_entries.c.id)).all()
+        return {(source, target): (float(created), who or origin) for source, target, created, who, origin in rows}
+
     def correct(self, correction: Correction, provenance: Provenance) -> int:
         """Record a correction and its memory entry in one transaction; returns the correction's id."""
         now = time.time()

@@ -1019,6 +1019,12 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
                       summary="Cancel a job")
     app.add_api_route("/v1/documents/{job_id}/result", api.document_result, methods=["GET"], tags=["Documents"],
                       name="document_result", summary="Download a finished job's document")
+    # Downloads answer HEAD too (curl -I, download managers and link checkers ask it first): the same headers, no
+    # body. Kept out of the OpenAPI document, where HEAD is implied by GET.
+    for path, handler in (("/download_file/{token}/{filename}", api.download_file),
+                          ("/v1/documents/{job_id}/result", api.document_result),
+                          ("/admin/memory", api.export_memory)):
+        app.add_api_route(path, handler, methods=["HEAD"], include_in_schema=False)
     app.add_api_route("/v1/chat/completions", api.chat_completions, methods=["POST"], tags=["OpenAI"],
                       summary="Translate the last user message; model = target ('es') or pair ('en2es')")
     app.add_api_route("/v1/models", api.models, methods=["GET"], tags=["OpenAI"], summary="Targets and pairs")

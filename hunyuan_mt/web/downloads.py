@@ -33,18 +33,35 @@ def safe_filename(name: str, fallback: str = "document") -> str:
     return base[:120] or fallback
 
 
+#: Letters that Unicode's compatibility decomposition (NFKD) does not take apart into an ASCII letter and marks:
+#: their usual ASCII spelling ("Größe" is "Grosse", not "Groe").
+_ASCII_LETTERS = str.maketrans({
+    "ß": "ss", "ẞ": "SS", "æ": "ae", "Æ": "AE", "œ": "oe", "Œ": "OE", "ø": "o", "Ø": "O", "đ": "d", "Đ": "D",
+    "ð": "d", "Ð": "D", "þ": "th", "Þ": "Th", "ł": "l", "Ł": "L", "ı": "i", "ħ": "h", "Ħ": "H", "ŋ": "ng",
+    "Ŋ": "NG", "ŧ": "t", "Ŧ": "T", "ſ": "s", "ĸ": "k"})
+#: What RFC 5987 lets stand unencoded in an ext-value besides letters and digits (attr-char).
+_ATTR_CHARS = "!#$&+-.^_`|~"
+
+
+def ascii_name(part: str) -> str:
+    """`part` spelt in ASCII for a plain `filename=`: accents taken off, ß as ss, quotes and controls out; "" when
+    most of its letters have no ASCII spelling (a name in another script)."""
+    spelt = unicodedata.normalize("NFKD", part.translate(_ASCII_LETTERS))
+    kept = spelt.encode("ascii", "ignore").decode("ascii")
+    letters = sum(ch.isalpha() for ch in part)
+    if letters and sum(ch.isalpha() for ch in kept) * 2 < letters:
+        return ""
+    return " ".join(re.sub(r'["\\\x00-\x1f\x7f]', "_", kept).split()).strip(" .")
+
+
 def attachment(filename: str) -> str:
-    """A Content-Disposition for a download: `filename*` (RFC 6266) carries the real name, and a plain `filename`
-    its ASCII form for clients that read only that one (`curl -OJ` saved the file as "result" without it)."""
-    stem, dot, suffix = filename.rpartition(".") if "." in filename else (filename, "", "")
-
-    def ascii_only(part: str) -> str:
-        folded = unicodedata.normalize("NFKD", part).encode("ascii", "ignore").decode("ascii")
-        return re.sub(r'["\\\x00-\x1f\x7f]', "_", folded).strip(" .")
-
-    # A name in another script keeps its extension: "文档.docx" is offered as "document.docx".
-    plain = (ascii_only(stem) or "document") + (dot + ascii_only(suffix) if ascii_only(suffix) else "")
-    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(filename)}"
+    """A Content-Disposition for a download (RFC 6266): `filename*` carries the real name, UTF-8 and
+    percent-encoded as RFC 5987 says, and a plain `filename` its ASCII spelling for clients that read only that
+    one (`curl -OJ` saved the file as "result" without it, and "Größe" as "Groe" when ß was dropped)."""
+    first, *rest = filename.split(".")
+    # A name in another script keeps its language and extension: "文档.es.docx" is offered as "document.es.docx".
+    plain = ".".join([ascii_name(first) or "document", *filter(None, map(ascii_name, rest))])
+    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(filename, safe=_ATTR_CHARS)}"
 
 
 @dataclass(frozen=True)
