@@ -16,7 +16,10 @@ that finishes is answered at once (Orca's iteration-level scheduling, as in vLLM
 - rows whose adapter needs no load (pinned, resident, or the bare backbone) are considered first, which keeps the
   hit rate up; a row passed over `fairness_max_skips` times (a younger row entered ahead of it) stops every younger
   row that would hold a slot from entering until it is in (rows of pinned pairs and of the bare backbone hold
-  none, so they still enter), so a cold pair cannot starve.
+  none, so they still enter), so a cold pair cannot starve;
+- the rows' owners (`Ticket.owner`, the caller): waiting rows of different owners enter in turn, an owner's
+  running rows counting as turns taken (`_turns`), so one caller's flood delays another's row by a turn, not by
+  the flood.
 
 Leases are per row and end when the row does, so an adapter is never evicted or overwritten while a row uses it.
 
@@ -41,7 +44,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -130,6 +133,10 @@ class _Pending:
     @property
     def background(self) -> bool:
         return self.yields and self.ticket is not None and self.ticket.background
+
+    @property
+    def owner(self) -> str | None:
+        return self.ticket.owner if self.ticket is not None else None
 
     @property
     def cancelled(self) -> bool:
@@ -603,13 +610,17 @@ class BatchEngine:
                 return a is None or a.key in pinned or a.key in resident
 
             bound = self.cfg.fairness_max_skips
+            turns: dict[int, tuple[int, int]] = {}
+            for background in (False, True):  # turns within a class: a caller's documents do not cost its texts
+                turns.update(_turns([p for p in self._queue if p.background == background],
+                                    [p for p in self._running.values() if p.background == background]))
             order = []
             # Interactive rows first, then background (document) rows; within each, the starved, then the rows
-            # whose adapter needs no load.
+            # whose adapter needs no load, each group in turn between the rows' owners (`_turns`).
             for background in (False, True):
                 queue = [p for p in self._queue if p.background == background]
                 starved = sorted((p for p in queue if p.skips >= bound), key=lambda p: p.seq)
-                rest = [p for p in queue if p.skips < bound]
+                rest = sorted((p for p in queue if p.skips < bound), key=lambda p: turns[id(p)])
                 order += starved + [p for p in rest if cheap(p)] + [p for p in rest if not cheap(p)]
         longest = max((p.tokens for p in self._running.values()), default=0)
         with self._cv:
@@ -657,13 +668,15 @@ class BatchEngine:
             background_room -= int(p.background)
             longest = max(longest, p.tokens)
         taken = {id(p) for p in admitted} | {id(p) for p, _ in refused}
-        # Per class: an interactive row going ahead of a document's is by design, not a skip.
-        youngest = {bg: max((p.seq for p in admitted if p.background == bg), default=-1) for bg in (False, True)}
+        # Per class: an interactive row going ahead of a document's is by design, not a skip; nor is another
+        # owner's row whose turn came first (with one owner, a turn is the arrival order).
+        latest = {bg: max((turns[id(p)] for p in admitted if p.background == bg), default=(-1, -1))
+                  for bg in (False, True)}
         with self._cv:
             self._queue = [p for p in self._queue if id(p) not in taken]
             for p in self._queue:
-                if p.seq < youngest[p.background]:
-                    p.skips += 1  # a younger row went ahead of it
+                if id(p) in turns and turns[id(p)] < latest[p.background]:
+                    p.skips += 1  # a row whose turn came later went ahead of it
         for p, exc in refused:
             self._finish(p, error=exc)
         now = time.monotonic()
@@ -1059,6 +1072,22 @@ class BatchEngine:
         from .backbone import PromptRow
 
         return PromptRow(row.text, row.src, row.tgt, row.context, row.terms, row.markup)
+
+
+def _turns(queue: Iterable[_Pending], running: Iterable[_Pending]) -> dict[int, tuple[int, int]]:
+    """Each waiting row's turn, as (rows of its owner ahead of it, arrival): the rows of different owners (callers,
+    ticket.py) enter in turn, each owner's in arrival order, and an owner's running rows count as taken turns. One
+    caller's flood of rows then delays another's next row by about one row per owner, not by the whole flood;
+    with one owner (or none), the turns are the arrival order."""
+    held: dict[str | None, int] = {}
+    for p in running:
+        held[p.owner] = held.get(p.owner, 0) + 1
+    turns: dict[int, tuple[int, int]] = {}
+    for p in sorted(queue, key=lambda p: p.seq):
+        ahead = held.get(p.owner, 0)
+        held[p.owner] = ahead + 1
+        turns[id(p)] = (ahead, p.seq)
+    return turns
 
 
 def _pct(values: list[float], q: float) -> float | None:
