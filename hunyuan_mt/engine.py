@@ -18,8 +18,9 @@ that finishes is answered at once (Orca's iteration-level scheduling, as in vLLM
   row that would hold a slot from entering until it is in (rows of pinned pairs and of the bare backbone hold
   none, so they still enter), so a cold pair cannot starve;
 - the rows' owners (`Ticket.owner`, the caller): waiting rows of different owners enter in turn, an owner's
-  running rows counting as turns taken (`_turns`), so one caller's flood delays another's row by a turn, not by
-  the flood.
+  running rows counting as turns taken (`_turns`), and while several owners have interactive rows each has its
+  share of the batch (`max_rows // owners`): an owner under its share takes the place of the newest row of an
+  owner over it (`_share_batch`). One caller's flood then delays another's row by a round, not by the flood.
 
 Leases are per row and end when the row does, so an adapter is never evicted or overwritten while a row uses it.
 
@@ -41,7 +42,7 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -636,9 +637,14 @@ class BatchEngine:
         admitted: list[_Pending] = []
         refused: list[tuple[_Pending, BaseException]] = []
         draining = False
+        share, held, _ = self._owner_shares(cap)
+        held_back: set[int] = set()
         for p in order:
             if len(admitted) >= room:
                 break
+            if not p.background and held[p.owner] >= share:
+                held_back.add(id(p))  # its owner has its share while other owners have rows: the room is theirs
+                continue
             rows = live + len(admitted) + 1
             if rows > 1 and max(longest, p.tokens) * rows > self.max_tokens:
                 if p.skips >= bound:
@@ -666,6 +672,7 @@ class BatchEngine:
             p.blocked_since = None
             admitted.append(p)
             background_room -= int(p.background)
+            held[p.owner] += int(not p.background)
             longest = max(longest, p.tokens)
         taken = {id(p) for p in admitted} | {id(p) for p, _ in refused}
         # Per class: an interactive row going ahead of a document's is by design, not a skip; nor is another
@@ -675,7 +682,7 @@ class BatchEngine:
         with self._cv:
             self._queue = [p for p in self._queue if id(p) not in taken]
             for p in self._queue:
-                if id(p) in turns and turns[id(p)] < latest[p.background]:
+                if id(p) in turns and id(p) not in held_back and turns[id(p)] < latest[p.background]:
                     p.skips += 1  # a row whose turn came later went ahead of it
         for p, exc in refused:
             self._finish(p, error=exc)
@@ -685,6 +692,53 @@ class BatchEngine:
         return admitted
 
     def _make_room(self, cap: int) -> bool:
+        """Rows that have their place in the batch give it up to rows with a better claim: documents to
+        interactive rows (`_yield_documents`), an owner over its share of the batch to an owner under its own
+        (`_share_batch`). True when rows that have such a claim wait: they join at once."""
+        if self._batch is None:
+            return False
+        urgent = self._yield_documents(cap)
+        return self._share_batch(cap) or urgent
+
+    def _owner_shares(self, cap: int) -> tuple[int, Counter[str | None], Counter[str | None]]:
+        """(each owner's share of the batch, interactive rows running per owner, waiting per owner). While the
+        interactive rows of several owners (callers, `Ticket.owner`) run or wait, each has `cap // owners` places;
+        one owner alone has them all."""
+        with self._cv:
+            waiting = Counter(p.owner for p in self._queue if not p.background)
+        held = Counter(p.owner for p in self._running.values() if not p.background)
+        owners = len(set(waiting) | set(held))
+        return (cap if owners <= 1 else max(1, cap // owners)), held, waiting
+
+    def _share_batch(self, cap: int) -> bool:
+        """Rows of an owner under its share of the batch that wait while the batch is full take the places of the
+        newest rows of the owners over their share, which go back to the queue (they start again later; greedy
+        output is the same). A caller's page flood held all 64 places, so another caller's sentence waited for
+        the flood's rows to drain and then for their refill's prefill; now it enters at the next round, and the
+        flood refills only up to its share while the sentence runs. True when such rows wait."""
+        share, held, waiting = self._owner_shares(cap)
+        if share >= cap:
+            return False
+        need = sum(min(count, share - held[owner]) for owner, count in waiting.items() if held[owner] < share)
+        if not need:
+            return False
+        short = need - (cap - len(self._running))
+        if short > 0:
+            excess = {owner: held[owner] - share for owner in held if held[owner] > share}
+            newest: list[_Pending] = []
+            for p in sorted(self._running.values(), key=lambda p: p.seq, reverse=True):
+                if len(newest) >= short:
+                    break
+                if not p.background and excess.get(p.owner, 0) > 0:
+                    newest.append(p)
+                    excess[p.owner] -= 1
+            if newest:
+                self._drop(newest)
+                self.stats.yielded += len(newest)
+                self._requeue(newest, preempted=False)
+        return True
+
+    def _yield_documents(self, cap: int) -> bool:
         """Background rows give way to interactive ones. While interactive rows run or wait, at most
         `engine.background_rows` background rows share their batch, and fewer when the waiting interactive rows
         need the room: the newest go back to the queue (they start again later, and greedy output is the same;
@@ -692,8 +746,6 @@ class BatchEngine:
         beside a document then takes about the steps it takes alone, at little more than their idle cost.
 
         True when interactive rows wait beside running background rows: they join at once."""
-        if self._batch is None:
-            return False
         with self._cv:
             waiting = sum(1 for p in self._queue if not p.background)
         background = [p for p in self._running.values() if p.background]

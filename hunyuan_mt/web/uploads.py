@@ -94,7 +94,7 @@ class PageUploads:
     def check(self, address: str, incoming: int) -> None:
         """RateLimited when `incoming` more bytes would take `address` over its budget: the wait is until enough of
         its oldest uploads are swept."""
-        self.sweep()
+        self.sweep(force=True)  # what has had its time goes first: the wait said below is then the real one
         with self._lock:
             mine = [u for u in self._uploads if u.address == address]
             held = sum(u.size for u in mine)
