@@ -24,6 +24,8 @@ from .errors import RateLimited
 _RECENT = 16
 #: Owners a time budget keeps before it forgets those with nothing in their window.
 _MAX_OWNERS = 4096
+#: Callers whose last wait a refusal pace remembers.
+_MAX_PACED = 50_000
 
 
 @dataclass
@@ -156,3 +158,31 @@ class TimeBudget:
         while spent and spent[0][0] <= now - self.window_s:
             spent.popleft()
         return spent
+
+
+class RefusalPace:
+    """Callers that come back before the wait they were given: their next refusal is answered after the rest of
+    that wait (at most `max_s`), on the event loop, where it holds no thread. A client that loops on its refusals
+    without reading them (two loops posting a document whose reads ran to the deadline were answered 429 at once,
+    then sent 100 requests a second, and another key's sentence took 1.7 s) then sends one every `max_s` per
+    connection; one that waits as told is answered at once."""
+
+    def __init__(self, max_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
+        from cachetools import TTLCache
+
+        self.max_s = max_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        #: owner → when the wait it was last given ends (forgotten an hour on, or when the table is full).
+        self._until: TTLCache[Hashable, float] = TTLCache(_MAX_PACED, 3600.0, timer=clock)
+
+    def delay(self, owner: Hashable, retry_after_s: float) -> float:
+        """Seconds to hold this refusal of `owner`, given with `retry_after_s`: the rest of its previous wait when
+        it came back early (less a second, so the wait it is told is never under one), else 0."""
+        now = self._clock()
+        with self._lock:
+            until = self._until.get(owner)
+            held = 0.0 if until is None or until <= now else min(until - now, self.max_s,
+                                                                 max(0.0, retry_after_s - 1))
+            self._until[owner] = max(until or 0.0, now + retry_after_s)
+        return held

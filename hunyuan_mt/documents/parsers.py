@@ -55,6 +55,21 @@ _START_WAIT_S = 60.0
 _QUEUE_WAIT_S = 30.0
 #: Log records one call in a helper may write; past it they are counted, and one line says how many.
 MAX_LOG_RECORDS = 20
+#: The helpers' CPU priority (`nice`): below the server's, whose engine threads then keep the cores they need while
+#: a document is read. The deadline counts the helper's CPU time, so a read slowed by it is not refused for it.
+HELPER_NICE = 10
+#: A read is stopped after its deadline in CPU time, or this many times it in wall time (a helper that never gets
+#: the CPU).
+WALL_FACTOR = 4.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class ReadTooLong(InputTooLarge):
+    """A read or write stopped at its deadline (413); `spent_s`: the helper's CPU seconds, charged to its caller."""
+
+    def __init__(self, message: str, spent_s: float) -> None:
+        super().__init__(message)
+        self.spent_s = spent_s
 
 Gone = Callable[[], bool]
 
@@ -147,18 +162,27 @@ class DocumentParsers:
         finally:
             self.reading.release(owner, hold)
 
+    def check(self, owner: Hashable) -> None:
+        """RateLimited now when `owner` could not read a document (its reads at once, or its seconds a minute, are
+        spent): asked before an upload's body is even read, so a caller looping on refusals costs little."""
+        self.reading_time.check(owner)
+        if self.reading.held(owner) >= self.reading.per_owner:
+            self.reading.acquire(owner)  # raises, with the wait; never holds (the share is full)
+
     def _call(self, fn: Callable[..., Any], args: Sequence[Any], what: str, doing: str, gone: Gone | None,
               owner: Hashable | None, limit_s: float) -> Any:
         helper = self._take()
         started = time.monotonic()
         try:
-            reply = helper.run(fn, args, limit_s, lambda: self._stopping, gone, what, doing)
-        except BaseException:
+            reply, spent = helper.run(fn, args, limit_s, lambda: self._stopping, gone, what, doing)
+        except BaseException as exc:
             self._discard(helper)
+            if owner is not None:  # a read stopped at its deadline is charged its whole time
+                self.reading_time.charge(owner, exc.spent_s if isinstance(exc, ReadTooLong)
+                                         else time.monotonic() - started)
             raise
-        finally:
-            if owner is not None:
-                self.reading_time.charge(owner, time.monotonic() - started)
+        if owner is not None:
+            self.reading_time.charge(owner, spent)
         self._give_back(helper)
         status, value = reply
         if status == "ok":
@@ -293,15 +317,23 @@ class _Helper:
         return cls(process, ours)
 
     def run(self, fn: Callable[..., Any], args: Sequence[Any], limit_s: float, stopping: Gone, gone: Gone | None,
-            what: str, doing: str) -> tuple[str, Any]:
+            what: str, doing: str) -> tuple[tuple[str, Any], float]:
+        """(the helper's reply, the CPU seconds the call took). The deadline is `limit_s` of the helper's CPU time:
+        a helper slowed by the server's own work (it runs at a lower priority, `HELPER_NICE`) or by another program
+        is not stopped for it; `limit_s` × WALL_FACTOR of wall time stops one that never gets the CPU."""
         self.conn.send((fn, tuple(args)))
         # The deadline counts from here: a helper still importing its libraries is not the upload's fault.
-        ends = time.monotonic() + limit_s
+        started, before = time.monotonic(), self.cpu_s()
+
+        def used() -> float:
+            now = self.cpu_s()
+            return now - before if before >= 0 and now >= 0 else time.monotonic() - started
+
         while True:
             ready = wait([self.conn, self.process.sentinel], timeout=_SLICE_S)
             if self.conn in ready:
                 try:
-                    return self.conn.recv()
+                    return self.conn.recv(), used()
                 except (EOFError, OSError):
                     pass  # the process ended without answering: said below
             if stopping():
@@ -312,9 +344,19 @@ class _Helper:
                                    f"{_ending(self.process.exitcode)}); the file was not translated")
             if gone is not None and gone():
                 raise Cancelled("Cancelled: the client disconnected while its document was being read.")
-            if time.monotonic() > ends:
-                raise InputTooLarge(f"{what}: {doing} took longer than {limit_s:g} s (limits.parse_timeout_s) and "
-                                    "was stopped; split the document or simplify its structure")
+            spent = used()
+            if spent > limit_s or time.monotonic() - started > WALL_FACTOR * limit_s:
+                raise ReadTooLong(f"{what}: {doing} took longer than {limit_s:g} s (limits.parse_timeout_s) and "
+                                  "was stopped; split the document or simplify its structure", spent)
+
+    def cpu_s(self) -> float:
+        """The helper's CPU seconds so far (user and system, from /proc), or -1 where they cannot be read."""
+        try:
+            with open(f"/proc/{self.process.pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        except (OSError, IndexError, ValueError):
+            return -1.0
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -335,6 +377,10 @@ def _ending(code: int | None) -> str:
 
 def _serve(conn: Connection, parent: int) -> None:
     become_helper(parent, "hmt-document-helper", die_with_spawner=True)
+    try:
+        os.nice(HELPER_NICE)
+    except OSError:
+        pass  # not allowed here: the helper runs at the server's priority
     bounded = _BoundedLog(MAX_LOG_RECORDS)
     _import_readers()
     conn.send("ready")

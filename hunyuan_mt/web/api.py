@@ -444,6 +444,9 @@ class RestApi:
         """A document upload's fields, checked: (caller, the file's bytes, its safe name, source, target,
         glossary, context). The multipart spool is closed before this returns."""
         try:
+            # A caller whose document reading is spent is told before its body is read: one that loops on its
+            # refusals then costs the server a header's worth each time, not a multipart parse.
+            self.parsers.check(self.policy.identify(self._api_key(request), client_address(request)).identity)
             fields = await read_fields(request, allow=(MULTIPART,))
             caller = self._authorize(request, fields)
             upload = fields.get("file")
@@ -925,6 +928,24 @@ _DOCUMENT_SCHEMA = {
 }
 
 
+async def paced(policy: AccessPolicy, identity: str, exc: RateLimited) -> RateLimited:
+    """A refusal held for the rest of the wait its caller was already given, if it came back early
+    (`AccessPolicy.pace`): then answered with what is left of its new wait."""
+    delay = policy.pace.delay(identity, exc.retry_after_s)
+    if delay <= 0:
+        return exc
+    await asyncio.sleep(delay)
+    return exc.later(delay)
+
+
+def _refused_caller(api: RestApi, request: Request) -> str:
+    """Who a refusal is for: the caller the route authorized, else the key the request shows or its address."""
+    caller = _CALLER.get()
+    if caller is None:
+        caller = api.policy.identify(api._api_key(request), client_address(request))
+    return caller.identity
+
+
 def body_caps(limits: Any) -> tuple[int, int]:
     """(the cap on a JSON or form body, the cap on an upload's body), bytes: what the largest accepted request
     needs (limits.max_chars of UTF-8 in JSON escapes per item; limits.max_file_bytes) and an allowance."""
@@ -964,6 +985,8 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
 
     @app.exception_handler(TranslationError)
     async def on_translation_error(request: Request, exc: TranslationError) -> JSONResponse:
+        if isinstance(exc, RateLimited):
+            exc = await paced(api.policy, _refused_caller(api, request), exc)
         return error_response(exc, openai_style=_openai_path(request.url.path))
 
     @app.exception_handler(StarletteHTTPException)

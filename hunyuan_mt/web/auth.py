@@ -22,7 +22,7 @@ from cachetools import TTLCache
 from ..callers import KEY_HASH, Caller, key_hash
 from ..config import LimitsConfig, ServerConfig, SharesConfig
 from ..errors import InvalidInput, RateLimited, Unauthorized
-from ..shares import Share
+from ..shares import RefusalPace, Share
 
 #: Seconds of history the sliding windows keep.
 WINDOW_S = 60.0
@@ -97,6 +97,8 @@ class AccessPolicy:
         #: What one caller may hold at once: REST calls at work (on the REST threads), open long polls.
         self.requests = Share(self.shares.requests, "requests at work")
         self.long_polls = Share(self.shares.long_polls, "long polls open")
+        #: A caller refused again before its wait is over is answered after the rest of it (the edges await it).
+        self.pace = RefusalPace()
         self.max_chars = min(limits.max_chars, server.char_limit) if server.char_limit > 0 else limits.max_chars
         self.max_batch_items = limits.max_batch_items
         self.calls = SlidingWindow(server.rate_limit_per_min, "requests", clock)

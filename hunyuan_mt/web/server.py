@@ -20,8 +20,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from python_multipart.exceptions import MultipartParseError
 
 from ..config import Config, ServerConfig
-from ..errors import TranslationError
-from .api import body_caps, create_app, retry_headers
+from ..errors import RateLimited, TranslationError
+from .api import body_caps, create_app, paced, retry_headers
 from .auth import AccessPolicy
 from .connections import ConnectionGuard, connection_cap, guarded_protocol
 from .downloads import OwnedPaths
@@ -131,7 +131,8 @@ class PageGate:
     async def _join(self, scope: Scope, receive: Receive, send: Send, client: str) -> None:
         try:
             self.queue.enter(client)
-        except TranslationError as exc:
+        except RateLimited as exc:
+            exc = await paced(self.policy, f"addr:{client}", exc)
             # Gradio's clients read a refused join's `detail`, as from Gradio's own refusals (its full queue).
             await JSONResponse({"detail": exc.message, "error": exc.message}, status_code=exc.http_status,
                                headers=retry_headers(exc))(scope, receive, send)
@@ -144,12 +145,22 @@ class PageGate:
     async def _upload(self, scope: Scope, receive: Receive, send: Send, client: str) -> None:
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length", b"")
+        incoming = int(declared) if declared.isdigit() else 0
         try:
             self.policy.page_caller(client)
-            self.uploads.check(client, int(declared) if declared.isdigit() else 0)
+            self.uploads.check(client, incoming)
         except TranslationError as exc:
+            if isinstance(exc, RateLimited):
+                exc = await paced(self.policy, f"addr:{client}", exc)
             await _plain_refusal(exc)(scope, receive, send)
             return
+        try:
+            await self._stream_upload(scope, receive, send, client, headers)
+        finally:
+            self.uploads.done(client, incoming)
+
+    async def _stream_upload(self, scope: Scope, receive: Receive, send: Send, client: str,
+                             headers: dict[bytes, bytes]) -> None:
         names = PartNames(headers.get(b"content-type", b"").decode("latin-1"), self.uploads.extensions)
         seen = 0
         refusal: TranslationError | None = None

@@ -89,16 +89,21 @@ class PageUploads:
         self._clock = clock
         self._lock = threading.Lock()
         self._uploads: list[_Upload] = []  # oldest first
+        #: Bytes of uploads under way per address (checked, not yet stored): eight at once must not each find
+        #: the budget free.
+        self._arriving: dict[str, int] = {}
         self._last_sweep = 0.0
 
     def check(self, address: str, incoming: int) -> None:
-        """RateLimited when `incoming` more bytes would take `address` over its budget: the wait is until enough of
-        its oldest uploads are swept."""
+        """Reserve `incoming` bytes for an upload from `address` (`done` gives them back once it is stored or
+        failed), or raise RateLimited when they would take it over its budget: the wait is until enough of its
+        oldest uploads are swept."""
         self.sweep(force=True)  # what has had its time goes first: the wait said below is then the real one
         with self._lock:
             mine = [u for u in self._uploads if u.address == address]
-            held = sum(u.size for u in mine)
+            held = sum(u.size for u in mine) + self._arriving.get(address, 0)
             if held + incoming <= self.per_address:
+                self._arriving[address] = self._arriving.get(address, 0) + incoming
                 return
             if incoming > self.per_address:
                 until = self._clock()  # never fits: said by the size cap (413), not here
@@ -112,6 +117,15 @@ class PageUploads:
             wait = max(1, math.ceil(until - self._clock()))
         raise RateLimited(f"Too many uploads kept for your address: {held} bytes of {self.per_address} allowed on "
                           f"the server at once; retry in {wait} s, when the oldest are deleted.", wait)
+
+    def done(self, address: str, incoming: int) -> None:
+        """The upload `check` reserved for has ended (stored: `record` counts it now; or refused)."""
+        with self._lock:
+            left = self._arriving.get(address, 0) - incoming
+            if left > 0:
+                self._arriving[address] = left
+            else:
+                self._arriving.pop(address, None)
 
     def record(self, address: str, paths: Sequence[str], size: int) -> None:
         """Gradio stored `paths` (one upload's files, `size` bytes of body in all) for `address`."""

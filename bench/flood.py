@@ -1,27 +1,32 @@
-"""A flood of one kind of request from one client address, in a process of its own: what the fair-shares tests
-and bench/fair_shares.py turn on against a server while they time another caller.
+"""A flood of one kind of request from one client address, in a process of its own: what bench/fair_shares.py
+and tests/test_fair_shares.py turn on against a server while they time another caller.
 
 The flood runs apart from the server's process on purpose: a client loop in the server's own interpreter would
-compete with it for the interpreter lock, and the test would time that instead of the server's fairness.
+compete with it for the interpreter lock, and a test would time that instead of the server's fairness.
 
-    python tests/floods.py '<spec as JSON>'     # runs until its stdin closes (or `seconds`), then prints results
+    python -m bench.flood '<spec as JSON>'      # runs until its stdin closes (or `seconds`), then prints results
 
 The spec: url, path, method ("POST"), address (the client's, 127.0.0.x), workers, pace_s (at most one attempt a
 worker every pace_s: the issue's flood was 1,000 calls in 24 s), seconds, and the request: json, or files
-({field: [name, text, content type]} with `repeat` times the text), data, headers, params. The results, one JSON
+({field: [name, text or "@path", content type]} with `repeat` times the text; `unique`: each attempt's file a
+different one), data, headers, params. The results, one JSON
 line: the status codes in order, and the last refusals (status, Retry-After, body).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 REFUSALS = (408, 413, 429, 503)
+#: The project folder, where `-m bench.flood` is found.
+_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 def _request(spec: dict[str, Any]) -> dict[str, Any]:
@@ -30,15 +35,32 @@ def _request(spec: dict[str, Any]) -> dict[str, Any]:
         if spec.get(name) is not None:
             kw[name] = spec[name]
     if spec.get("files"):
-        kw["files"] = {field: (name, text.encode("utf-8") * int(spec.get("repeat", 1)), kind)
+        kw["files"] = {field: (name, _content(text, int(spec.get("repeat", 1))), kind)
                        for field, (name, text, kind) in spec["files"].items()}
     return kw
+
+
+def _unique(request: dict[str, Any], n: int) -> dict[str, Any]:
+    """The request with each file's content made its own (a first line naming the attempt): a server that stores
+    uploads by content would keep one copy of the same file sent a hundred times."""
+    files = {field: (name, f"attempt {n}\n".encode() + data, kind)
+             for field, (name, data, kind) in request.get("files", {}).items()}
+    return {**request, "files": files}
+
+
+def _content(text: str, repeat: int) -> bytes:
+    """A file's bytes: "@<path>" reads them from that file (large or binary ones, which a command line cannot
+    carry), anything else is the text itself, `repeat` times."""
+    if text.startswith("@"):
+        return Path(text[1:]).read_bytes()
+    return text.encode("utf-8") * repeat
 
 
 def flood(spec: dict[str, Any], stop: threading.Event) -> dict[str, Any]:
     import httpx
 
     request = _request(spec)
+    counter = itertools.count()
     codes: list[int] = []
     refusals: list[dict[str, Any]] = []
     ends = time.monotonic() + float(spec.get("seconds", 60))
@@ -49,8 +71,9 @@ def flood(spec: dict[str, Any], stop: threading.Event) -> dict[str, Any]:
         with httpx.Client(transport=transport, base_url=spec["url"], timeout=120) as client:
             while not stop.is_set() and time.monotonic() < ends:
                 started = time.monotonic()
+                kw = _unique(request, next(counter)) if spec.get("unique") else request
                 try:
-                    reply = client.request(spec.get("method", "POST"), spec["path"], **request)
+                    reply = client.request(spec.get("method", "POST"), spec["path"], **kw)
                 except httpx.HTTPError:
                     codes.append(0)
                 else:
@@ -79,8 +102,8 @@ class Flood:
         self.refusals: list[dict[str, Any]] = []
 
     def __enter__(self) -> "Flood":
-        self.proc = subprocess.Popen([sys.executable, __file__, json.dumps(self.spec)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.flood", json.dumps(self.spec)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=_ROOT)
         return self
 
     def __exit__(self, *exc: Any) -> None:
