@@ -3,7 +3,7 @@
 page user on another address are timed.
 
     python -m bench.fair_shares                   # every case; one server for 1-3 and 5-8, one for 4 and 4b
-    python -m bench.fair_shares --cases 1,4b
+    python -m bench.fair_shares --cases 1,4b      # those cases' rows replace theirs in the last results
 
 The cases, at the sizes they were found at (main at ed54458):
 1. from one keyless address, 1,000 page translations of ~5,000 characters through /ui/gradio_api/call/translate
@@ -327,9 +327,11 @@ def parse_flood(server: Server) -> dict[str, Any]:
         small_s = time.monotonic() - started
         measured = others(server.base)
         time.sleep(20)
-    budget = [r for r in flood.refusals if "document reading" in r["body"]]
-    return {"abuser": tally(flood.codes), "retry": f"Retry-After {budget[-1]['retry_after']} (reading budget)"
-            if budget else "no budget refusal seen", "bytes": len(bomb),
+    last = flood.refusals[-1] if flood.refusals else None
+    said = "" if last is None else json.loads(last["body"]).get("error", "")[:60] if last["body"].startswith("{") \
+        else last["body"][:60]
+    return {"abuser": tally(flood.codes), "retry": f"Retry-After {last['retry_after']} ({said})" if last else "—",
+            "bytes": len(bomb),
             "keyC_small_job": f"{small.status_code} in {small_s:.2f} s", **measured}
 
 
@@ -461,9 +463,22 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(5)  # what the case left running drains
         finally:
             server.stop()
-    result = {"cpu": cpu_line(), "cases": rows}
+    result = {"cpu": cpu_line(), "cases": _merged(rows)}
     write_results("fair_shares", result, render(result))
     return 0
+
+
+def _merged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """This run's rows in place of the same cases' in the last results (a run of some cases keeps the others'),
+    in the cases' order."""
+    from hunyuan_mt.config import PROJECT_ROOT
+
+    kept: dict[str, dict[str, Any]] = {}
+    previous = PROJECT_ROOT / "bench" / "results" / "fair_shares.json"
+    if previous.is_file():
+        kept = {row["case"].split(".", 1)[0]: row for row in json.loads(previous.read_text())["cases"]}
+    kept.update({row["case"].split(".", 1)[0]: row for row in rows})
+    return [kept[case] for case in CASES if case in kept]
 
 
 if __name__ == "__main__":

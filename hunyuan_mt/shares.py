@@ -178,11 +178,12 @@ class RefusalPace:
 
     def delay(self, owner: Hashable, retry_after_s: float) -> float:
         """Seconds to hold this refusal of `owner`, given with `retry_after_s`: the rest of its previous wait when
-        it came back early (less a second, so the wait it is told is never under one), else 0."""
+        it came back early (at most `max_s`), else 0."""
         now = self._clock()
         with self._lock:
             until = self._until.get(owner)
-            held = 0.0 if until is None or until <= now else min(until - now, self.max_s,
-                                                                 max(0.0, retry_after_s - 1))
-            self._until[owner] = max(until or 0.0, now + retry_after_s)
+            held = 0.0 if until is None or until <= now else min(until - now, self.max_s)
+            # It is told the rest of its new wait when the refusal goes out (`RateLimited.later`).
+            told = max(1, math.ceil(retry_after_s - held))
+            self._until[owner] = max(until or 0.0, now + held + told)
         return held

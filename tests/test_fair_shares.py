@@ -603,8 +603,8 @@ def test_a_caller_back_before_its_wait_is_answered_after_the_rest_of_it() -> Non
     now[0] = 0.5
     assert pace.delay("k", 30) == 2.0  # back early: held (at most max_s)
     assert pace.delay("other", 30) == 0.0
-    now[0] = 0.6
-    assert pace.delay("k", 1.5) == 0.5  # never past the new wait less a second
+    now[0] = 3.0
+    assert pace.delay("k", 1) == 2.0  # its wait (from 0.5 + 2 + 30) is not over: held again
     now[0] = 100.0
     assert pace.delay("k", 30) == 0.0  # came back after its wait: at once
     refusal = RateLimited("Too many things; retry in 30 s.", 30)

@@ -536,9 +536,9 @@ class RestApi:
                 seconds = float(wait)
             except ValueError:
                 seconds = math.nan
-            if not 0.0 <= seconds <= MAX_WAIT_S:
-                raise InvalidInput(f"Invalid request: wait must be a number of seconds from 0 to {MAX_WAIT_S:g}.")
-            view = await self._long_poll(request, job_id, may, seconds)
+            if math.isnan(seconds):
+                raise InvalidInput(f"Invalid request: wait must be a number of seconds (at most {MAX_WAIT_S:g}).")
+            view = await self._long_poll(request, job_id, may, min(MAX_WAIT_S, max(0.0, seconds)))
         return JSONResponse(self._job_body(request, view))
 
     async def _long_poll(self, request: Request, job_id: str, may: Callable[[Any], bool], seconds: float) -> JobView:
