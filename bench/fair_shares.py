@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import socket
 import statistics
 import tempfile
@@ -444,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
 
     chosen = [c.strip() for c in args.cases.split(",") if c.strip()]
     work = Path(tempfile.mkdtemp(prefix="hmt-fair-"))
+    # The servers' database and job files go with the rest of the run, not into the project's data/.
+    os.environ["HMT_DATA"] = str(work / "data")
     sets = [f"server.api_keys=[{','.join(KEYS)}]", "server.admin_key=ADMINKEY", *args.sets]
     rows: list[dict[str, Any]] = []
     groups = [[c for c in chosen if not c.startswith("4")], [c for c in chosen if c.startswith("4")]]
