@@ -104,7 +104,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     from hunyuan_mt.service import get_service
+    from hunyuan_mt.web.connections import raise_open_files_limit
     from hunyuan_mt.web.server import Server, build_app, open_share_tunnel, quiet_page_polling, uvicorn_config
+
+    # Every connection is a descriptor: with the soft limit at the hard one, the connection caps
+    # (server.max_connections, kept below it) refuse a flood of connections before the process runs out of them.
+    raise_open_files_limit()
 
     try:
         service = get_service(cfg)

@@ -403,9 +403,25 @@ class ServerConfig:
     #: Corrections from clients: LibreTranslate's /suggest (and /frontend/settings says so) and the page's "Save
     #: correction". Off: /suggest answers 403 as LibreTranslate's does (POST /v1/corrections stays on).
     suggestions: bool = True
+    #: Whether the page saves corrections from visitors who are not signed in while API keys are on. Off by
+    #: default: a correction changes what every key's /translate answers, and the open page has no key.
+    page_corrections: bool = False
+    #: Connections open at once from one address (a trusted proxy's are not counted per address) and in all; the
+    #: total is kept below the process's open-file limit (app.py raises its soft limit to the hard one). More are
+    #: answered 503 and closed at once, before anything is read from them.
+    connections_per_address: int = 128
+    max_connections: int = 10_000
+    #: Seconds a client has to send a request's headers, counted from its connection's start or its previous
+    #: answer; then 408 and the connection is closed. (A body has its own pace: web/requests.BODY_MIN_RATE.)
+    header_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         _check(isinstance(self.port, int) and 0 <= self.port <= 65535, "server.port", "a port number", self.port)
+        for key in ("connections_per_address", "max_connections"):
+            value = getattr(self, key)
+            _check(isinstance(value, int) and value >= 1, f"server.{key}", "an integer >= 1", value)
+        _check(isinstance(self.header_timeout_s, (int, float)) and self.header_timeout_s > 0,
+               "server.header_timeout_s", "a number of seconds > 0", self.header_timeout_s)
         _check(self.auth is None or (":" in self.auth and not self.auth.startswith(":")), "server.auth",
                "'user:pass'", "***")
         for key in ("rate_limit_per_min", "char_limit", "chars_per_min"):
@@ -413,6 +429,40 @@ class ServerConfig:
             _check(isinstance(value, int) and value >= 0, f"server.{key}", "an integer >= 0 (0: no limit)", value)
         _check(self.status_key is None or bool(self.status_key), "server.status_key", "a non-empty key or null",
                "''")
+
+
+@dataclass
+class SharesConfig:
+    """What one caller (an API key; an address where keys are off, and always on the page) may hold at once of
+    what every caller shares. Beyond its share a caller gets 429 with the wait; docs/ACCESS.md has the table."""
+
+    #: REST calls at work at once per caller (they run on a pool of 64 threads that every caller shares).
+    requests: int = 8
+    #: Page events (a translation, a document, its follower, the page's own small calls) queued or running at once
+    #: per address.
+    page_calls: int = 4
+    #: Page events waiting in Gradio's queue, every address together (Gradio's `max_size`; past it, 503).
+    page_queue: int = 256
+    #: Long polls (GET /v1/documents/<id>?wait=S) open at once per caller.
+    long_polls: int = 4
+    #: Documents being read at once per caller, and seconds of reading per caller per minute (a read stopped at
+    #: limits.parse_timeout_s counts its whole time).
+    parses: int = 1
+    parse_s_per_min: float = 40.0
+    #: Page uploads kept on disk per address and in all; each is deleted `upload_ttl_s` after it came (sooner when
+    #: the total is over), and an address over its bytes gets 429 until its oldest is gone.
+    upload_bytes: int = 64 * 1024 * 1024
+    upload_total_bytes: int = 1024 * 1024 * 1024
+    upload_ttl_s: float = 900.0
+
+    def __post_init__(self) -> None:
+        for key in ("requests", "page_calls", "page_queue", "long_polls", "parses", "upload_bytes",
+                    "upload_total_bytes"):
+            value = getattr(self, key)
+            _check(isinstance(value, int) and value >= 1, f"shares.{key}", "an integer >= 1", value)
+        for key in ("parse_s_per_min", "upload_ttl_s"):
+            value = getattr(self, key)
+            _check(isinstance(value, (int, float)) and value > 0, f"shares.{key}", "a number > 0", value)
 
 
 @dataclass
@@ -506,11 +556,15 @@ class JobsConfig:
     workers: int = 2
     #: Jobs (and their translated files) are kept this long after they end, then forgotten.
     ttl_s: float = 3600.0
-    #: Jobs kept at once (queued, running and finished but not expired); more are refused as busy.
+    #: Jobs queued or translating at once; more are refused as busy (503). Finished jobs do not count: their
+    #: results stay downloadable until they expire, within `max_kept_bytes`.
     max_jobs: int = 64
-    #: Jobs one caller (an API key, or an address) may have kept at once; more get 429 with Retry-After, so one
-    #: caller's flood never locks the others out of the shared `max_jobs` (issue 49).
-    per_caller: int = 16
+    #: Jobs one caller (an API key, or an address) may have queued or translating at once; more get 429 with
+    #: Retry-After, so one caller's flood never locks the others out of the shared `max_jobs`.
+    per_caller: int = 8
+    #: Bytes of finished jobs' results kept in all; past it, the oldest result of the caller who keeps the most
+    #: expires first.
+    max_kept_bytes: int = 1024 * 1024 * 1024
 
     def __post_init__(self) -> None:
         _check(isinstance(self.workers, int) and self.workers >= 1, "jobs.workers", "an integer >= 1", self.workers)
@@ -519,6 +573,8 @@ class JobsConfig:
                self.max_jobs)
         _check(isinstance(self.per_caller, int) and self.per_caller >= 1, "jobs.per_caller", "an integer >= 1",
                self.per_caller)
+        _check(isinstance(self.max_kept_bytes, int) and self.max_kept_bytes >= 1, "jobs.max_kept_bytes",
+               "an integer >= 1", self.max_kept_bytes)
 
 
 @dataclass
@@ -534,6 +590,7 @@ class Config:
     glossary: GlossaryConfig = field(default_factory=GlossaryConfig)
     tm: TmConfig = field(default_factory=TmConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
+    shares: SharesConfig = field(default_factory=SharesConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     quality: QualityConfig = field(default_factory=QualityConfig)
     #: Free-form profile name, shown in the status tab.

@@ -16,7 +16,11 @@ that finishes is answered at once (Orca's iteration-level scheduling, as in vLLM
 - rows whose adapter needs no load (pinned, resident, or the bare backbone) are considered first, which keeps the
   hit rate up; a row passed over `fairness_max_skips` times (a younger row entered ahead of it) stops every younger
   row that would hold a slot from entering until it is in (rows of pinned pairs and of the bare backbone hold
-  none, so they still enter), so a cold pair cannot starve.
+  none, so they still enter), so a cold pair cannot starve;
+- the rows' owners (`Ticket.owner`, the caller): waiting rows of different owners enter in turn, an owner's
+  running rows counting as turns taken (`_turns`), and while several owners have interactive rows each has its
+  share of the batch (`max_rows // owners`): an owner under its share takes the place of the newest row of an
+  owner over it (`_share_batch`). One caller's flood then delays another's row by a round, not by the flood.
 
 Leases are per row and end when the row does, so an adapter is never evicted or overwritten while a row uses it.
 
@@ -38,10 +42,10 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -133,6 +137,10 @@ class _Pending:
     @property
     def background(self) -> bool:
         return self.yields and self.ticket is not None and self.ticket.background
+
+    @property
+    def owner(self) -> str | None:
+        return self.ticket.owner if self.ticket is not None else None
 
     @property
     def cancelled(self) -> bool:
@@ -667,13 +675,17 @@ class BatchEngine:
                 return a is None or a.key in pinned or a.key in resident
 
             bound = self.cfg.fairness_max_skips
+            turns: dict[int, tuple[int, int]] = {}
+            for background in (False, True):  # turns within a class: a caller's documents do not cost its texts
+                turns.update(_turns([p for p in self._queue if p.background == background],
+                                    [p for p in self._running.values() if p.background == background]))
             order = []
             # Interactive rows first, then background (document) rows; within each, the starved, then the rows
-            # whose adapter needs no load.
+            # whose adapter needs no load, each group in turn between the rows' owners (`_turns`).
             for background in (False, True):
                 queue = [p for p in self._queue if p.background == background]
                 starved = sorted((p for p in queue if p.skips >= bound), key=lambda p: p.seq)
-                rest = [p for p in queue if p.skips < bound]
+                rest = sorted((p for p in queue if p.skips < bound), key=lambda p: turns[id(p)])
                 order += starved + [p for p in rest if cheap(p)] + [p for p in rest if not cheap(p)]
         longest = max((p.tokens for p in self._running.values()), default=0)
         with self._cv:
@@ -689,9 +701,14 @@ class BatchEngine:
         admitted: list[_Pending] = []
         refused: list[tuple[_Pending, BaseException]] = []
         draining = False
+        share, held, _ = self._owner_shares(cap)
+        held_back: set[int] = set()
         for p in order:
             if len(admitted) >= room:
                 break
+            if not p.background and held[p.owner] >= share:
+                held_back.add(id(p))  # its owner has its share while other owners have rows: the room is theirs
+                continue
             rows = live + len(admitted) + 1
             if rows > 1 and max(longest, p.tokens) * rows > self.max_tokens:
                 if p.skips >= bound:
@@ -719,15 +736,18 @@ class BatchEngine:
             p.blocked_since = None
             admitted.append(p)
             background_room -= int(p.background)
+            held[p.owner] += int(not p.background)
             longest = max(longest, p.tokens)
         taken = {id(p) for p in admitted} | {id(p) for p, _ in refused}
-        # Per class: an interactive row going ahead of a document's is by design, not a skip.
-        youngest = {bg: max((p.seq for p in admitted if p.background == bg), default=-1) for bg in (False, True)}
+        # Per class: an interactive row going ahead of a document's is by design, not a skip; nor is another
+        # owner's row whose turn came first (with one owner, a turn is the arrival order).
+        latest = {bg: max((turns[id(p)] for p in admitted if p.background == bg), default=(-1, -1))
+                  for bg in (False, True)}
         with self._cv:
             self._queue = [p for p in self._queue if id(p) not in taken]
             for p in self._queue:
-                if p.seq < youngest[p.background]:
-                    p.skips += 1  # a younger row went ahead of it
+                if id(p) in turns and id(p) not in held_back and turns[id(p)] < latest[p.background]:
+                    p.skips += 1  # a row whose turn came later went ahead of it
         for p, exc in refused:
             self._finish(p, error=exc)
         now = time.monotonic()
@@ -736,6 +756,53 @@ class BatchEngine:
         return admitted
 
     def _make_room(self, cap: int) -> bool:
+        """Rows that have their place in the batch give it up to rows with a better claim: documents to
+        interactive rows (`_yield_documents`), an owner over its share of the batch to an owner under its own
+        (`_share_batch`). True when rows that have such a claim wait: they join at once."""
+        if self._batch is None:
+            return False
+        urgent = self._yield_documents(cap)
+        return self._share_batch(cap) or urgent
+
+    def _owner_shares(self, cap: int) -> tuple[int, Counter[str | None], Counter[str | None]]:
+        """(each owner's share of the batch, interactive rows running per owner, waiting per owner). While the
+        interactive rows of several owners (callers, `Ticket.owner`) run or wait, each has `cap // owners` places;
+        one owner alone has them all."""
+        with self._cv:
+            waiting = Counter(p.owner for p in self._queue if not p.background)
+        held = Counter(p.owner for p in self._running.values() if not p.background)
+        owners = len(set(waiting) | set(held))
+        return (cap if owners <= 1 else max(1, cap // owners)), held, waiting
+
+    def _share_batch(self, cap: int) -> bool:
+        """Rows of an owner under its share of the batch that wait while the batch is full take the places of the
+        newest rows of the owners over their share, which go back to the queue (they start again later; greedy
+        output is the same). A caller's page flood held all 64 places, so another caller's sentence waited for
+        the flood's rows to drain and then for their refill's prefill; now it enters at the next round, and the
+        flood refills only up to its share while the sentence runs. True when such rows wait."""
+        share, held, waiting = self._owner_shares(cap)
+        if share >= cap:
+            return False
+        need = sum(min(count, share - held[owner]) for owner, count in waiting.items() if held[owner] < share)
+        if not need:
+            return False
+        short = need - (cap - len(self._running))
+        if short > 0:
+            excess = {owner: held[owner] - share for owner in held if held[owner] > share}
+            newest: list[_Pending] = []
+            for p in sorted(self._running.values(), key=lambda p: p.seq, reverse=True):
+                if len(newest) >= short:
+                    break
+                if not p.background and excess.get(p.owner, 0) > 0:
+                    newest.append(p)
+                    excess[p.owner] -= 1
+            if newest:
+                self._drop(newest)
+                self.stats.yielded += len(newest)
+                self._requeue(newest, preempted=False)
+        return True
+
+    def _yield_documents(self, cap: int) -> bool:
         """Background rows give way to interactive ones. While interactive rows run or wait, at most
         `engine.background_rows` background rows share their batch, and fewer when the waiting interactive rows
         need the room: the newest go back to the queue (they start again later, and greedy output is the same;
@@ -743,8 +810,6 @@ class BatchEngine:
         beside a document then takes about the steps it takes alone, at little more than their idle cost.
 
         True when interactive rows wait beside running background rows: they join at once."""
-        if self._batch is None:
-            return False
         with self._cv:
             waiting = sum(1 for p in self._queue if not p.background)
         background = [p for p in self._running.values() if p.background]
@@ -1123,6 +1188,22 @@ class BatchEngine:
         from .backbone import PromptRow
 
         return PromptRow(row.text, row.src, row.tgt, row.context, row.terms, row.markup)
+
+
+def _turns(queue: Iterable[_Pending], running: Iterable[_Pending]) -> dict[int, tuple[int, int]]:
+    """Each waiting row's turn, as (rows of its owner ahead of it, arrival): the rows of different owners (callers,
+    ticket.py) enter in turn, each owner's in arrival order, and an owner's running rows count as taken turns. One
+    caller's flood of rows then delays another's next row by about one row per owner, not by the whole flood;
+    with one owner (or none), the turns are the arrival order."""
+    held: dict[str | None, int] = {}
+    for p in running:
+        held[p.owner] = held.get(p.owner, 0) + 1
+    turns: dict[int, tuple[int, int]] = {}
+    for p in sorted(queue, key=lambda p: p.seq):
+        ahead = held.get(p.owner, 0)
+        held[p.owner] = ahead + 1
+        turns[id(p)] = (ahead, p.seq)
+    return turns
 
 
 def _pct(values: list[float], q: float) -> float | None:

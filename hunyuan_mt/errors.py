@@ -141,6 +141,14 @@ class RateLimited(TranslationError):
         super().__init__(message)
         self.retry_after_s = retry_after_s
 
+    def later(self, seconds: float) -> "RateLimited":
+        """The same refusal said `seconds` later: the wait (and the message's "retry in N s") that much shorter."""
+        import math
+        import re
+
+        left = max(1, math.ceil(self.retry_after_s - seconds))
+        return RateLimited(re.sub(r"retry in \d+ s", f"retry in {left} s", self.message), left)
+
 
 def http_status(exc: BaseException) -> int:
     """HTTP status for any exception; unknown exceptions are 500."""

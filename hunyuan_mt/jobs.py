@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .callers import decode_owner, encode_owner
+from .callers import Caller, decode_owner, encode_owner
 from .config import JobsConfig
 from .documents import Document, RenderedDocument
 from .errors import Busy, Cancelled, InvalidInput, RateLimited, ServerStopping, TranslationError, http_status
@@ -204,6 +204,8 @@ class DocumentJobs:
         self._clock = clock
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Condition()
+        #: Job id → what to call when it changes (`watch`: long polls awaiting it on an event loop).
+        self._listeners: dict[str, set[Callable[[], None]]] = {}
         self._seq = itertools.count()
         self._closing = False
         # Daemon threads: a job left running does not hold the process at exit (the engine it waits on closes).
@@ -228,8 +230,8 @@ class DocumentJobs:
     def submit(self, work: Work, filename: str, source: str, target: str, total: int, owner: Any = None,
                caller: Any = None) -> JobView:
         """Queue a document already read and checked (`total` segments to translate); returns at once. The job
-        lives in memory only (see `submit_upload`). RateLimited when `caller` already has `per_caller` jobs kept;
-        Busy when `max_jobs` jobs are kept in all."""
+        lives in memory only (see `submit_upload`). RateLimited when `caller` already has `per_caller` jobs queued
+        or translating; Busy when `max_jobs` are, in all. Finished jobs count against neither."""
         job = self._admit(filename, source, target, total, owner, caller)
         with self._lock:
             self._jobs[job.id] = job
@@ -268,11 +270,12 @@ class DocumentJobs:
             self._expire(now)
             if caller is not None:
                 self._check_quota(caller, now)
-            if len(self._jobs) >= self.cfg.max_jobs:
-                raise Busy(f"{len(self._jobs)} document jobs are queued or kept (jobs.max_jobs); try again when one "
-                           "has finished or expired.")
+            unfinished = sum(1 for j in self._jobs.values() if j.state not in ENDED)
+            if unfinished >= self.cfg.max_jobs:
+                raise Busy(f"{unfinished} document jobs are queued or translating (jobs.max_jobs); try again when "
+                           "one has finished.")
             return Job(secrets.token_hex(12), filename, source, target, owner, now, caller=caller, total=total,
-                       seq=next(self._seq))
+                       seq=next(self._seq), ticket=Ticket(background=True, owner=_identity(caller)))
 
     def view(self, job_id: str, may: Access = None) -> JobView:
         with self._lock:
@@ -292,6 +295,23 @@ class DocumentJobs:
                 if left is not None and left <= 0:
                     return current
                 self._lock.wait(left)
+
+    def watch(self, job_id: str, may: Access, listener: Callable[[], None]) -> tuple[JobView, Callable[[], None]]:
+        """(the job now, the function that stops the watch): `listener` is called, from the thread that changes
+        it, each time the job changes. A long poll awaits that instead of holding a thread (`wait` does); the
+        listener must be quick (an event loop's `call_soon_threadsafe`)."""
+        with self._lock:
+            view = self._view(self._get(job_id, may), self._clock())
+            self._listeners.setdefault(job_id, set()).add(listener)
+
+        def stop() -> None:
+            with self._lock:
+                listeners = self._listeners.get(job_id)
+                if listeners is not None:
+                    listeners.discard(listener)
+                    if not listeners:
+                        del self._listeners[job_id]
+        return view, stop
 
     def result(self, job_id: str, may: Access = None) -> RenderedDocument:
         with self._lock:
@@ -429,7 +449,7 @@ class DocumentJobs:
             if job.state != "queued" or self._closing:  # cancelled while it waited, or shutting down
                 return
             job.state, job.started = "translating", self._clock()
-            self._lock.notify_all()
+            self._changed(job)
         self._save(job, state="translating", started=job.started)
 
         def progress(done: int, total: int) -> None:
@@ -437,7 +457,7 @@ class DocumentJobs:
                 if done > 0 and job.first_done is None:
                     job.first_done = self._clock()
                 job.done, job.total = max(job.done, done), total
-                self._lock.notify_all()
+                self._changed(job)
 
         try:
             rendered, used = work(progress, job.ticket)
@@ -465,6 +485,7 @@ class DocumentJobs:
                 rate = job.total / (now - job.started)
                 self._rate = rate if self._rate is None else 0.5 * self._rate + 0.5 * rate
             self._end(job, "cancelled" if job.ticket.cancelled else "done", now)
+            self._expire(now)  # its result may take the kept results past jobs.max_kept_bytes
         log.info("job %s: done, %d segments", job.id, job.total)
 
     def _fail(self, job: Job, exc: Exception) -> None:
@@ -495,7 +516,13 @@ class DocumentJobs:
                    result_filename=result.filename if result is not None else None,
                    media_type=result.media_type if result is not None else None,
                    note=result.note if result is not None else None)
+        self._changed(job)
+
+    def _changed(self, job: Job) -> None:
+        """Wake whoever waits on a job: `wait` (a thread) and `watch`'s listeners (a long poll's event loop)."""
         self._lock.notify_all()
+        for listener in list(self._listeners.get(job.id, ())):
+            listener()
 
     def _get(self, job_id: str, may: Access) -> Job:
         self._expire(self._clock())
@@ -505,7 +532,8 @@ class DocumentJobs:
         return job
 
     def check_quota(self, caller: Any) -> None:
-        """RateLimited when `caller` has `per_caller` jobs kept: asked before the upload is charged."""
+        """RateLimited when `caller` has `per_caller` jobs queued or translating: asked before the upload is
+        charged."""
         with self._lock:
             now = self._clock()
             self._expire(now)
@@ -513,20 +541,42 @@ class DocumentJobs:
 
     def _check_quota(self, caller: Any, now: float) -> None:
         # A job restored from the store keeps its caller's key as a hash: compared as the store writes them.
-        mine = [j for j in self._jobs.values() if j.caller == caller or encode_owner(j.caller) == encode_owner(caller)]
+        mine = [j for j in self._jobs.values() if j.state not in ENDED and _same_caller(j.caller, caller)]
         if len(mine) < self.cfg.per_caller:
             return
-        # When the first of them frees its place: an ended one's expiry, else (all still running) a minute.
-        ends = [j.ended + self.cfg.ttl_s - now for j in mine if j.ended is not None]
+        # When the first of them is likely done: the soonest estimate (the jobs' own rates, else the last
+        # documents'), or a minute before anything was measured.
+        ends = [left for j in mine if (left := self._remaining(j, now)) is not None]
         wait = max(1, math.ceil(min(ends))) if ends else 60
-        raise RateLimited(f"You have {len(mine)} document jobs kept, the most one caller may (jobs.per_caller); "
-                          f"try again in {wait} s, when the first of them has expired.", wait)
+        raise RateLimited(f"You have {len(mine)} document jobs queued or translating, the most one caller may "
+                          f"(jobs.per_caller); try again in {wait} s, when the first of them is likely done.", wait)
 
     def _expire(self, now: float) -> None:
         gone = [k for k, j in self._jobs.items() if j.ended is not None and now - j.ended > self.cfg.ttl_s]
+        gone += self._over_budget(set(gone))
         for k in gone:
             del self._jobs[k]
         self._forget(gone)
+
+    def _over_budget(self, leaving: set[str]) -> list[str]:
+        """Finished jobs to forget before they expire so that their results fit `max_kept_bytes`: the oldest of
+        the caller who keeps the most, one at a time, so a caller who fills the budget loses its own first."""
+        kept = {k: j for k, j in self._jobs.items() if k not in leaving and j.ended is not None}
+        sizes = {k: len(j.result.data) if j.result is not None else 0 for k, j in kept.items()}
+        total = sum(sizes.values())
+        gone: list[str] = []
+        while total > self.cfg.max_kept_bytes and kept:
+            per_caller: dict[str | None, int] = {}
+            for k, j in kept.items():
+                per_caller[encode_owner(j.caller)] = per_caller.get(encode_owner(j.caller), 0) + sizes[k]
+            largest = max(per_caller, key=lambda c: per_caller[c])
+            oldest = min((k for k, j in kept.items() if encode_owner(j.caller) == largest),
+                         key=lambda k: kept[k].ended or 0.0)
+            total -= sizes[oldest]
+            del kept[oldest]
+            gone.append(oldest)
+            log.info("job %s: its result expires early to keep results within jobs.max_kept_bytes", oldest)
+        return gone
 
     def _view(self, job: Job, now: float) -> JobView:
         position = None
@@ -583,10 +633,23 @@ def _gone(runner: str | None, heartbeat: float | None, now: float) -> bool:
 
 
 def _job_of(row: dict[str, Any]) -> Job:
+    caller = decode_owner(row["caller"])
     return Job(row["id"], row["filename"], row["source"], row["target"], decode_owner(row["owner"]), row["created"],
-               caller=decode_owner(row["caller"]), state=row["state"], done=row["done"], total=row["total"],
+               caller=caller, state=row["state"], done=row["done"], total=row["total"],
                started=row["started"], ended=row["ended"], detected_source=row["detected_source"],
-               error=row["error"], error_status=row["error_status"], seq=row["seq"], saved=True)
+               error=row["error"], error_status=row["error_status"], seq=row["seq"], saved=True,
+               ticket=Ticket(background=True, owner=_identity(caller)))
+
+
+def _identity(caller: Any) -> str | None:
+    """Whose rows a job's are, for the engine's turns between callers (ticket.py)."""
+    if caller is None:
+        return None
+    return caller.identity if isinstance(caller, Caller) else str(caller)
+
+
+def _same_caller(a: Any, b: Any) -> bool:
+    return a == b or encode_owner(a) == encode_owner(b)
 
 
 def check_job_id(job_id: str) -> str:

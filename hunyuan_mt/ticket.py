@@ -7,6 +7,9 @@ the service to the engine, which reads it between decode steps:
   running batch at its next step and drops their adapter leases; whoever still waits on them gets `Cancelled`.
 - `background`: document rows. They enter the batch after every interactive row that waits, and give their
   place up to one when the batch is full, so a long document does not hold short requests back.
+- `owner`: who is charged for the rows (a caller's identity, `callers.Caller.identity`). The engine admits the
+  waiting rows of different owners in turn, so one caller's thousand rows do not queue another's one row behind
+  them all.
 - `on_tokens(index, ids, done)`: called on the engine's thread after each decode step with the ids a row generated
   so far (`index`: the row's position in its submit; `done`: these are its final output ids). It must be quick; the service's stream only stores them and
   wakes its reader, which decodes them on its own thread.
@@ -38,6 +41,8 @@ class Ticket:
     on_tokens: TokenListener | None = None
     #: Tell `on_tokens` only when a row is done (a document's progress), not after every step.
     final_only: bool = False
+    #: Whose rows these are, for the engine's turn-taking between callers; None: the server's own (one group).
+    owner: str | None = None
     _cancel: _Cancel = field(default_factory=_Cancel, repr=False)
 
     def cancel(self, reason: str = "cancelled") -> None:
@@ -70,4 +75,4 @@ class Ticket:
     def with_listener(self, on_tokens: TokenListener | None, final_only: bool = False) -> "Ticket":
         """The same cancellation and priority with another token listener (one per engine submit: a pivot's two
         hops, or a stream's rows)."""
-        return Ticket(self.background, on_tokens, final_only, self._cancel)
+        return Ticket(self.background, on_tokens, final_only, self.owner, self._cancel)

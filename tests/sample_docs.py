@@ -64,3 +64,14 @@ def docx_structure(data: bytes) -> dict:
         "bold": [r.text for p in document.paragraphs for r in p.runs if r.bold],
         "tables": [[[cell.text for cell in row.cells] for row in table.rows] for table in document.tables],
     }
+
+
+def log_warnings(count: int, filename: str) -> int:
+    """What a reader's library does on a file full of bad objects: one warning each (pypdf's way). Module-level, so
+    a document helper can run it (`DocumentParsers.call` pickles it by name)."""
+    import logging
+
+    noisy = logging.getLogger("pypdf._reader")
+    for n in range(count):
+        noisy.warning("bad object %d in %s", n, filename)
+    return count

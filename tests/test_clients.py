@@ -245,7 +245,7 @@ def test_gradio_document_progress_counts_segments(ui: Client, live_server: LiveS
 
 
 @pytest.mark.parametrize("name, data, message", [
-    ("virus.exe", b"MZ\x90\x00", "Invalid file type"),  # refused by the upload widget itself
+    ("virus.exe", b"MZ\x90\x00", "415 Unsupported Media Type"),  # refused by the upload route, before it is stored
     ("broken.docx", b"not a zip at all", "not a Word document"),
     ("empty.txt", b"", "empty"),
 ])
@@ -312,8 +312,11 @@ def test_rest_job_does_not_block_ui(live_server: LiveServer, ui: Client, monkeyp
 
 def test_saturated_rest_pool_leaves_the_ui_its_own_threads(live_server: LiveServer, ui: Client,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every REST worker thread held inside the service at once; the UI still translates (its own pool)."""
+    """Every REST worker thread held inside the service at once; the UI still translates (its own pool). One
+    caller holds at most `shares.requests` threads, so the pool is filled from as many addresses as that takes."""
     from hunyuan_mt.web.api import REST_THREADS
+
+    per_caller = live_server.cfg.shares.requests
 
     held_text = "Close the window before you open the file."
     inside = threading.Semaphore(0)
@@ -329,11 +332,13 @@ def test_saturated_rest_pool_leaves_the_ui_its_own_threads(live_server: LiveServ
     monkeypatch.setattr(live_server.service, "translate_batch", maybe_held)
     statuses: list[int] = []
 
-    def call_rest() -> None:
-        with httpx.Client(base_url=live_server.url, timeout=180) as c:
+    def call_rest(address: str) -> None:
+        transport = httpx.HTTPTransport(local_address=address)
+        with httpx.Client(base_url=live_server.url, timeout=180, transport=transport) as c:
             statuses.append(c.post("/translate", json={"q": held_text, "source": "en", "target": "es"}).status_code)
 
-    threads = [threading.Thread(target=call_rest) for _ in range(REST_THREADS)]
+    threads = [threading.Thread(target=call_rest, args=(f"127.0.0.{10 + n // per_caller}",))
+               for n in range(REST_THREADS)]
     for thread in threads:
         thread.start()
     try:

@@ -1258,3 +1258,71 @@ def test_a_piece_out_of_memory_sends_its_row_back_until_the_batch_drains(hunyuan
     running_seq = records[0].seqs[0]
     assert len(pieces) == 1 + -(-records[pieces[0]].padded_tokens // 64)
     assert pieces[1] > max(i for i, h in enumerate(records) if running_seq in h.seqs)
+
+
+@pytest.mark.parametrize("owners", [True, False], ids=["owners-take-turns", "control-one-owner"])
+def test_another_callers_row_enters_ahead_of_a_flood_of_rows(marian_dir: Path, marian_adapters: Path, make_engine,
+                                                            owners: bool) -> None:
+    """Twelve rows of one caller, then one row of another, queued together with room for four: with owners on
+    the tickets, the other caller's row enters in the first prefill (turns: one of the flood, then it, then the
+    flood's next); the control, where every row has the same owner, lets it in only after the whole flood (the
+    arrival order), the way a page's flood queued another key's sentence behind it."""
+    engine = make_engine(marian_dir, marian_adapters, slots=3, pinned=("en2es",), max_rows=4)
+    flood = [row("en2es", f"{TEXTS[i % len(TEXTS)]} {i}", max_new=8) for i in range(12)]
+    mine = row("en2es", "Open the file.", max_new=8)
+    alone = references(engine, [mine])[0]
+    start = len(engine.history)
+    gate = Gate()
+    engine.before_generate = gate
+    blocker = engine.submit([row(None, "blocker", max_new=1)])
+    assert gate.entered.wait(30)
+    f_flood = engine.submit(flood, Ticket(owner="addr:127.0.0.2"))
+    f_mine = engine.submit([mine], Ticket(owner="key:k2" if owners else "addr:127.0.0.2"))[0]
+    gate.release.set()
+    blocker[0].result(timeout=60)
+    assert f_mine.result(timeout=60) == alone  # the row's output does not depend on when it entered
+    assert all(isinstance(f.result(timeout=60), str) for f in f_flood)
+    prefills = [h for h in since(engine, start) if h.kind == "prefill"][1:]  # after the blocker's
+    mine_seq = max(s for h in prefills for s in h.seqs)  # queued last: the highest sequence number
+    entered_in = next(i for i, h in enumerate(prefills) if mine_seq in h.seqs)
+    assert entered_in == (0 if owners else len(prefills) - 1), [h.seqs for h in prefills]
+    if not owners:
+        assert sum(h.rows for h in prefills[:entered_in]) == 12
+
+
+@pytest.mark.parametrize("owners", [True, False], ids=["owners-share-the-batch", "control-one-owner"])
+def test_another_callers_row_takes_a_place_of_a_full_batch_at_once(marian_dir: Path, marian_adapters: Path,
+                                                                   make_engine, owners: bool) -> None:
+    """Four long rows of one caller fill the batch (four places) and four more wait. Another caller's row, queued
+    while they decode, enters at the next round: the flood's newest running row goes back to the queue for it
+    (each owner's share is two places now). The control, one owner throughout, waits for the flood's first rows
+    to finish their 30 tokens. Every row's output equals the row run alone, the one sent back included."""
+    engine = make_engine(marian_dir, marian_adapters, slots=3, pinned=("en2es",), max_rows=4, max_new_tokens=40)
+    flood = [row("en2es", f"{TEXTS[i % len(TEXTS)]} {i}", max_new=30) for i in range(8)]
+    mine = row("en2es", "Open the file.", max_new=5)
+    alone = references(engine, flood + [mine])
+    start = len(engine.history)
+    calls = {"n": 0}
+    reached, go = threading.Event(), threading.Event()
+
+    def seam(rows: list[Row]) -> None:
+        calls["n"] += 1
+        if calls["n"] == 5:  # the flood's fourth decode step: its four rows are live
+            reached.set()
+            assert go.wait(30)
+
+    engine.before_generate = seam
+    f_flood = engine.submit(flood, Ticket(owner="addr:127.0.0.2"))
+    assert reached.wait(30)
+    f_mine = engine.submit([mine], Ticket(owner="key:k2" if owners else "addr:127.0.0.2"))[0]
+    go.set()
+    assert [f.result(timeout=60) for f in f_flood] + [f_mine.result(timeout=60)] == alone
+    records = since(engine, start)
+    mine_seq = max(s for h in records for s in h.seqs)
+    entered = next(i for i, h in enumerate(records) if mine_seq in h.seqs)
+    assert records[entered].kind == "prefill"
+    if owners:
+        assert entered == 5 and engine.status()["yielded"] >= 1, [(h.kind, h.rows) for h in records[:8]]
+        assert all(h.rows <= 4 for h in records if mine_seq in h.seqs)
+    else:
+        assert entered >= 30, [(h.kind, h.rows) for h in records[:8]]

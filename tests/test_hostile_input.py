@@ -312,9 +312,10 @@ def test_a_body_that_trickles_in_is_cut_off_with_408(live_server: LiveServer, mo
 
 
 def test_one_keys_flood_gets_its_own_429_and_never_evicts_anothers_link_or_job(web_service, web_cfg) -> None:
-    """k2 floods /translate_file and /v1/documents: it gets 429 with Retry-After once it holds its share (2 here,
-    16 by default), while k1's download link, taken first, stays downloadable and k1 can still submit a job. Before,
+    """k2 floods /translate_file and /v1/documents: it gets 429 with Retry-After once it holds its share (2 here;
+    16 links and 8 unfinished jobs by default), while k1's download link, taken first, stays downloadable and k1 can still submit a job. Before,
     64 small uploads from k2 pushed k1's link out, and k2's jobs up to the shared 64 gave everyone 503."""
+    from seams import hold
     from web_server import serve, with_server
 
     cfg = with_server(web_cfg, api_keys=["k1", "k2"], rate_limit_per_min=1000)
@@ -333,13 +334,20 @@ def test_one_keys_flood_gets_its_own_429_and_never_evicts_anothers_link_or_job(w
         assert "translated files waiting to be downloaded" in refused.json()["error"]
         assert 1 <= int(refused.headers["Retry-After"]) <= 900
         assert client.get(link.json()["translatedFileUrl"], headers=k1).status_code == 200  # k1's link kept
-        jobs = [client.post("/v1/documents", data={"source": "en", "target": "es"}, files=files, headers=k2)
-                for _ in range(4)]
-        assert [j.status_code for j in jobs] == [202, 202, 429, 429]
-        assert "document jobs kept, the most one caller may" in jobs[-1].json()["error"]
-        assert int(jobs[-1].headers["Retry-After"]) >= 1
-        mine = client.post("/v1/documents", data={"source": "en", "target": "es"}, files=files, headers=k1)
-        assert mine.status_code == 202, mine.text
+        # k2's jobs are held in the engine, so they stay unfinished (finished jobs take no share).
+        held = {"file": ("held.txt", b"Hold the second key's job here.\n", "text/plain")}
+        reached, go, _ = hold(server.service.engine, "Hold the second key")
+        try:
+            jobs = [client.post("/v1/documents", data={"source": "en", "target": "es"}, files=held, headers=k2)
+                    for _ in range(4)]
+            assert [j.status_code for j in jobs] == [202, 202, 429, 429]
+            assert "document jobs queued or translating, the most one caller may" in jobs[-1].json()["error"]
+            assert int(jobs[-1].headers["Retry-After"]) >= 1
+            mine = client.post("/v1/documents", data={"source": "en", "target": "es"}, files=files, headers=k1)
+            assert mine.status_code == 202, mine.text
+        finally:
+            go.set()
+            server.service.engine.before_generate = None
 
 
 @pytest.mark.parametrize("route", ["/translate", "/translate_file"])

@@ -18,7 +18,7 @@ import pytest
 
 from hunyuan_mt.config import JobsConfig
 from hunyuan_mt.documents import RenderedDocument
-from hunyuan_mt.errors import Busy, Cancelled
+from hunyuan_mt.errors import Busy, Cancelled, RateLimited
 from hunyuan_mt.jobs import DocumentJobs, JobHasNoResult, JobNotFound, JobNotReady
 from hunyuan_mt.ticket import Ticket
 from seams import eventually, hold, leases
@@ -129,14 +129,18 @@ def test_cancelling_a_queued_job_means_it_never_runs_and_a_running_one_stops() -
 
 
 def test_jobs_expire_and_are_bounded_and_private() -> None:
+    """`max_jobs` bounds the jobs queued or translating; finished ones stay downloadable until they expire and
+    take no place (four keys' finished jobs held every slot for an hour, and a fifth key got 503)."""
     clock = Clock()
     jobs = DocumentJobs(JobsConfig(workers=1, ttl_s=60, max_jobs=2), clock=clock)
-    work = Script([])
-    a = jobs.submit(work, "a.txt", "en", "es", total=1, owner="alice")
+    a = jobs.submit(Script([]), "a.txt", "en", "es", total=1, owner="alice")
     settle(jobs, a.id, lambda v: v.state == "done")
-    b = jobs.submit(Script([]), "b.txt", "en", "es", total=1, owner="bob")
-    with pytest.raises(Busy, match="jobs.max_jobs"):
-        jobs.submit(Script([]), "c.txt", "en", "es", total=1)
+    running, waiting = Script([(1, 1)]), Script([])
+    b = jobs.submit(running, "b.txt", "en", "es", total=1, owner="bob")
+    c = jobs.submit(waiting, "c.txt", "en", "es", total=1, owner="bob")  # a's finished job took no place
+    with pytest.raises(Busy, match=r"2 document jobs are queued or translating \(jobs.max_jobs\)"):
+        jobs.submit(Script([]), "d.txt", "en", "es", total=1)
+    assert jobs.result(a.id).data == b"translated"  # still there
     mine = lambda owner: owner == "alice"  # noqa: E731
     assert [v.id for v in jobs.list(mine)] == [a.id]
     with pytest.raises(JobNotFound) as other:
@@ -144,11 +148,52 @@ def test_jobs_expire_and_are_bounded_and_private() -> None:
     with pytest.raises(JobNotFound) as missing:
         jobs.view("0" * 24, mine)
     assert str(other.value).replace(b.id, "X") == str(missing.value).replace("0" * 24, "X")  # no hint it exists
-    settle(jobs, b.id, lambda v: v.state == "done")
+    running.step()
+    settle(jobs, c.id, lambda v: v.state == "done")
+    jobs.submit(Script([]), "d.txt", "en", "es", total=1)  # room again
     clock.now += 61
     with pytest.raises(JobNotFound):
         jobs.view(a.id)
-    jobs.submit(Script([]), "c.txt", "en", "es", total=1)  # room again
+
+
+def test_each_caller_has_its_share_of_unfinished_jobs_and_the_wait_is_its_estimate() -> None:
+    """`per_caller` counts a caller's jobs queued or translating; the refusal's wait is the soonest estimate of
+    when one of them is done (the last documents' rate), and another caller is not touched."""
+    clock = Clock()
+    jobs = DocumentJobs(JobsConfig(workers=1, ttl_s=60, per_caller=2), clock=clock)
+    timed = Script([(1, 10), (10, 10)])
+    first = jobs.submit(timed, "first.txt", "en", "es", total=10, caller="k1")
+    timed.step()
+    settle(jobs, first.id, lambda v: v.done == 1)
+    clock.now += 20  # 10 segments in 20 s: the rate the estimates use next
+    timed.step()
+    settle(jobs, first.id, lambda v: v.state == "done")
+    held = Script([(1, 4)])
+    jobs.submit(held, "a.txt", "en", "es", total=4, caller="k1")
+    jobs.submit(Script([]), "b.txt", "en", "es", total=4, caller="k1")
+    with pytest.raises(RateLimited, match=r"2 document jobs queued or translating") as refused:
+        jobs.submit(Script([]), "c.txt", "en", "es", total=1, caller="k1")
+    # The running job's 4 segments at 0.5 segments a second: 8 s (its own rate is not known before a segment).
+    assert refused.value.retry_after_s == 8
+    other = jobs.submit(Script([]), "other.txt", "en", "es", total=1, caller="k2")
+    assert other.state == "queued"
+    held.step()
+
+
+def test_finished_results_stay_within_the_kept_bytes_the_largest_keepers_oldest_first() -> None:
+    """Past `max_kept_bytes`, the oldest result of the caller who keeps the most expires first: a caller that
+    fills the budget with its own results loses those, not another caller's."""
+    clock = Clock()
+    jobs = DocumentJobs(JobsConfig(workers=1, ttl_s=600, max_kept_bytes=25), clock=clock)  # "translated": 10 bytes
+    mine = jobs.submit(Script([]), "mine.txt", "en", "es", total=1, caller="k2")
+    settle(jobs, mine.id, lambda v: v.state == "done")
+    flood = []
+    for n in range(3):
+        clock.now += 1
+        flood.append(jobs.submit(Script([]), f"f{n}.txt", "en", "es", total=1, caller="k1"))
+        settle(jobs, flood[-1].id, lambda v: v.state == "done")
+    assert [v.id for v in jobs.list()] == [mine.id, flood[2].id]
+    assert jobs.result(mine.id).data == b"translated"
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -138,6 +138,12 @@ class Document(ABC):
         #: (ORIGIN_MODEL: the model's, below quality.review_below; `quality.docx_comments`).
         self.review_comments = False
 
+    def layout(self) -> Any:
+        """What writing the translation needs of the file besides the translations, where that is small enough to
+        send to another process and write from without reading the file again (a PDF: its paragraphs and page
+        breaks, `reader.render_layout`); None: writing reads the file again (`parsers.ParsedDocument`)."""
+        return None
+
     def render(self, translations: Sequence[str], target: str | None = None) -> RenderedDocument:
         """The translated document; `translations[i]` replaces `segments[i]`."""
         if len(translations) != len(self.segments):

@@ -13,7 +13,17 @@ killed (SIGKILL: no CPU burns for a request nobody waits for) and a fresh one is
 What comes back is a `ParsedDocument`: the segments and what the translation needs to know of the format. Its
 tree stays behind (an lxml tree cannot cross a process boundary), so rendering reads the upload again in a helper
 and writes the translations into it there: a second parse, of a file already known to parse in time, instead of
-a helper held for the whole translation.
+a helper held for the whole translation. A format whose rendering needs nothing of the file but its layout (a
+PDF: paragraphs and page breaks into a new .docx) sends that layout back with the segments and is written from it
+(`Document.layout`), without the second read; the others get the time their read took on top of the deadline,
+so that a file read in time is not lost at the write.
+
+Each caller (`owner`, a caller's identity) has its share of the helpers: `shares.parses` reads at once and
+`shares.parse_s_per_min` seconds of reading a minute, a read stopped at the deadline charged its whole time
+(`shares.Share`, `shares.TimeBudget`; 429 beyond). Two loops of uploads that each run to the deadline took both
+helpers and made another caller's small file wait a minute for a 503; now they take one helper, then 429. A
+call logs at most `MAX_LOG_RECORDS` lines (pypdf warns once per bad
+object: one 900 KB PDF wrote 33,180 lines), then one line saying how many more there were.
 """
 
 from __future__ import annotations
@@ -26,13 +36,14 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
-from typing import Any, Sequence
+from typing import Any, Hashable, Sequence
 
-from ..config import LimitsConfig
+from ..config import LimitsConfig, SharesConfig
 from ..errors import Busy, Cancelled, InputTooLarge, InvalidInput, ServerStopping, TranslationError
 from ..helpers import become_helper, main_not_rerun
+from ..shares import Share, TimeBudget
 from .base import Document, RenderedDocument
-from .reader import read_document, upload_name
+from .reader import read_document, render_layout, upload_name
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +53,23 @@ _SLICE_S = 0.05
 _START_WAIT_S = 60.0
 #: How long a call may wait for a free helper before it is told to come back (503 Busy).
 _QUEUE_WAIT_S = 30.0
+#: Log records one call in a helper may write; past it they are counted, and one line says how many.
+MAX_LOG_RECORDS = 20
+#: The helpers' CPU priority (`nice`): below the server's, whose engine threads then keep the cores they need while
+#: a document is read. The deadline counts the helper's CPU time, so a read slowed by it is not refused for it.
+HELPER_NICE = 10
+#: A read is stopped after its deadline in CPU time, or this many times it in wall time (a helper that never gets
+#: the CPU).
+WALL_FACTOR = 4.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class ReadTooLong(InputTooLarge):
+    """A read or write stopped at its deadline (413); `spent_s`: the helper's CPU seconds, charged to its caller."""
+
+    def __init__(self, message: str, spent_s: float) -> None:
+        super().__init__(message)
+        self.spent_s = spent_s
 
 Gone = Callable[[], bool]
 
@@ -50,26 +78,38 @@ class ParsedDocument(Document):
     """A document read in a helper process: its segments are here, its tree is not. Rendering reads the upload
     again in a helper and writes the translations into it there."""
 
-    def __init__(self, parsers: "DocumentParsers", data: bytes, limits: LimitsConfig,
-                 shape: tuple[str, str, bool, list[str]]) -> None:
-        name, self.kind, self.sentinel_markup, segments = shape
+    def __init__(self, parsers: "DocumentParsers", data: bytes, limits: LimitsConfig, shape: "Shape",
+                 owner: Hashable | None = None, read_s: float = 0.0) -> None:
+        name, self.kind, self.sentinel_markup, segments, self._layout = shape
         super().__init__(name, segments)
         self._parsers = parsers
         self._data = data
         self._limits = limits
+        self._owner = owner
+        #: How long reading it took: writing, which reads it again, gets that on top of its deadline.
+        self._read_s = read_s
 
     def _render(self, translations: list[str], target: str | None) -> RenderedDocument:
-        # Read again under the name it was read with (`upload_name` of it is itself).
+        # Charged to its caller, never refused: the translation is done, and the file is known to read in time.
+        if self._layout is not None:
+            return self._parsers.call(render_layout, self.kind, self.filename, self._layout, translations, target,
+                                      what=self.filename, doing="writing its translation", charge=self._owner)
+        # Read again under the name it was read with (`upload_name` of it is itself); the deadline is the write's
+        # own, on top of the time the read is known to take.
         return self._parsers.call(_render_in_helper, self._data, self.filename, self._limits, translations,
                                   target, dict(self.origins), self.review_comments, what=self.filename,
-                                  doing="writing its translation")
+                                  doing="writing its translation", charge=self._owner, extra_s=self._read_s)
 
 
 class DocumentParsers:
     """Helper processes that read and write documents under a deadline (see the module docstring). Thread-safe."""
 
-    def __init__(self, limits: LimitsConfig) -> None:
+    def __init__(self, limits: LimitsConfig, shares: SharesConfig | None = None) -> None:
         self.limits = limits
+        shares = shares or SharesConfig()
+        #: Each caller's share: reads at once, and seconds of reading a minute (refused reads included).
+        self.reading = Share(shares.parses, "documents being read")
+        self.reading_time = TimeBudget(shares.parse_s_per_min, "document reading")
         self._context = multiprocessing.get_context("spawn")  # not fork: the server holds threads and torch
         self._lock = threading.Condition()
         self._idle: list[_Helper] = []
@@ -88,30 +128,63 @@ class DocumentParsers:
 
     # ------------------------------------------------------------------ the two calls the server makes
 
-    def read(self, data: bytes, filename: str, limits: LimitsConfig | None = None, gone: Gone | None = None) -> Document:
+    def read(self, data: bytes, filename: str, limits: LimitsConfig | None = None, gone: Gone | None = None,
+             owner: Hashable | None = None) -> Document:
         """`documents.read_document` in a helper: the same checks and the same errors, under the deadline.
-        `gone()` says whether the caller has left (its client disconnected): the parse is then stopped."""
+        `gone()` says whether the caller has left (its client disconnected): the parse is then stopped. `owner`
+        (the caller) reads within its share (RateLimited beyond it) and is charged the time."""
         limits = limits or self.limits
         if not self.isolated:
             return read_document(data, filename, limits)
+        started = time.monotonic()
         shape = self.call(_read_in_helper, data, filename, limits, what=upload_name(filename), doing="reading it",
-                          gone=gone)
-        return ParsedDocument(self, data, limits, shape)
+                          gone=gone, owner=owner)
+        return ParsedDocument(self, data, limits, shape, owner, time.monotonic() - started)
 
-    def reader(self, gone: Gone | None = None) -> Callable[[bytes, str, LimitsConfig], Document]:
+    def reader(self, gone: Gone | None = None,
+               owner: Hashable | None = None) -> Callable[[bytes, str, LimitsConfig], Document]:
         """`read` as `documents.translate_document` takes it, for a caller that may leave."""
-        return lambda data, filename, limits: self.read(data, filename, limits, gone)
+        return lambda data, filename, limits: self.read(data, filename, limits, gone, owner)
 
-    def call(self, fn: Callable[..., Any], *args: Any, what: str, doing: str, gone: Gone | None = None) -> Any:
-        """`fn(*args)` in a helper, stopped past `limits.parse_timeout_s`, when `gone()` turns true, or when the
-        server stops. `fn` must be a module-level function (it is pickled by name); its domain errors come back
-        as they were raised."""
-        helper = self._take()
+    def call(self, fn: Callable[..., Any], *args: Any, what: str, doing: str, gone: Gone | None = None,
+             owner: Hashable | None = None, charge: Hashable | None = None, extra_s: float = 0.0) -> Any:
+        """`fn(*args)` in a helper, stopped past `limits.parse_timeout_s` (+ `extra_s`), when `gone()` turns true,
+        or when the server stops. `fn` must be a module-level function (it is pickled by name); its domain errors
+        come back as they were raised. `owner` runs it within that caller's share (RateLimited beyond it: reads at
+        once, seconds a minute) and is charged its time, refused or not; `charge` only charges."""
+        limit_s = self.limits.parse_timeout_s + extra_s
+        if owner is None:
+            return self._call(fn, args, what, doing, gone, charge, limit_s)
+        self.reading_time.check(owner)
+        # No known end: a read's wall time depends on the CPU it gets (the deadline counts CPU time), so the wait
+        # a refusal gives is the typical length of the owner's last reads less the age of its oldest.
+        hold = self.reading.acquire(owner)
         try:
-            reply = helper.run(fn, args, self.limits.parse_timeout_s, lambda: self._stopping, gone, what, doing)
-        except BaseException:
+            return self._call(fn, args, what, doing, gone, owner, limit_s)
+        finally:
+            self.reading.release(owner, hold)
+
+    def check(self, owner: Hashable) -> None:
+        """RateLimited now when `owner` could not read a document (its reads at once, or its seconds a minute, are
+        spent): asked before an upload's body is even read, so a caller looping on refusals costs little."""
+        self.reading_time.check(owner)
+        if self.reading.held(owner) >= self.reading.per_owner:
+            self.reading.acquire(owner)  # raises, with the wait; never holds (the share is full)
+
+    def _call(self, fn: Callable[..., Any], args: Sequence[Any], what: str, doing: str, gone: Gone | None,
+              owner: Hashable | None, limit_s: float) -> Any:
+        helper = self._take()
+        started = time.monotonic()
+        try:
+            reply, spent = helper.run(fn, args, limit_s, lambda: self._stopping, gone, what, doing)
+        except BaseException as exc:
             self._discard(helper)
+            if owner is not None:  # a read stopped at its deadline is charged its whole time
+                self.reading_time.charge(owner, exc.spent_s if isinstance(exc, ReadTooLong)
+                                         else time.monotonic() - started)
             raise
+        if owner is not None:
+            self.reading_time.charge(owner, spent)
         self._give_back(helper)
         status, value = reply
         if status == "ok":
@@ -246,15 +319,23 @@ class _Helper:
         return cls(process, ours)
 
     def run(self, fn: Callable[..., Any], args: Sequence[Any], limit_s: float, stopping: Gone, gone: Gone | None,
-            what: str, doing: str) -> tuple[str, Any]:
+            what: str, doing: str) -> tuple[tuple[str, Any], float]:
+        """(the helper's reply, the CPU seconds the call took). The deadline is `limit_s` of the helper's CPU time:
+        a helper slowed by the server's own work (it runs at a lower priority, `HELPER_NICE`) or by another program
+        is not stopped for it; `limit_s` × WALL_FACTOR of wall time stops one that never gets the CPU."""
         self.conn.send((fn, tuple(args)))
         # The deadline counts from here: a helper still importing its libraries is not the upload's fault.
-        ends = time.monotonic() + limit_s
+        started, before = time.monotonic(), self.cpu_s()
+
+        def used() -> float:
+            now = self.cpu_s()
+            return now - before if before >= 0 and now >= 0 else time.monotonic() - started
+
         while True:
             ready = wait([self.conn, self.process.sentinel], timeout=_SLICE_S)
             if self.conn in ready:
                 try:
-                    return self.conn.recv()
+                    return self.conn.recv(), used()
                 except (EOFError, OSError):
                     pass  # the process ended without answering: said below
             if stopping():
@@ -265,9 +346,19 @@ class _Helper:
                                    f"{_ending(self.process.exitcode)}); the file was not translated")
             if gone is not None and gone():
                 raise Cancelled("Cancelled: the client disconnected while its document was being read.")
-            if time.monotonic() > ends:
-                raise InputTooLarge(f"{what}: {doing} took longer than {limit_s:g} s (limits.parse_timeout_s) and "
-                                    "was stopped; split the document or simplify its structure")
+            spent = used()
+            if spent > limit_s or time.monotonic() - started > WALL_FACTOR * limit_s:
+                raise ReadTooLong(f"{what}: {doing} took longer than {limit_s:g} s (limits.parse_timeout_s) and "
+                                  "was stopped; split the document or simplify its structure", spent)
+
+    def cpu_s(self) -> float:
+        """The helper's CPU seconds so far (user and system, from /proc), or -1 where they cannot be read."""
+        try:
+            with open(f"/proc/{self.process.pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        except (OSError, IndexError, ValueError):
+            return -1.0
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -288,6 +379,11 @@ def _ending(code: int | None) -> str:
 
 def _serve(conn: Connection, parent: int) -> None:
     become_helper(parent, "hmt-document-helper", die_with_spawner=True)
+    try:
+        os.nice(HELPER_NICE)
+    except OSError:
+        pass  # not allowed here: the helper runs at the server's priority
+    bounded = _BoundedLog(MAX_LOG_RECORDS)
     _import_readers()
     conn.send("ready")
     while True:
@@ -295,16 +391,48 @@ def _serve(conn: Connection, parent: int) -> None:
             fn, args = conn.recv()
         except (EOFError, OSError):
             return  # the server closed its end
+        bounded.start()
         try:
             reply: tuple[str, Any] = ("ok", fn(*args))
         except TranslationError as exc:
             reply = ("error", exc)
         except Exception:  # noqa: BLE001 - a reader's bug: the server logs it and answers 500
             reply = ("crash", traceback.format_exc())
+        bounded.end(args[1] if len(args) > 1 and isinstance(args[1], str) else "a document")
         try:
             conn.send(reply)
         except (OSError, ValueError):
             return
+
+
+class _BoundedLog(logging.Filter):
+    """In a helper: at most `limit` log records a call reach stderr (the helper's only log), then one line with how
+    many more there were. A reader's libraries log per malformed object, and one upload must not write a log of
+    its own size."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.seen = 0
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(self)
+        # In place of logging.lastResort (WARNING and up to stderr, as before), which nothing would bound.
+        logging.getLogger().addHandler(handler)
+        self._handler = handler
+
+    def start(self) -> None:
+        self.seen = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.seen += 1
+        return self.seen <= self.limit
+
+    def end(self, what: str) -> None:
+        if self.seen > self.limit:
+            self._handler.emit(logging.LogRecord("hunyuan_mt.documents", logging.WARNING, __file__, 0,
+                                                 "%s: %d more log lines while reading it were left out", (
+                                                     what, self.seen - self.limit), None))
 
 
 def _import_readers() -> None:
@@ -313,9 +441,16 @@ def _import_readers() -> None:
     from ruamel.yaml import YAML  # noqa: F401 - imported by the YAML reader on first use
 
 
-def _read_in_helper(data: bytes, filename: str, limits: LimitsConfig) -> tuple[str, str, bool, list[str]]:
+#: What a read sends back: the name, kind, markup flag and segments, and the layout a format can be written from
+#: without reading the file again (`Document.layout`; None for the others).
+Shape = tuple[str, str, bool, list[str], Any]
+
+
+def _read_in_helper(data: bytes, filename: str, limits: LimitsConfig) -> Shape:
     document = read_document(data, filename, limits)
-    return document.filename, document.kind, document.sentinel_markup, document.segments
+    return document.filename, document.kind, document.sentinel_markup, document.segments, document.layout()
+
+
 
 
 def _render_in_helper(data: bytes, filename: str, limits: LimitsConfig, translations: list[str], target: str | None,

@@ -19,7 +19,7 @@ from .gettext import read_gettext
 from .htmlpage import read_html
 from .markdown import read_markdown
 from .opendocument import read_odp, read_ods, read_odt
-from .pdf import read_pdf
+from .pdf import read_pdf, write_pdf_translation
 from .presentation import read_presentation
 from .spreadsheet import read_spreadsheet
 from .structured import read_json, read_yaml
@@ -103,6 +103,16 @@ def _check_content(data: bytes, filename: str, ext: str, fmt: _Format) -> None:
     if not ok:
         raise UnsupportedDocument(f"{filename}: the file's content is {actual}, not {fmt.label} as its {ext} "
                                   "extension says; upload the real file or give it the right extension")
+
+
+#: The formats written from their layout alone (`Document.layout`), by kind: no second read of the file.
+_LAYOUT_WRITERS: dict[str, Callable[..., RenderedDocument]] = {"pdf": write_pdf_translation}
+
+
+def render_layout(kind: str, filename: str, layout: object, translations: list[str],
+                  target: str | None) -> RenderedDocument:
+    """A translation written from a document's layout (what `Document.layout` gave), without its file."""
+    return _LAYOUT_WRITERS[kind](filename, layout, translations, target)
 
 
 def upload_name(filename: str) -> str:

@@ -8,6 +8,8 @@ serves the Gradio UI. Errors are typed below this layer and rendered here, once,
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import functools
 import json
 import logging
@@ -37,7 +39,7 @@ from ..detect import Detection
 from ..documents import distinct_segments
 from ..documents.parsers import DocumentParsers
 from ..glossary import Glossary, GlossaryStore
-from ..jobs import DocumentJobs, JobSpec, JobView, check_job_id
+from ..jobs import ENDED, DocumentJobs, JobSpec, JobView, check_job_id
 from .. import prompts
 from ..languages import LANGUAGES, normalize_code, served_codes
 from ..ticket import Ticket
@@ -58,6 +60,12 @@ REST_THREADS = 64
 _JSON_OVERHEAD = 64 * 1024
 #: /frontend/settings: how long LibreTranslate's page waits after the last keystroke before it translates.
 FRONTEND_TIMEOUT_MS = 500
+#: Longest long poll (GET /v1/documents/<id>?wait=S), seconds.
+MAX_WAIT_S = 30.0
+
+#: Who the request being handled is charged to, once `_authorize` knows: `_call` holds that caller's share of the
+#: REST threads (`shares.requests`) for each blocking call it runs.
+_CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("hmt_rest_caller", default=None)
 
 
 class TranslationServiceLike(Protocol):  # the parts of service.TranslationService the web layer calls
@@ -154,13 +162,13 @@ class RestApi:
         self.service = service
         self.cfg = cfg
         self.metrics = metrics
-        self.policy = policy or AccessPolicy(cfg.server, cfg.limits)
+        self.policy = policy or AccessPolicy(cfg.server, cfg.limits, cfg.shares)
         self.downloads = DownloadStore()
         #: Document jobs, shared with the web page (web.server.build_app hands them to build_ui).
         #: What this app keeps (jobs, stored glossaries): the configured store.
         self.store = jobs_store(cfg)
         #: Where uploads are read and written: helper processes, under a deadline (shared with the page).
-        self.parsers = DocumentParsers(cfg.limits)
+        self.parsers = DocumentParsers(cfg.limits, cfg.shares)
         self.jobs = DocumentJobs(cfg.jobs, store=self.store,
                                  runner=document_runner(service, cfg, self.parsers.reader()))
         self.glossaries = GlossaryStore(cfg.glossary.resolved_dir, cfg.glossary.max_terms, self.store.glossaries)
@@ -178,11 +186,14 @@ class RestApi:
         self.parsers.close()
 
     async def _call(self, fn: Any, *args: Any, abandon_on_cancel: bool = False) -> Any:
-        """Run a blocking service call in the REST thread pool."""
+        """Run a blocking service call in the REST thread pool, within the caller's share of it (`shares.requests`,
+        429 beyond): one caller's flood of slow calls cannot take every thread from the others."""
         if self._limiter is None:
             self._limiter = anyio.CapacityLimiter(REST_THREADS)
-        return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter,
-                                              abandon_on_cancel=abandon_on_cancel)
+        caller = _CALLER.get()
+        with self.policy.requests.hold(caller.identity) if caller is not None else contextlib.nullcontext():
+            return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter,
+                                                  abandon_on_cancel=abandon_on_cancel)
 
     async def _watched(self, request: Request, ticket: Ticket, front: str, fn: Callable[[], Any]) -> Any:
         """`fn()` in the thread pool, cancelling `ticket` if the client disconnects first: its rows then leave
@@ -220,7 +231,9 @@ class RestApi:
         return key
 
     def _authorize(self, request: Request, fields: dict[str, Any]) -> Caller:
-        return self.policy.authorize(self._api_key(request, fields), client_address(request))
+        caller = self.policy.authorize(self._api_key(request, fields), client_address(request))
+        _CALLER.set(caller)  # the request's own context: its blocking calls are held in this caller's share
+        return caller
 
     def _check_status(self, request: Request) -> None:
         given = request.headers.get("x-admin-key") or self._api_key(request)
@@ -293,7 +306,7 @@ class RestApi:
             self.policy.check_chars(texts)
             self.policy.spend_chars(caller, sum(len(t) for t in texts), context if isinstance(context, str) else None)
             started = time.perf_counter()
-            ticket = Ticket()
+            ticket = Ticket(owner=caller.identity)
             if fmt == "html":
                 pairs = [await self._watched(request, ticket, "rest", functools.partial(
                     self._translate_html, t, source, target, glossary, ticket, context)) for t in texts]
@@ -431,6 +444,9 @@ class RestApi:
         """A document upload's fields, checked: (caller, the file's bytes, its safe name, source, target,
         glossary, context). The multipart spool is closed before this returns."""
         try:
+            # A caller whose document reading is spent is told before its body is read: one that loops on its
+            # refusals then costs the server a header's worth each time, not a multipart parse.
+            self.parsers.check(self.policy.identify(self._api_key(request), client_address(request)).identity)
             fields = await read_fields(request, allow=(MULTIPART,))
             caller = self._authorize(request, fields)
             upload = fields.get("file")
@@ -456,10 +472,11 @@ class RestApi:
         caller, data, filename, source, target, glossary, context = await self._read_upload(request)
         self.downloads.check_quota(caller)  # before any work: its link could not be kept
         charge = functools.partial(self.policy.spend_chars, caller, context=context)
-        ticket = Ticket(background=True)
+        ticket = Ticket(background=True, owner=caller.identity)
         rendered, _ = await self._watched(request, ticket, "file", functools.partial(
             translate_upload, self.service, data, filename, source, target, self.cfg.limits, None, charge, glossary,
-            ticket, context, None, self.parsers.reader(lambda: ticket.cancelled), self.cfg.quality.docx_comments))
+            ticket, context, None, self.parsers.reader(lambda: ticket.cancelled, caller.identity),
+            self.cfg.quality.docx_comments))
         owner = caller if self.policy.downloads_owned else None
         token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type, owner, caller)
         # Starlette puts path parameters in as they are: a name with spaces or non-ASCII letters made a link that
@@ -478,9 +495,9 @@ class RestApi:
         caller, data, filename, source, target, glossary, context = await self._read_upload(request)
         # Read now: a file the server cannot take is refused here, not found out later as a failed job. A client
         # that leaves meanwhile stops the read.
-        ticket = Ticket(background=True)
+        ticket = Ticket(background=True, owner=caller.identity)
         document = await self._watched(request, ticket, "file", functools.partial(
-            self.parsers.read, data, filename, self.cfg.limits, lambda: ticket.cancelled))
+            self.parsers.read, data, filename, self.cfg.limits, lambda: ticket.cancelled, caller.identity))
         target = normalize_code(target)
         # ... and so is a pair no route serves (auto-detected now, on the document's first characters).
         source = await self._call(check_document_route, self.service, source, target, document.segments)
@@ -516,12 +533,47 @@ class RestApi:
             view = self.jobs.view(job_id, may)
         else:
             try:
-                seconds = min(30.0, max(0.0, float(wait)))
+                seconds = float(wait)
             except ValueError:
-                raise InvalidInput("Invalid request: wait must be a number of seconds (at most 30).") from None
-            before = self.jobs.view(job_id, may)
-            view = await self._call(functools.partial(self.jobs.wait, job_id, may, seconds, before))
+                seconds = math.nan
+            if math.isnan(seconds):
+                raise InvalidInput(f"Invalid request: wait must be a number of seconds (at most {MAX_WAIT_S:g}).")
+            view = await self._long_poll(request, job_id, may, min(MAX_WAIT_S, max(0.0, seconds)))
         return JSONResponse(self._job_body(request, view))
+
+    async def _long_poll(self, request: Request, job_id: str, may: Callable[[Any], bool], seconds: float) -> JobView:
+        """The job once it changes, or after `seconds`: awaited on the event loop (the job's listener wakes it),
+        holding no thread. Checked like every job route (another caller's job is a 404, before anything waits),
+        counted as a call (the rate limit) and within the caller's share of open polls (`shares.long_polls`,
+        429 with the seconds until its soonest poll ends). A client that leaves ends its poll."""
+        caller = self.policy.identify(self._api_key(request), client_address(request))
+        loop = asyncio.get_running_loop()
+        changed = asyncio.Event()
+        before, stop = self.jobs.watch(job_id, may, lambda: loop.call_soon_threadsafe(changed.set))
+        try:
+            if before.state in ENDED or seconds <= 0:
+                return before
+            self.policy.calls.hit(caller.identity)
+            ends = loop.time() + seconds
+            with self.policy.long_polls.hold(caller.identity, ends_at=time.monotonic() + seconds):
+                gone = asyncio.ensure_future(wait_disconnected(request))
+                try:
+                    while not gone.done():
+                        changed.clear()
+                        now = self.jobs.view(job_id, may)
+                        if now.state in ENDED or (now.state, now.done) != (before.state, before.done):
+                            return now
+                        left = ends - loop.time()
+                        if left <= 0:
+                            return now
+                        woken = asyncio.ensure_future(changed.wait())
+                        await asyncio.wait({woken, gone}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+                        woken.cancel()
+                finally:
+                    gone.cancel()
+            return self.jobs.view(job_id, may)
+        finally:
+            stop()
 
     async def document_result(self, request: Request, job_id: str) -> Response:
         check_job_id(job_id)
@@ -706,7 +758,7 @@ class RestApi:
         started = time.perf_counter()
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
-        ticket = Ticket()
+        ticket = Ticket(owner=caller.identity)
         if fields.get("stream"):
             stream = self.service.translate_stream(text, source, target, ticket=ticket)
             # The first item comes once the request is checked and planned: a refusal is still an HTTP error,
@@ -879,6 +931,24 @@ _DOCUMENT_SCHEMA = {
 }
 
 
+async def paced(policy: AccessPolicy, identity: str, exc: RateLimited) -> RateLimited:
+    """A refusal held for the rest of the wait its caller was already given, if it came back early
+    (`AccessPolicy.pace`): then answered with what is left of its new wait."""
+    delay = policy.pace.delay(identity, exc.retry_after_s)
+    if delay <= 0:
+        return exc
+    await asyncio.sleep(delay)
+    return exc.later(delay)
+
+
+def _refused_caller(api: RestApi, request: Request) -> str:
+    """Who a refusal is for: the caller the route authorized, else the key the request shows or its address."""
+    caller = _CALLER.get()
+    if caller is None:
+        caller = api.policy.identify(api._api_key(request), client_address(request))
+    return caller.identity
+
+
 def body_caps(limits: Any) -> tuple[int, int]:
     """(the cap on a JSON or form body, the cap on an upload's body), bytes: what the largest accepted request
     needs (limits.max_chars of UTF-8 in JSON escapes per item; limits.max_file_bytes) and an allowance."""
@@ -918,6 +988,8 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
 
     @app.exception_handler(TranslationError)
     async def on_translation_error(request: Request, exc: TranslationError) -> JSONResponse:
+        if isinstance(exc, RateLimited):
+            exc = await paced(api.policy, _refused_caller(api, request), exc)
         return error_response(exc, openai_style=_openai_path(request.url.path))
 
     @app.exception_handler(StarletteHTTPException)

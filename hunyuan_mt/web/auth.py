@@ -20,8 +20,9 @@ from typing import Callable
 from cachetools import TTLCache
 
 from ..callers import KEY_HASH, Caller, key_hash
-from ..config import LimitsConfig, ServerConfig
+from ..config import LimitsConfig, ServerConfig, SharesConfig
 from ..errors import InvalidInput, RateLimited, Unauthorized
+from ..shares import RefusalPace, Share
 
 #: Seconds of history the sliding windows keep.
 WINDOW_S = 60.0
@@ -85,12 +86,19 @@ class AccessPolicy:
     has one budget whichever door it uses.
     """
 
-    def __init__(self, server: ServerConfig, limits: LimitsConfig,
+    def __init__(self, server: ServerConfig, limits: LimitsConfig, shares: SharesConfig | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.api_keys = list(server.api_keys)
         self.admin_key = server.admin_key
         self.status_key = server.status_key
         self.page_login = server.auth is not None
+        self.server = server
+        self.shares = shares or SharesConfig()
+        #: What one caller may hold at once: REST calls at work (on the REST threads), open long polls.
+        self.requests = Share(self.shares.requests, "requests at work")
+        self.long_polls = Share(self.shares.long_polls, "long polls open")
+        #: A caller refused again before its wait is over is answered after the rest of it (the edges await it).
+        self.pace = RefusalPace()
         self.max_chars = min(limits.max_chars, server.char_limit) if server.char_limit > 0 else limits.max_chars
         self.max_batch_items = limits.max_batch_items
         self.calls = SlidingWindow(server.rate_limit_per_min, "requests", clock)
@@ -117,6 +125,22 @@ class AccessPolicy:
             caller = Caller(f"addr:{client}", client)
         self.calls.hit(caller.identity)
         return caller
+
+    def identify(self, api_key: str | None, client: str) -> Caller:
+        """Who a call is charged to when the route itself needs no key (document jobs answer 404, not 403, to a
+        missing or wrong one): the key when it is one of the keys, else the address."""
+        if self.api_keys and api_key and any(_matches(api_key, key) for key in self.api_keys):
+            return Caller(f"key:{api_key}", client)
+        return Caller(f"addr:{client}", client)
+
+    @property
+    def page_corrections(self) -> bool:
+        """Whether the page saves corrections: with suggestions on, unless API keys are on and the page is open
+        to anyone (no `--auth`): a correction changes what every key's /translate answers, and the page's visitor
+        has shown no key. `server.page_corrections` opens it anyway."""
+        if not self.server.suggestions:
+            return False
+        return not self.keys_required or self.page_login or self.server.page_corrections
 
     def page_caller(self, client: str) -> Caller:
         """A call from the web page (its events, its uploads): counted per address, under the REST limits. The

@@ -112,10 +112,13 @@ def _json_object(body: bytes) -> dict[str, Any]:
         raise InvalidInput("Invalid request: empty JSON body.")
     try:
         data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidInput(f"Invalid JSON body: {str(exc)[:120]}") from None
     except RecursionError:
         raise InvalidInput("Invalid JSON body: nested too deeply.") from None
+    except ValueError as exc:
+        # Whatever the decoder refuses is the client's: malformed JSON, bytes that are not UTF-8, and numbers
+        # Python will not convert (a 5,000-digit integer passes the JSON grammar, then int() refuses it past
+        # sys.get_int_max_str_digits: that was a 500, and the connection was dropped with it).
+        raise InvalidInput(f"Invalid JSON body: {str(exc)[:120]}") from None
     if not isinstance(data, dict):
         raise InvalidInput("Invalid JSON body: expected an object such as {\"q\": ..., \"target\": ...}.")
     return data

@@ -17,14 +17,19 @@ from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..config import Config
-from ..errors import TranslationError
-from .api import body_caps, create_app, retry_headers
+from python_multipart.exceptions import MultipartParseError
+
+from ..config import Config, ServerConfig
+from ..errors import RateLimited, TranslationError
+from .api import body_caps, create_app, paced, retry_headers
 from .auth import AccessPolicy
+from .connections import ConnectionGuard, connection_cap, guarded_protocol
 from .downloads import OwnedPaths
+from .pagequeue import PageQueueShare
 from .requests import BodyLimitMiddleware
 from .metrics import WebMetrics
-from .ui import UI_CSS, UI_HEAD, build_ui, page_i18n, page_theme
+from .ui import UI_CSS, UI_HEAD, UPLOAD_TYPES, build_ui, page_i18n, page_theme
+from .uploads import PageUploads, PartNames
 
 log = logging.getLogger(__name__)
 UI_PATH = "/ui"
@@ -40,7 +45,7 @@ def parse_auth(value: str | None) -> tuple[str, str] | None:
 def build_app(service: Any, cfg: Config) -> FastAPI:
     """REST routes at the root, the Gradio page at /ui, `/` redirecting to it."""
     metrics = WebMetrics(service)
-    policy = AccessPolicy(cfg.server, cfg.limits)  # one policy for every door: REST, OpenAI, the page
+    policy = AccessPolicy(cfg.server, cfg.limits, cfg.shares)  # one policy for every door: REST, OpenAI, the page
     app = create_app(service, cfg, metrics, policy)
     # One job queue and one set of document helpers for REST and the page.
     blocks = build_ui(service, cfg, metrics, policy, jobs=app.state.api.jobs, parsers=app.state.api.parsers)
@@ -62,7 +67,10 @@ def build_app(service: Any, cfg: Config) -> FastAPI:
         max_file_size=cfg.limits.max_file_bytes, show_error=True, head=UI_HEAD, css=UI_CSS,
         theme=page_theme(), i18n=page_i18n(), server_name=cfg.server.host, server_port=cfg.server.port,
     )
-    app.add_middleware(PageGate, policy=policy, owned=blocks.hmt_ui.owned)
+    shares = cfg.shares
+    uploads = PageUploads(UPLOAD_TYPES, shares.upload_bytes, shares.upload_total_bytes, shares.upload_ttl_s)
+    app.add_middleware(PageGate, policy=policy, owned=blocks.hmt_ui.owned,
+                       queue=PageQueueShare(blocks, shares.page_calls), uploads=uploads)
     # The page's own routes take no key, so their bodies are capped like the API's: four 200 MB JSON bodies to its
     # queue took the server from 2.3 to 4.4 GB and another client's call from 0.07 to 6.3 s (issue 49). Every
     # page request is small but an upload (Gradio's route and its older alias).
@@ -71,64 +79,143 @@ def build_app(service: Any, cfg: Config) -> FastAPI:
         UI_PATH: json_cap, UI_PATH + "/gradio_api/upload": file_cap, UI_PATH + "/upload": file_cap})
     app.state.blocks = blocks
     app.state.policy = policy
+    app.state.uploads = uploads
+    app.state.server_config = cfg.server  # uvicorn_config reads its connection settings from here
     return app
 
 
 class PageGate:
-    """The page's routes that Gradio handles itself, under the same policy as everything else: an upload is a
-    call, counted per address (429 with Retry-After over the rate limit), and a translated document handed out by
-    the page is served only to the address that asked for it (404 to any other, as if it did not exist)."""
+    """The page's routes that Gradio handles itself, under the same policy as everything else.
+
+    - An upload is a call, counted per address (429 with Retry-After over the rate limit); it must be a file one of
+      the page's file fields takes (415 otherwise, seen on the part's headers before Gradio stores it), within the
+      address's bytes on disk (`PageUploads`: 429 until its oldest upload is deleted).
+    - A queue join (an event of the page: a translation, a document...) counts against the address's share of the
+      queue (`PageQueueShare`: 429 with the likely wait).
+    - A translated document handed out by the page is served only to the address that asked for it (404 to any
+      other, as if it did not exist)."""
 
     #: Gradio's file route and its older alias (`/file/<path>`), which served the same files ungated (issue 49).
     FILES = (UI_PATH + "/gradio_api/file=", UI_PATH + "/gradio_api/file/")
     UPLOAD = UI_PATH + "/gradio_api/upload"
+    #: Where the page's events enter Gradio's queue: its own page's route and the REST-like one of its API.
+    JOIN = UI_PATH + "/gradio_api/queue/join"
+    CALL = UI_PATH + "/gradio_api/call/"
 
-    def __init__(self, app: ASGIApp, policy: AccessPolicy, owned: OwnedPaths) -> None:
+    def __init__(self, app: ASGIApp, policy: AccessPolicy, owned: OwnedPaths, queue: PageQueueShare,
+                 uploads: PageUploads) -> None:
         self.app = app
         self.policy = policy
         self.owned = owned
+        self.queue = queue
+        self.uploads = uploads
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path: str = scope["path"]  # already percent-decoded, as Gradio's route reads it
-            client = scope["client"][0] if scope.get("client") else "unknown"
-            refusal = None
-            asked = next((path[len(route):] for route in self.FILES if path.startswith(route)), None)
-            if asked is not None and not self.owned.allowed(asked, client):
-                refusal = JSONResponse({"error": "File not found or expired."}, status_code=404)
-            elif path == self.UPLOAD and scope["method"] == "POST":
+        if scope["type"] != "http" or not scope["path"].startswith(UI_PATH + "/"):
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]  # already percent-decoded, as Gradio's route reads it
+        client = scope["client"][0] if scope.get("client") else "unknown"
+        post = scope["method"] == "POST"
+        self.uploads.sweep()  # at most every few seconds: page traffic keeps the uploads' deadlines
+        asked = next((path[len(route):] for route in self.FILES if path.startswith(route)), None)
+        if asked is not None and not self.owned.allowed(asked, client):
+            await JSONResponse({"error": "File not found or expired."}, status_code=404)(scope, receive, send)
+        elif path == self.UPLOAD and post:
+            await self._upload(scope, receive, send, client)
+        elif post and (path == self.JOIN or path.startswith(self.CALL)):
+            await self._join(scope, receive, send, client)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _join(self, scope: Scope, receive: Receive, send: Send, client: str) -> None:
+        try:
+            self.queue.enter(client)
+        except RateLimited as exc:
+            exc = await paced(self.policy, f"addr:{client}", exc)
+            # Gradio's clients read a refused join's `detail`, as from Gradio's own refusals (its full queue).
+            await JSONResponse({"detail": exc.message, "error": exc.message}, status_code=exc.http_status,
+                               headers=retry_headers(exc))(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.queue.leave(client)
+
+    async def _upload(self, scope: Scope, receive: Receive, send: Send, client: str) -> None:
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length", b"")
+        incoming = int(declared) if declared.isdigit() else 0
+        try:
+            self.policy.page_caller(client)
+            self.uploads.check(client, incoming)
+        except TranslationError as exc:
+            if isinstance(exc, RateLimited):
+                exc = await paced(self.policy, f"addr:{client}", exc)
+            await _plain_refusal(exc)(scope, receive, send)
+            return
+        try:
+            await self._stream_upload(scope, receive, send, client, headers)
+        finally:
+            self.uploads.done(client, incoming)
+
+    async def _stream_upload(self, scope: Scope, receive: Receive, send: Send, client: str,
+                             headers: dict[bytes, bytes]) -> None:
+        names = PartNames(headers.get(b"content-type", b"").decode("latin-1"), self.uploads.extensions)
+        seen = 0
+        refusal: TranslationError | None = None
+
+        async def checked() -> Message:
+            nonlocal seen, refusal
+            message = await receive()
+            if message["type"] == "http.request":
+                chunk = message.get("body", b"")
+                seen += len(chunk)
                 try:
-                    self.policy.page_caller(client)
+                    names.feed(chunk)
                 except TranslationError as exc:
-                    # The page shows an upload's refusal as "HTTP <status>: <body>": a sentence, not JSON.
-                    refusal = PlainTextResponse(exc.message, status_code=exc.http_status,
-                                                headers=retry_headers(exc))
-                if refusal is None and self.policy.downloads_owned:
-                    send = self._owning_uploads(send, client)
-            if refusal is not None:
-                await refusal(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+                    refusal = exc
+                    # Gradio's parser stops on this error and deletes the parts it has written; the answer below
+                    # replaces its own.
+                    raise MultipartParseError(exc.message) from None
+            return message
 
-    def _owning_uploads(self, send: Send, client: str) -> Send:
-        """`send` that reads the upload route's answer (the JSON list of the paths Gradio stored the files at) and
-        gives those paths to the uploader's address: the original document was served to anyone who had its path."""
         body = bytearray()
+        status = {"code": 0}
 
-        async def reading(message: Message) -> None:
-            if message["type"] == "http.response.body":
+        async def answering(message: Message) -> None:
+            if refusal is not None:
+                return  # Gradio's answer to the stopped parse: ours is sent instead, below
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            elif message["type"] == "http.response.body":
                 body.extend(message.get("body", b""))
-                if not message.get("more_body", False):
-                    try:
-                        paths = json.loads(bytes(body))
-                    except ValueError:
-                        paths = []
-                    for stored in paths if isinstance(paths, list) else []:
-                        if isinstance(stored, str):
-                            self.owned.add(stored, client)
+                if not message.get("more_body", False) and status["code"] == 200:
+                    self._stored(bytes(body), client, seen)
             await send(message)
 
-        return reading
+        await self.app(scope, checked, answering)
+        if refusal is not None:
+            await _plain_refusal(refusal)(scope, receive, send)
+
+    def _stored(self, answer: bytes, client: str, size: int) -> None:
+        """The upload route's answer (the JSON list of the paths Gradio stored the files at): kept against the
+        address's budget, and, when downloads are owned, given to the uploader's address alone (the original
+        document was served to anyone who had its path)."""
+        try:
+            paths = json.loads(answer)
+        except ValueError:
+            paths = []
+        stored = [p for p in paths if isinstance(p, str)] if isinstance(paths, list) else []
+        self.uploads.record(client, stored, size)
+        if self.policy.downloads_owned:
+            for path in stored:
+                self.owned.add(path, client)
+
+
+def _plain_refusal(exc: TranslationError) -> PlainTextResponse:
+    # The page shows an upload's refusal as "HTTP <status>: <body>": a sentence, not JSON.
+    return PlainTextResponse(exc.message, status_code=exc.http_status, headers=retry_headers(exc))
 
 
 class QuietPagePolling(logging.Filter):
@@ -186,9 +273,20 @@ def uvicorn_config(app: FastAPI, host: str, port: int, trusted_proxies: Sequence
                    **kw: Any) -> uvicorn.Config:
     """uvicorn's settings for this app. X-Forwarded-For is read only from `server.trusted_proxies`: uvicorn would
     otherwise believe it from 127.0.0.1, where any local program, or the share tunnel relaying the internet's
-    headers, could then pick the address the per-address limits count."""
+    headers, could then pick the address the per-address limits count.
+
+    Connections (`web/connections.py`, from the app's `server` settings): at most `connections_per_address` from
+    one address (trusted proxies excepted) and `max_connections` in all, below the open-file limit; a request's
+    headers within `header_timeout_s`. uvicorn's own `limit_concurrency` bounds the requests in progress at the
+    same total (503 past it; it counts the connection asking too, hence one more)."""
+    server: ServerConfig = getattr(getattr(app, "state", None), "server_config", None) or ServerConfig()
+    cap = connection_cap(server.max_connections)
+    guard = ConnectionGuard(server.connections_per_address, cap, trusted_proxies, server.header_timeout_s)
+    if hasattr(app, "state"):
+        app.state.connections = guard
     return uvicorn.Config(app, host=host, port=port, proxy_headers=bool(trusted_proxies),
-                          forwarded_allow_ips=list(trusted_proxies) or None, **kw)
+                          forwarded_allow_ips=list(trusted_proxies) or None, http=guarded_protocol(guard),
+                          limit_concurrency=cap + 1, **kw)
 
 
 class Server(uvicorn.Server):

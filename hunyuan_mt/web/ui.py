@@ -29,7 +29,7 @@ import pandas as pd
 
 from .. import prompts
 from ..config import Config
-from ..documents import LISTED_EXTENSIONS, distinct_segments
+from ..documents import LISTED_EXTENSIONS, SUPPORTED_EXTENSIONS, distinct_segments
 from ..documents.parsers import DocumentParsers
 from ..errors import TranslationError
 from ..glossary import GlossaryStore
@@ -45,6 +45,11 @@ log = logging.getLogger(__name__)
 
 AUTO = "auto"
 DOC_TYPES = list(LISTED_EXTENSIONS)
+#: What the admin's Import memory field takes.
+MEMORY_TYPES = [".tsv", ".tmx", ".txt"]
+#: Every file the page's upload route stores (web/uploads.py): what the Document tab reads (its listed types and
+#: their other spellings, .htm, .yml) and the memory files. Anything else is refused before it is written.
+UPLOAD_TYPES = tuple(sorted(set(SUPPORTED_EXTENSIONS) | set(MEMORY_TYPES)))
 #: Rendered documents older than this are removed from the UI's output folder (Gradio keeps its own copy).
 _OUTPUT_TTL_S = 600.0
 #: How often a page following a document job refreshes its progress bar when nothing else changed (the seconds
@@ -198,7 +203,7 @@ class TranslatorUI:
         # Removed when the UI is garbage-collected or the process exits, whichever comes first.
         self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.outputs), True)
         # Shared with the REST API when the server mounts both: one budget per caller whichever door it uses.
-        self.policy = policy or AccessPolicy(cfg.server, cfg.limits)
+        self.policy = policy or AccessPolicy(cfg.server, cfg.limits, cfg.shares)
         #: Translated documents handed out, by the path Gradio serves them at → who may fetch them.
         self.owned = OwnedPaths()
         self.doc_output: gr.File | None = None  # set by build_ui: its cache is where downloads are served from
@@ -206,7 +211,7 @@ class TranslatorUI:
         self._own_jobs = jobs is None
         #: The REST API's document helpers when the server mounts both; else the page's own.
         self._own_parsers = parsers is None
-        self.parsers = parsers if parsers is not None else DocumentParsers(cfg.limits)
+        self.parsers = parsers if parsers is not None else DocumentParsers(cfg.limits, cfg.shares)
         self.jobs = jobs if jobs is not None else DocumentJobs(
             cfg.jobs, store=jobs_store(cfg), runner=document_runner(service, cfg, self.parsers.reader()))
         # Stored glossaries are in the jobs' store (the REST API's), else the configured one.
@@ -302,7 +307,7 @@ class TranslatorUI:
         _run(self.policy.spend_chars, caller, len(text), context)
         terms = _run(self.glossaries.resolve, glossary, source or AUTO, target)
         started = time.perf_counter()
-        ticket = Ticket()
+        ticket = Ticket(owner=caller.identity)
         stream = self.service.translate_stream(text, source or AUTO, target, glossary=terms, ticket=ticket,
                                                context=context)
         result = None
@@ -339,6 +344,10 @@ class TranslatorUI:
         text from now on (here and on every replica of the store) and trains the pair's next adapter."""
         if not self.cfg.server.suggestions:
             raise gr.Error("Corrections are off on this server (server.suggestions).", print_exception=False)
+        if not self.policy.page_corrections:
+            # A correction changes what every key's /translate answers; the open page's visitor has shown no key.
+            raise gr.Error("This server takes corrections from the page only from signed-in users (API keys are "
+                           "on); send yours with your key: POST /v1/corrections.", print_exception=False)
         if not (text or "").strip() or not (translation or "").strip():
             raise gr.Error("Translate a text first, then edit the translation and save it.", print_exception=False)
         if source == AUTO:
@@ -381,6 +390,10 @@ class TranslatorUI:
         caller = _run(self.policy.page_caller, _address(request))
         upload = Path(path)
         limits = self.cfg.limits
+        if not upload.is_file():
+            # Uploads are deleted shares.upload_ttl_s after they came (web/uploads.py).
+            raise gr.Error("The file is no longer on the server (uploads are kept "
+                           f"{self.cfg.shares.upload_ttl_s / 60:g} minutes); drop it again.", print_exception=False)
         size = upload.stat().st_size
         if size > limits.max_file_bytes:
             raise gr.Error(f"File too large: {size} bytes, the limit is {limits.max_file_bytes}.",
@@ -388,7 +401,7 @@ class TranslatorUI:
         terms = _run(self.glossaries.resolve, glossary, source, target)
         context = _run(prompts.clean_context, context, limits.max_chars)
         data = upload.read_bytes()
-        document = _run(self.parsers.read, data, safe_filename(upload.name), limits)
+        document = _run(self.parsers.read, data, safe_filename(upload.name), limits, None, caller.identity)
         target = _run(normalize_code, target)
         source = _run(check_document_route, self.service, source, target, document.segments)
         _run(self.jobs.check_quota, caller)
@@ -862,7 +875,7 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
     default_target = "es" if "es" in ui.model_codes else (ui.model_codes[0] if ui.model_codes else "en")
     limits = cfg.limits
     takes_context = ui.takes_context()
-    corrections = cfg.server.suggestions
+    corrections = ui.policy.page_corrections
     with gr.Blocks(title="Hunyuan-MT translation", delete_cache=(600, 1800)) as demo:
         gr.Markdown("## Hunyuan-MT translation server")
         model_note = ui.model_note()
@@ -993,7 +1006,7 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                                    for a in ("rescan", "pin", "unpin", "unload")}
                     with gr.Row():
                         memory_file = gr.File(label="Translation memory (.tsv or .tmx) for the pair above",
-                                              file_types=[".tsv", ".tmx", ".txt"], type="filepath",
+                                              file_types=MEMORY_TYPES, type="filepath",
                                               elem_id="hmt-memory-file")
                         memory_btn = gr.Button("Import memory", elem_id="hmt-admin-memory")
                     admin_out = gr.Markdown("", elem_id="hmt-admin-out")
@@ -1013,7 +1026,9 @@ def build_ui(service: Any, cfg: Config, metrics: WebMetrics | None = None,
                   api_visibility="private", show_progress="hidden").then(
             ui.follow_document, [job_store], followed, **follow)
         demo.unload(ui.page_left)
-    demo.queue(default_concurrency_limit=max(4, cfg.engine.max_rows))
+    # max_size: the whole queue's intake (Gradio answers 503 past it); each address's share of it is metered before
+    # Gradio sees a join (web/pagequeue.py).
+    demo.queue(default_concurrency_limit=max(4, cfg.engine.max_rows), max_size=cfg.shares.page_queue)
     queue = getattr(demo, "_queue", None)
     if queue is not None and hasattr(queue, "sleep_when_free"):  # Gradio's attribute; absent, its default stays
         queue.sleep_when_free = PAGE_QUEUE_POLL_S
