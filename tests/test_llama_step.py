@@ -409,6 +409,49 @@ def test_grouped_lora_over_narrow_key_value_heads_keeps_one_unpadded_copy(hunyua
             assert grouped.tensors(5, 1, x.device)[1].data_ptr() in {v[1].data_ptr() for v in kept.values()}
 
 
+def test_over_qgemm_weights_both_lora_sides_run_in_qgemm(hunyuan_dir: Path, all_module_adapters: Path,
+                                                       fresh_backbone, make_cache) -> None:
+    """Over qgemm's packed weights the LoRA term runs in qgemm too (float32 GEMMs of a LoRA's shapes ran at 6-11
+    GMAC/s on an AVX2 core, a quarter of qgemm's rate): A as one packed weight of every slot's columns, B one per
+    projection. The term stays close to the float32 one, a row on the bare backbone gets nothing added, a row's term
+    is the same bits alone and beside rows of other adapters, and each adapter is quantized once."""
+    from hunyuan_mt import int8_packed
+    from hunyuan_mt.decode.dense import Projection
+    from hunyuan_mt.int8_packed import PackedBase
+    from hunyuan_mt.lora.grouped import GroupedLoRA
+
+    if not int8_packed.available():
+        pytest.skip("the qgemm kernel is not built here")
+    backbone = fresh_backbone(hunyuan_dir, quantization="int8", int8_kernel="qgemm")
+    cache = make_cache(backbone, all_module_adapters, slots=3, pinned=[])
+    with cache.lease([Pair.parse(p) for p in ("en2es", "en2de", "fr2en")]) as lease:
+        es, de, fr = lease.slots
+        attn = backbone.model.model.layers[0].self_attn
+        proj = Projection([attn.q_proj, attn.k_proj, attn.v_proj], backbone.lora.mapping)
+        exact = GroupedLoRA(proj.lora.layers, proj.widths, backbone.lora.mapping)   # float32, as over fbgemm
+        assert proj.lora.packed and not exact.packed
+        x = torch.randn(5, attn.q_proj.in_features, generator=torch.Generator().manual_seed(0))
+        alone = {}
+        for slot in (es, de, fr):
+            with torch.inference_mode(), backbone.lora.mapping.use([slot]):
+                alone[slot] = proj.lora.add_to(x[:1], torch.zeros(1, sum(proj.widths)))
+        for slots in ([es, 0, fr, de, es], [de] * 5, [fr, de, fr, de, fr]):
+            with torch.inference_mode(), backbone.lora.mapping.use(slots):
+                a, b, _, layout, fused = proj.lora_tensors(5, 1, x.device)
+                assert isinstance(a, PackedBase) and fused is None
+                assert len(b) == len(layout) and all(isinstance(piece, PackedBase) for piece in b)
+                ours = proj.lora.add_to(x, torch.zeros(5, sum(proj.widths)))
+                ref = exact.add_to(x, torch.zeros(5, sum(proj.widths)))
+            for row, slot in enumerate(slots):
+                if slot == 0:
+                    assert bool((ours[row] == 0).all())
+                    continue
+                assert (ours[row] - ref[row]).norm() < 0.05 * ref[row].norm()
+                if row == 0:
+                    assert torch.equal(ours[:1], alone[slot])  # x[0] alone on its slot: the same bits
+        assert len(proj.lora._pieces) == 3  # one quantization per adapter, whatever the mixes
+
+
 def test_bfloat16_slots_halve_the_slots_and_keep_rows_their_own(hunyuan_dir: Path, all_module_adapters: Path,
                                                                  fresh_backbone, make_cache, two_threads) -> None:
     """cache.slot_dtype: bfloat16 keeps adapters in half the bytes (the re-attach copy stays the file's pages, not

@@ -91,11 +91,12 @@ class Projection:
         #: The base unpacked: what a compiled step freezes (and packs itself); the int8 layer as it is.
         self.plain: tuple[Any, ...] = self.base if q is not None else (weight, bias)
         slots = [m if isinstance(m, SlotLinear) else None for m in modules]
-        # LoRA's A joins the base GEMM over torch._int_mm's weight; over fbgemm's or qgemm's packed one it stays
-        # float32.
+        # LoRA's A joins the base GEMM over torch._int_mm's weight; over qgemm's packed one both sides run in
+        # qgemm too (a step there is never compiled, so eager alone decides a row's bits); over fbgemm's it stays
+        # float32, as the compiled step multiplies it.
         int8_base = (q.weight_t, q.scale) if isinstance(q, Int8Linear) else None
-        self.lora = (GroupedLoRA(slots, self.widths, mapping, int8_base) if mapping is not None and any(slots)
-                     else None)
+        self.lora = (GroupedLoRA(slots, self.widths, mapping, int8_base, packed=isinstance(q, PackedLinear))
+                     if mapping is not None and any(slots) else None)
 
     def lora_tensors(self, tokens: int, per_row: int, device: torch.device, complete: bool = False,
                      padding: int = 0) -> Any:

@@ -39,6 +39,14 @@ count, and in float32 that was the largest cost of mixing pairs: 8 pairs mixed 2
 (600 sentences, alternating; one pair 2.14/2.53/2.59 → 1.96/2.43/2.50 s), chrF int8 − float32 still within
 −0.36 … +0.31 on the 16 held-out sets (BENCHMARKS.md).
 
+Over qgemm's packed base (`int8_packed`, the kernel of models too large for the caches) both sides run in qgemm's
+8-bit kernel (`_stack_packed`): on an AVX2 core float32 GEMMs of a LoRA's shapes ([16, 2048] @ [2048, 384],
+[16, 128] @ [128, 2048]) ran at 6-11 GMAC/s, qgemm at ~4x that, and a 1.8B step of 16 rows over 8 adapters spent
+~150 ms of one core's time in them. A is quantized per column and B per row (rank index), each adapter once and
+on its own, so that a row's term depends on its own slot alone; B's row scales fold into A's column scales, since
+both multiply h's columns. A step over qgemm is never compiled (`Backbone.compile_note`), so eager alone decides a
+row's bits; over fbgemm's base the compiled step multiplies the float32 term, and eager keeps it too.
+
 The widened weight is one buffer per projection group, the base's columns copied in once, with room for the A
 columns of every slot; when the slots in use change, only their A columns are written (in × P·U·r bytes) and the
 GEMM reads a column slice of the buffer (a strided matrix runs as fast as a contiguous one). Concatenating a new
@@ -57,6 +65,8 @@ from cachetools import LRUCache
 
 from .. import invariant
 from ..int8 import int8_linear, int8_matmul, quantize_columns, quantize_matrix_rows
+from ..int8_layer import symmetric
+from ..int8_packed import BLOCK, PackedBase, qgemm_linear
 from .mapping import BASE_SLOT, SlotMapping
 from .slots import SlotLinear
 
@@ -80,10 +90,14 @@ class GroupedLoRA:
     output of their base projections, whose widths are `widths`."""
 
     def __init__(self, layers: Sequence[SlotLinear | None], widths: Sequence[int], mapping: SlotMapping,
-                 int8_base: "tuple[torch.Tensor, torch.Tensor] | None" = None) -> None:
+                 int8_base: "tuple[torch.Tensor, torch.Tensor] | None" = None, packed: bool = False) -> None:
         self.layers = list(layers)
         #: The int8 base projection's (weightᵀ, scales) that A's columns join (see the module docstring).
         self.int8_base = int8_base
+        #: Both sides through qgemm's 8-bit kernel (over a qgemm base; see the module docstring), where the
+        #: slot layers' rank and input width allow it.
+        self.packed = packed and int8_base is None and all(
+            layer.a_t.shape[2] % 4 == 0 and layer.a_t.shape[1] % 4 == 0 for layer in layers if layer is not None)
         self.widths = list(widths)
         self.mapping = mapping
         self.present = [i for i, layer in enumerate(self.layers) if layer is not None]
@@ -138,7 +152,7 @@ class GroupedLoRA:
             self._weights_version = mapping.structure
         stacked = self._weights.get(key)
         if stacked is None:
-            stacked = self._stack_weights(used)
+            stacked = self._stack_packed(used) if self.packed else self._stack_weights(used)
             if _tensor_bytes(stacked) <= self._weights.maxsize:
                 self._weights[key] = stacked
         a, b, a_int8, b_int8 = stacked
@@ -255,11 +269,64 @@ class GroupedLoRA:
         return views
 
 
+    def _stack_packed(self, used: tuple[int, ...]) -> tuple[Any, ...]:
+        """(A as one qgemm weight of P·U·r columns, B as one qgemm weight per projection over U·r inputs, None,
+        None) for the slots `used`: each slot's pieces (`_packed_pieces`) laid side by side in the kernel's layout,
+        one copy of A's bytes and one of B's (no quantizing: that is done once per adapter)."""
+        pieces = [self._packed_pieces(s) for s in used]
+        a_cols = torch.stack([piece[0] for piece in pieces], dim=2)        # [in/4, P, U, r, 4]
+        quads, p, u, r, _ = a_cols.shape
+        n = p * u * r
+        a_cols = a_cols.reshape(quads, n, 4)
+        blocks = -(-n // BLOCK)
+        if blocks * BLOCK != n:  # padding columns hold the grid's zero (the offset) and a zero scale
+            a_cols = F.pad(a_cols, (0, 0, 0, blocks * BLOCK - n), value=_OFFSET)
+        a_packed = a_cols.view(quads, blocks, BLOCK, 4).permute(1, 0, 2, 3).contiguous().view(-1)
+        a_scale = F.pad(torch.stack([piece[1] for piece in pieces], dim=1).reshape(-1), (0, blocks * BLOCK - n))
+        a = PackedBase(a_packed, a_scale, None, n, 8, quads * 4)
+        bs = []
+        for j, (_, width) in enumerate(self.layout):
+            b_rows = torch.cat([piece[2][j] for piece in pieces], dim=1).contiguous().view(-1)  # [nb, U·r/4, 64, 4]
+            bs.append(PackedBase(b_rows, _unit_scales(-(-width // BLOCK) * BLOCK), None, width, 8, u * r))
+        return a, tuple(bs), None, None
+
+    def _packed_pieces(self, slot: int) -> tuple[Any, ...]:
+        """`slot`'s A and B on qgemm's 8-bit grid (±63, stored with its offset), kept per adapter like `_quantized`:
+        (A's columns [in/4, P, r, 4] as the kernel reads them, their scales [P, r] times B's row scales, B per
+        projection [column blocks, r/4, 64, 4]). A is quantized per column and B per row (rank index), so that a
+        slot's pieces never depend on the other slots beside it: a row's result depends on its own adapter alone.
+        B's row scales multiply h's columns (one per rank index), so they fold into A's column scales and B's
+        columns keep a scale of one."""
+        layers = self._slot_layers
+        if self._pieces is None or self._pieces_version != self.mapping.structure:
+            self._pieces, self._pieces_version = LRUCache(maxsize=2 * self._shape()[1]), self.mapping.structure
+        content = self.mapping.content(slot)
+        found = self._pieces.get(content)
+        if found is None:
+            a = torch.stack([layer.a_t[slot].to(torch.float32) for layer in layers], dim=1)   # [in, P, r]
+            inner, p, r = a.shape
+            a_q, a_scale = symmetric(a, 0, _LEVELS)                                            # scales [P, r]
+            b_scales, b_blocks = [], []
+            for layer in layers:
+                b_q, b_scale = symmetric(layer.b_t[slot].to(torch.float32), 1, _LEVELS)         # [r, out], [r]
+                b_scales.append(b_scale)
+                out = b_q.shape[1]
+                blocks = -(-out // BLOCK)
+                cols = F.pad(b_q.t().to(torch.int16) + _OFFSET, (0, 0, 0, blocks * BLOCK - out), value=_OFFSET)
+                b_blocks.append(cols.view(blocks, BLOCK, r // 4, 4).permute(0, 2, 1, 3).to(torch.uint8)
+                                .contiguous())
+            a_u8 = (a_q.to(torch.int16) + _OFFSET).to(torch.uint8).view(inner // 4, 4, p, r).permute(0, 2, 3, 1)
+            found = self._pieces[content] = (a_u8.contiguous(), a_scale * torch.stack(b_scales), tuple(b_blocks))
+        return found
+
+
 def apply_lora(x: torch.Tensor, y: torch.Tensor, tensors: LoRATensors) -> torch.Tensor:
     """y [N, out] += the LoRA term of x [N, in] (in place; returns y). Over an int8 base, h comes from A's int8
     columns of the widened weight (the same product `project` takes from its one GEMM)."""
     a, b, _, layout, fused = tensors
-    if a is not None:
+    if isinstance(a, PackedBase):
+        h = qgemm_linear(x, a)
+    elif a is not None:
         # Rows and columns in whole tiles, so that a row's h does not depend on the batch (`invariant`).
         h = invariant.mm(x, a)[:, :b.shape[-2] * len(layout)]
     else:
@@ -273,6 +340,13 @@ def add_low_rank(h: torch.Tensor, y: torch.Tensor, tensors: LoRATensors) -> torc
     _, b, mask, layout, fused = tensors
     if fused is not None:
         return _add_int8(h, y, mask, layout, fused[2], fused[3])
+    if isinstance(b, tuple):  # qgemm's B per projection (`_stack_packed`)
+        hp = h.view(h.shape[0], len(layout), -1)
+        if mask is not None:
+            hp = hp * mask[:, None, :]
+        for j, (offset, width) in enumerate(layout):
+            y[:, offset:offset + width].add_(qgemm_linear(hp[:, j], b[j]))
+        return y
     if len(layout) == 1:
         if mask is not None:
             h = h * mask
@@ -318,6 +392,19 @@ def _add_int8(h: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None, layou
     for j, (offset, width) in enumerate(layout):
         y[:, offset:offset + width].add_(int8_matmul(hp[:, j] * b_scale[j], b_q[j])[:, :width])
     return y
+
+
+#: qgemm's 8-bit grid (int8_packed: fbgemm's ±63) and the offset its packed bytes are stored with.
+_LEVELS, _OFFSET = 63, 64
+_UNIT_SCALES: dict[int, torch.Tensor] = {}
+
+
+def _unit_scales(n: int) -> torch.Tensor:
+    """Scales of one for n columns (B's row scales are folded into h), made once per width."""
+    found = _UNIT_SCALES.get(n)
+    if found is None:
+        found = _UNIT_SCALES[n] = torch.ones(n, dtype=torch.float32)
+    return found
 
 
 def _tensor_bytes(value: Any) -> int:
