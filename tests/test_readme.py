@@ -23,7 +23,7 @@ from web_server import WEB_BACKEND, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-MAX_LINES = 200
+MAX_LINES = 120
 #: How far a number the README shows may be from what the command prints: a confidence's last digits depend on the
 #: CPU's kernels (0.6355 with AVX2 alone, 0.6391 with AVX-512 for the pivoted example), so the README rounds it.
 NUMBER_TOLERANCE = 0.01
