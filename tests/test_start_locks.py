@@ -139,6 +139,38 @@ def test_a_kernels_build_killed_midway_does_not_hold_up_the_next(tmp_path: Path)
     assert "removing the lock file of a build that did not finish" in out
 
 
+@pytest.mark.timeout(300)
+def test_a_second_checkout_of_the_same_sources_loads_the_library_built(tmp_path: Path) -> None:
+    """Two checkouts (a clone, a worktree) of the same kernel sources share one build: the second loads the library
+    the first built instead of building it again (torch's builder rebuilt whenever the sources' paths changed)."""
+    folder = tmp_path / "build"
+    sources = []
+    for checkout in ("one", "two"):
+        (tmp_path / checkout).mkdir()
+        sources.append(tmp_path / checkout / "tiny_op.cpp")
+        sources[-1].write_text(_TINY_OP)
+
+    def build(source: Path) -> None:
+        code = f"""
+            import torch
+            from pathlib import Path
+            from hunyuan_mt import kernels
+            kernels.build_extension("hmt_share_test_ext", [Path({str(source)!r})], Path({str(folder)!r}), ["-O1"],
+                                    [])
+            assert torch.ops.hmt_lock_test.twice(torch.ones(2)).tolist() == [2.0, 2.0]
+            print("BUILT")
+        """
+        process = _spawn(code)
+        out, _ = process.communicate(timeout=280)
+        assert process.returncode == 0 and "BUILT" in out, out
+
+    build(sources[0])
+    library = folder / "hmt_share_test_ext.so"
+    before = library.stat().st_mtime_ns
+    build(sources[1])
+    assert library.stat().st_mtime_ns == before, "the second checkout built the library again"
+
+
 @pytest.mark.timeout(600)
 def test_a_compile_killed_midway_does_not_hold_up_the_next(tmp_path: Path) -> None:
     env = {"HMT_AOT_CACHE": str(tmp_path / "aot"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),

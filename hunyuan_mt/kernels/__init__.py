@@ -203,8 +203,19 @@ def build_extension(name: str, sources: list[Path], folder: Path, cflags: list[s
         if stale.exists():
             log.warning("%s: removing the lock file of a build that did not finish (%s)", name, stale)
             stale.unlink(missing_ok=True)
+        # Built from copies inside the folder: torch's builder also keys its rebuild checks on where the sources
+        # are, so two checkouts of the same sources (a second clone, a worktree) rebuilt each other's library in
+        # turn, a minute each on 2 cores.
+        copies = folder / "sources"
+        copies.mkdir(exist_ok=True)
+        local = []
+        for src in sources:
+            dst, data = copies / src.name, src.read_bytes()
+            if not dst.is_file() or dst.read_bytes() != data:
+                dst.write_bytes(data)
+            local.append(dst)
         with _ninja_on_path():
-            cpp_extension.load(name=name, sources=[str(src) for src in sources], extra_cflags=cflags,
+            cpp_extension.load(name=name, sources=[str(src) for src in local], extra_cflags=cflags,
                                extra_ldflags=ldflags, build_directory=str(folder), is_python_module=False,
                                verbose=False)
         (folder / _MARKER).write_text(name, encoding="utf-8")
