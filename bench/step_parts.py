@@ -34,13 +34,14 @@ PARTS = ("base GEMM", "LoRA", "attention", "other ops", "Python and dispatch")
 
 
 def _part(name: str, stack: tuple[str, ...]) -> str:
+    # LoRA first: over qgemm's base the LoRA terms run in qgemm too (lora.grouped), and count as LoRA.
+    if any("lora" in frame for frame in stack):
+        return "LoRA"
     if name in ("hmt_cpu::qgemm", "hmt::fbgemm_linear", "hmt_cpu::fbgemm_linear", "aten::_int_mm") \
             or "linear_with_input_q_dq_qweight_dq_output_fp32" in name:
         return "base GEMM"
     if name == "hmt_cpu::decode_attention":
         return "attention"
-    if any("lora" in frame for frame in stack):
-        return "LoRA"
     return "other ops"
 
 
