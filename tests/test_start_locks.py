@@ -139,6 +139,7 @@ def test_a_kernels_build_killed_midway_does_not_hold_up_the_next(tmp_path: Path)
     assert "removing the lock file of a build that did not finish" in out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_compile_killed_midway_does_not_hold_up_the_next(tmp_path: Path) -> None:
     env = {"HMT_AOT_CACHE": str(tmp_path / "aot"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
