@@ -6,36 +6,27 @@ cd "$(dirname "$0")"
 
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
-if [ ! -x .venv/bin/python ]; then
+VPY=.venv/bin/python
+if [ ! -x "$VPY" ]; then
   echo "[start.sh] creating .venv with $($PY --version 2>&1)"
   "$PY" -m venv .venv
+  "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip
 fi
-VPY=.venv/bin/python
 
-# Reinstall only when a requirements file changed: the stamp holds their checksum.
+# Reinstall only when a requirements file changed: the stamp holds their checksum. The files go to one pip run (one
+# resolve over all of them). --no-compile: pip would byte-compile every module of every wheel (torch, ray, gradio:
+# tens of thousands of files, minutes of CPU on 2 cores), where Python compiles the modules a process imports, once,
+# on first import.
 install() {
-  local stamp=".venv/.installed-$1" files=("${@:2}") sum
+  local stamp=".venv/.installed-$1" files=("${@:2}") sum args=()
   sum=$(cat "${files[@]}" | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then
     echo "[start.sh] installing ${files[*]} (first run takes a few minutes)"
-    "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip
-    for f in "${files[@]}"; do "$VPY" -m pip install -q --disable-pip-version-check -r "$f"; done
+    for f in "${files[@]}"; do args+=(-r "$f"); done
+    "$VPY" -m pip install -q --disable-pip-version-check --no-compile "${args[@]}"
     echo "$sum" > "$stamp"
   fi
 }
-
-install runtime requirements.txt
-# torch's own OpenMP (libgomp) makes every parallel region of the engine's decode thread expensive; Intel's runtime
-# (the intel-openmp wheel in requirements.txt) does not, and only a preload replaces it (hunyuan_mt/cpu.py).
-IOMP="$PWD/.venv/lib/libiomp5.so"
-if [ -f "$IOMP" ] && [[ ":${LD_PRELOAD:-}:" != *":$IOMP:"* ]]; then
-  export LD_PRELOAD="$IOMP${LD_PRELOAD:+:$LD_PRELOAD}" KMP_BLOCKTIME="${KMP_BLOCKTIME:-1}"
-fi
-# The compiled decode step (model.compile) is built once per machine and read back on later starts (~135 s the first
-# time on 2 cores, ~1 s after): keep it (beside torch's compile cache) somewhere that survives a reboot, unlike /tmp.
-export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hunyuan-mt/torchinductor}"
-# Nothing may be fetched from a model hub at run time: fail fast and clearly instead of hanging on the network.
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 GRADIO_ANALYTICS_ENABLED=False
 
 # Debian packages the tests need, installed when this user can (root, or sudo without a password), else one line
 # says what to run, before pytest starts: Chromium (the browser tests; Playwright cannot download browsers here)
@@ -72,11 +63,35 @@ fetch_libretranslate_tests() {
 }
 
 if [ "${1:-}" = "test" ]; then
-  shift
+  # Beside pip (CPU and disk), the Debian packages and LibreTranslate's wheel are fetched (mostly network); the two
+  # apt-get runs one after the other (dpkg's lock). requirements.txt and the test extras go in one pip run.
+  (
+    fetch_libretranslate_tests
+    ensure_package chromium 'command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]'
+    ensure_package postgresql 'ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1'
+  ) &
+  beside=$!
   install test requirements.txt requirements-test.txt
-  fetch_libretranslate_tests
-  ensure_package chromium 'command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]'
-  ensure_package postgresql 'ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1'
+  # What `./start.sh` alone needs is installed now too: its stamp says so, so it installs nothing more.
+  cat requirements.txt | sha256sum | cut -d' ' -f1 > .venv/.installed-runtime
+  wait "$beside"
+else
+  install runtime requirements.txt
+fi
+# torch's own OpenMP (libgomp) makes every parallel region of the engine's decode thread expensive; Intel's runtime
+# (the intel-openmp wheel in requirements.txt) does not, and only a preload replaces it (hunyuan_mt/cpu.py).
+IOMP="$PWD/.venv/lib/libiomp5.so"
+if [ -f "$IOMP" ] && [[ ":${LD_PRELOAD:-}:" != *":$IOMP:"* ]]; then
+  export LD_PRELOAD="$IOMP${LD_PRELOAD:+:$LD_PRELOAD}" KMP_BLOCKTIME="${KMP_BLOCKTIME:-1}"
+fi
+# The compiled decode step (model.compile) is built once per machine and read back on later starts (~135 s the first
+# time on 2 cores, ~1 s after): keep it (beside torch's compile cache) somewhere that survives a reboot, unlike /tmp.
+export TORCHINDUCTOR_CACHE_DIR="${TORCHINDUCTOR_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hunyuan-mt/torchinductor}"
+# Nothing may be fetched from a model hub at run time: fail fast and clearly instead of hanging on the network.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 GRADIO_ANALYTICS_ENABLED=False
+
+if [ "${1:-}" = "test" ]; then
+  shift
   exec "$VPY" -m pytest "$@"
 fi
 exec "$VPY" app.py "$@"

@@ -133,12 +133,15 @@ def two_threads():
 
 
 # The suite runs on two pytest-xdist workers (pytest.ini). Tests that start a Ray cluster stay on one worker, one
-# after the other: two local clusters and their Serve proxies on a 2-core machine would starve each other.
-_ONE_WORKER = {"test_serve_ray.py": "ray", "test_serve_ray_cli.py": "ray"}
+# after the other: two local clusters and their Serve proxies on a 2-core machine would starve each other. A module
+# whose module fixtures compile a decode step runs whole on one worker too: spread over both, the second worker set
+# up the same fixture and sat waiting on the compile's lock (decode/aot.py) while the first compiled.
+_ONE_WORKER = {"test_serve_ray.py": "ray", "test_serve_ray_cli.py": "ray",
+               "test_compiled_step.py": "compiled step", "test_llama_step.py": "llama step"}
 
 
 def _one_worker_group(nodeid: str) -> str | None:
-    """The group a test must share a worker with ("ray"), from its node id alone, or None."""
+    """The group a test must share a worker with ("ray", ...), from its node id alone, or None."""
     path, _, name = nodeid.partition("::")
     return _ONE_WORKER.get(path.rsplit("/", 1)[-1]) or ("ray" if "serve_ray" in name else None)
 
@@ -148,7 +151,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """xdist's loadgroup, with the groups read from the node ids here. xdist's own loadgroup reads `xdist_group`
     marks into a suffix of each node id, which pytest 9.2 no longer lets a plugin change (Node.nodeid is derived):
     under pytest 9.2 the Ray tests were spread over both workers, each setting up a cluster of its own (60 s
-    apiece) while the other's replicas competed for the same 2 cores."""
+    apiece) while the other's replicas competed for the same 2 cores. Groups go out largest first (xdist's
+    loadscope reorder), then the other tests one by one in collection order (`pytest_collection_modifyitems`)."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -161,6 +165,46 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The Ray group (about 4 minutes on one worker) first, so the other worker runs everything else beside it
-    # instead of waiting idle at the end (the tail was 3 minutes of one worker).
-    items.sort(key=lambda item: _one_worker_group(item.nodeid) is None)
+    # The Ray group (minutes on one worker) first, so the other worker runs everything else beside it; then the
+    # other groups and the modules with a slow test (`slow`: more than ~20 s), so that no long test is left for the
+    # end, when one worker runs it while the other has nothing left (the tail was 3 minutes of one worker). A module
+    # moves whole: its module fixtures are set up once.
+    slow_modules = {item.module.__name__ for item in items
+                    if item.get_closest_marker("slow") is not None and getattr(item, "module", None) is not None}
+
+    def rank(item: pytest.Item) -> int:
+        group = _one_worker_group(item.nodeid)
+        if group == "ray":
+            return 0
+        module = getattr(item, "module", None)
+        return 1 if group is not None or (module is not None and module.__name__ in slow_modules) else 2
+
+    items.sort(key=rank)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and not config.option.collectonly:
+        _build_kernels_once()
+
+
+def _build_kernels_once() -> None:
+    """The CPU kernels (hunyuan_mt/kernels), built once before any test runs, in the folder every test process and
+    every server it starts reads them from (`kernels.cache_folder`). Built on first use instead, on a fresh machine
+    the first test to decode built them (~40 s on 2 cores) while the other worker's first decoding test, and the
+    replicas of a Ray test, waited on the build's lock. Here both cores build them before the workers start. In a
+    process of its own: the test processes load them as a server does. Where they cannot be built, the tests that
+    need them say so, as before."""
+    from hunyuan_mt import kernels
+
+    if kernels.built() or os.environ.get("HMT_CPU_KERNELS", "1").strip().lower() in ("0", "false", "off", "no"):
+        return
+    import subprocess
+    import sys
+    import time
+
+    t0 = time.monotonic()
+    print("conftest: building the CPU kernels once for the whole run", file=sys.stderr, flush=True)
+    done = subprocess.run([sys.executable, "-c", "from hunyuan_mt import kernels; kernels.decode_attention()"],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=900)
+    state = "built" if kernels.built() else f"not built (exit {done.returncode}): {done.stderr.strip()[-500:]}"
+    print(f"conftest: the CPU kernels: {state} in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)

@@ -143,6 +143,7 @@ def test_describe_says_how_far_the_build_is() -> None:
     assert done.startswith("full speed")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_fresh_service_answers_eagerly_then_switches_to_the_step_built_beside(
         hunyuan_dir: Path, hunyuan_adapters: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -164,6 +164,7 @@ def test_python_m_entry_point() -> None:
         assert name in proc.stdout
 
 
+@pytest.mark.slow
 def test_library_warnings_stay_out_of_the_output_unless_verbose(config_file: Path, tmp_path: Path) -> None:
     """A library warning raised while translating (PEFT and transformers raise them) is not printed under the
     translation; with -v it is in the log on stderr."""
@@ -179,7 +180,13 @@ def test_library_warnings_stay_out_of_the_output_unless_verbose(config_file: Pat
         "service.TranslationService.translate = noisy\n"
         "sys.exit(cli.main(sys.argv[1:]))\n")
     base = [sys.executable, str(script), "translate", "--config", str(config_file), "--src", "en", "--tgt", "es"]
-    env = {"PYTHONPATH": str(PROJECT_ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    import os
+
+    # The run's cache folders (its kernels are built there before the tests, conftest.py): without them the process
+    # looked under ~/.cache, whichever folder the run uses, and built the kernels there if they were not.
+    caches = {k: v for k, v in os.environ.items()
+              if k in ("HOME", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR", "HMT_KERNEL_CACHE", "HMT_AOT_CACHE")}
+    env = {"PYTHONPATH": str(PROJECT_ROOT), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", **caches}
     quiet = subprocess.run(base + ["Hello"], capture_output=True, text=True, timeout=240, env=env)
     assert quiet.returncode == 0 and quiet.stdout.strip()
     assert "a library says" not in quiet.stderr + quiet.stdout and quiet.stderr == ""

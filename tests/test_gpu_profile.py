@@ -52,6 +52,7 @@ MISSING = "was found neither as a folder nor in the local Hugging Face cache"
 
 
 @no_cuda
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", ["hunyuan-mt-7b", "hy-mt1.5-1.8b"])
 def test_server_and_serve_ray_say_where_the_weights_go_and_print_no_traceback(profile: str) -> None:
     """On a CPU the Hunyuan profiles start (int8); without the weights both entry points stop with the one line

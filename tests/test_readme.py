@@ -91,6 +91,7 @@ def test_every_test_the_docs_cite_exists() -> None:
     assert not missing, missing
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(WEB_BACKEND != "demo", reason="the README shows the embedded demo model's outputs")
 def test_readme_commands_run_as_shown(tmp_path: Path) -> None:
     text = README.read_text(encoding="utf-8")

@@ -139,6 +139,7 @@ def test_a_kernels_build_killed_midway_does_not_hold_up_the_next(tmp_path: Path)
     assert "removing the lock file of a build that did not finish" in out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_second_checkout_of_the_same_sources_loads_the_library_built(tmp_path: Path) -> None:
     """Two checkouts (a clone, a worktree) of the same kernel sources share one build: the second loads the library
@@ -171,6 +172,7 @@ def test_a_second_checkout_of_the_same_sources_loads_the_library_built(tmp_path:
     assert library.stat().st_mtime_ns == before, "the second checkout built the library again"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_compile_killed_midway_does_not_hold_up_the_next(tmp_path: Path) -> None:
     env = {"HMT_AOT_CACHE": str(tmp_path / "aot"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
