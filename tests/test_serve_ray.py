@@ -322,6 +322,32 @@ def test_replica_unavailable_is_a_domain_error_that_crosses_the_boundary() -> No
     assert type(back) is errors.ReplicaUnavailable and back.message == exc.message and back.retryable
 
 
+def test_the_ingress_waits_for_a_first_replica_before_it_builds_the_page(tmp_path: Path) -> None:
+    """The page's build asks a replica for its languages, and the ingress starts beside replicas that warm up for
+    minutes: it waits (bounded) for one to run instead of failing the application at once."""
+    from hunyuan_mt.serve_ray.ingress import RemoteService
+
+    class Readings:
+        def __init__(self, values: list[Any]) -> None:
+            self.values, self.asked = values, 0
+
+        async def running(self) -> Any:
+            self.asked += 1
+            return self.values[min(self.asked, len(self.values)) - 1]
+
+    cfg = load_config(overrides={"store.dir": str(tmp_path / "data")}, env={})
+    remote = RemoteService({}, ServeSettings(profile="default", groups=[GroupSpec(name="tail", long_tail=True)]),
+                           cfg, "hmt-test")
+    remote.health = Readings([{"tail": 0}, {}, {"tail": 0}, {"tail": 1}])
+    assert remote.wait_for_a_replica(timeout_s=30, poll_s=0.01) and remote.health.asked == 4
+    remote.health = Readings([{"tail": 0}])
+    started = time.monotonic()
+    assert not remote.wait_for_a_replica(timeout_s=0.2, poll_s=0.01)
+    assert 0.2 <= time.monotonic() - started < 5
+    remote.health = Readings([None])   # Serve's status unreadable: routed as configured, no wait
+    assert remote.wait_for_a_replica(timeout_s=30, poll_s=0.01) and remote.health.asked == 1
+
+
 def test_settings_route_pairs_to_the_group_that_pins_them(settings: ServeSettings) -> None:
     assert group_for(settings, "en", "es", "en").name == "hot"
     assert group_for(settings, "es", "en", "en").name == "hot"

@@ -16,6 +16,7 @@ import asyncio
 import contextvars
 import logging
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 from ..adapters.request import Pair
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 AUTO = "auto"
 #: Segments per remote call for documents (progress is reported between calls).
 DOC_CHUNK = 64
+#: How long the ingress waits for the first model replica before it builds the page (`wait_for_a_replica`): a
+#: first start on 2 cores warms its replicas for minutes.
+FIRST_REPLICA_WAIT_S = 900.0
 #: The replicas that served the current HTTP request (set per request by ServedByMiddleware).
 SERVED_BY: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("hmt_served_by", default=None)
 
@@ -105,6 +109,25 @@ class RemoteService:
                 return name
         raise ReplicaUnavailable(
             f"No replica is up yet (starting: {', '.join(g.name for g in self.settings.groups)}); retry shortly.")
+
+    def wait_for_a_replica(self, timeout_s: float = FIRST_REPLICA_WAIT_S, poll_s: float = 1.0) -> bool:
+        """Block until some group has a replica running (Serve's status; True at once when it cannot be read), at
+        most `timeout_s`: whether one is. The page asks a replica for its language list while it is built, and the
+        ingress starts beside the model replicas, which warm up for seconds to minutes: asked at once, the build
+        failed with "No replica is up yet" and Serve gave the whole application up (seen under load on 2 cores)."""
+        deadline = time.monotonic() + timeout_s
+        said = False
+        while True:
+            running = self._run(self.health.running())
+            if running is None or any(n > 0 for n in running.values()):
+                return True
+            if time.monotonic() >= deadline:
+                log.warning("no model replica running after %.0f s; building the page anyway", timeout_s)
+                return False
+            if not said:
+                log.info("waiting for the first model replica before building the page (at most %.0f s)", timeout_s)
+                said = True
+            time.sleep(poll_s)
 
     async def aup_groups(self) -> list[str]:
         """Names of the groups with a replica running (all of them when Serve's status cannot be read)."""
@@ -406,9 +429,11 @@ class Ingress:
 
     def __serve_build_asgi_app__(self) -> Any:
         if self.settings.ui:
-            # The same app as the single-process server: REST at the root, the Gradio page at /ui.
+            # The same app as the single-process server: REST at the root, the Gradio page at /ui. Its build asks a
+            # replica for the languages: wait for the first one.
             from ..web.server import build_app
 
+            self.remote.wait_for_a_replica()
             app = build_app(self.remote, self.cfg)
         else:
             from ..web.api import create_app
