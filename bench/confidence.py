@@ -33,7 +33,7 @@ TARGET = 0.35
 
 
 def heldout_ui(build: Path, direction: str) -> list[tuple[str, str]]:
-    from hunyuan_mt.tm import read_rows
+    from hunyuan_mt.store.tm import read_rows
 
     src, tgt = direction.split("2")
     path = build / "adapters" / direction / "heldout.tsv"

@@ -26,7 +26,7 @@ DIRECTIONS = ("en2es", "en2de", "en2fr", "en2zh")
 
 def _service(build: Path, extra: dict[str, Any] | None = None) -> Any:
     """A service on the demo build in `build` (models/demo, adapters/), memory off; `extra` settings on top."""
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     overrides = {"model.path": str(build / "models" / "demo"), "cache.adapters_dir": str(build / "adapters"),
                  "tm.enabled": False, "memory.enabled": False, **(extra or {})}

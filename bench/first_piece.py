@@ -96,7 +96,7 @@ def one_stream(service: Any, timeline: Timeline, text: str) -> dict[str, float]:
 
 
 def instrument(service: Any) -> Timeline:
-    from hunyuan_mt import engine as engine_module
+    from hunyuan_mt.scheduler import engine as engine_module
     from hunyuan_mt.decode import batch as batch_module
 
     timeline = Timeline()
@@ -109,7 +109,7 @@ def instrument(service: Any) -> Timeline:
 
 
 def _policies() -> dict[str, Callable[..., bool]]:
-    from hunyuan_mt import heap
+    from hunyuan_mt.host import heap
 
     def always(slack: int = 0) -> bool:
         heap.trim()
@@ -127,9 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     add_config_arguments(parser)
     args = parser.parse_args(argv)
 
-    from hunyuan_mt import engine as engine_module
+    from hunyuan_mt.scheduler import engine as engine_module
     from hunyuan_mt.config import load_config, parse_set_args
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     from .hunyuan_cpu import cpu_line
 

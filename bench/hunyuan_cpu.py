@@ -133,11 +133,11 @@ def rss_mb() -> float:
 def run_ours(model_dir: Path, adapters: Path, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from hunyuan_mt import heap
+    from hunyuan_mt.host import heap
     from hunyuan_mt.adapters.cache import AdapterCache
     from hunyuan_mt.adapters.registry import AdapterRegistry
     from hunyuan_mt.adapters.request import Pair
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import CacheConfig, GenerationConfig, ModelConfig
     from hunyuan_mt.decode import Sequence, TokenPicker
 
@@ -198,7 +198,7 @@ def run_ours(model_dir: Path, adapters: Path, args: argparse.Namespace) -> dict[
 def _int8_bytes(model: Any) -> int:
     """Bytes of the model's int8 weights as one copy: each int8 linear's weight (one byte a weight; fbgemm keeps
     its packed copy outside torch's tensors, so shapes count, not buffers) and its scales."""
-    from hunyuan_mt.int8_layer import Int8Layer
+    from hunyuan_mt.quant.layer import Int8Layer
 
     return sum(m.in_features * m.out_features + 4 * m.out_features for m in model.modules()
                if isinstance(m, Int8Layer))
@@ -207,7 +207,7 @@ def _int8_bytes(model: Any) -> int:
 def _weight_bytes(model: Any) -> int:
     """Bytes of the model's quantized linear weights as they are held: `_int8_bytes` for 8-bit layers; a 4-bit
     layer's half byte a weight and its scale per column and group (a fused part counts its own columns)."""
-    from hunyuan_mt.int8_layer import Int8Layer, Int8Part
+    from hunyuan_mt.quant.layer import Int8Layer, Int8Part
 
     total = 0
     for m in model.modules():

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None, help="profile (default: the demo)")
     args = parser.parse_args(argv)
     from hunyuan_mt.config import load_config
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     service = TranslationService(load_config(args.config, {"model.warmup": False, "memory.enabled": False,
                                                            "tm.enabled": False}, env={}))

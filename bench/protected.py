@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hunyuan_mt import masking
+from hunyuan_mt.text import masking
 from hunyuan_mt.config import PROJECT_ROOT, load_config
 
 from .report import write_results
@@ -102,7 +102,7 @@ def run(service: Any, rows: list[tuple[str, str, list[str]]], way: str) -> dict[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.protected", description=__doc__.split("\n")[0])
     parser.parse_args(argv)
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     cfg = load_config(None, {"model.warmup": False, "memory.enabled": False})
     service = TranslationService(cfg)

@@ -35,7 +35,7 @@ import httpx
 import psutil
 
 from hunyuan_mt.config import PROJECT_ROOT
-from hunyuan_mt.cpu import with_intel_openmp
+from hunyuan_mt.host.cpu import with_intel_openmp
 
 from .loadgen import percentile
 from .workload import TEXTS
@@ -64,7 +64,7 @@ class Server:
             cmd += ["--set", item]
         env = dict(os.environ, TMPDIR=str(tmpdir), GRADIO_TEMP_DIR=str(tmpdir / "gradio"), HF_HUB_OFFLINE="1",
                    TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
-        # As ./start.sh starts it: Intel's OpenMP preloaded (hunyuan_mt/cpu.py), whatever the caller's shell. From a
+        # As ./start.sh starts it: Intel's OpenMP preloaded (hunyuan_mt/host/cpu.py), whatever the caller's shell. From a
         # shell without the preload the server ran on torch's libgomp, where model.cpu_threads resolves to one
         # thread: not what a user runs.
         env = with_intel_openmp(env)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hunyuan_mt.masking import WORD
+from hunyuan_mt.text.masking import WORD
 
 from .demo_build import _service
 from .report import write_results

@@ -25,7 +25,7 @@ from .errors import ConfigError, InvalidInput, TranslationError
 #: command → (module with `register(subparsers)`, one-line help shown before the module is imported)
 PLUGINS: dict[str, tuple[str, str]] = {
     "build-demo": ("hunyuan_mt.demo.build", "rebuild the embedded demo model from scratch"),
-    "train-adapter": ("hunyuan_mt.train", "train a LoRA adapter for one language pair from TSV/JSONL"),
+    "train-adapter": ("hunyuan_mt.training.train", "train a LoRA adapter for one language pair from TSV/JSONL"),
     "bench": ("hunyuan_mt.bench", "benchmark against the baselines; results in bench/results/"),
     "serve-ray": ("hunyuan_mt.serve_ray", "serve on Ray Serve, replicas multiplexed by language pair"),
 }
@@ -54,7 +54,7 @@ def config_from(args: argparse.Namespace) -> Config:
 
 
 def _service(args: argparse.Namespace):
-    from .service import get_service
+    from .service.translation import get_service
 
     return get_service(config_from(args))
 
@@ -71,7 +71,7 @@ def _read_input(args: argparse.Namespace) -> str:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    from .languages import normalize_code
+    from .text.languages import normalize_code
 
     # Check the codes before loading a model: a typo should fail in milliseconds.
     if args.src.strip().lower() != "auto":
@@ -97,7 +97,7 @@ def _glossary(args: argparse.Namespace, service: Any) -> Any:
     """--glossary: a file of terms ('source = target' or 'source<TAB>target' per line), or a stored glossary's id."""
     if not args.glossary:
         return None
-    from .glossary import GlossaryStore, parse_terms
+    from .text.glossary import GlossaryStore, parse_terms
 
     path = Path(args.glossary)
     if path.is_file():
@@ -144,7 +144,7 @@ def cmd_tm(args: argparse.Namespace) -> int:
     from .adapters.request import Pair
     from .config import load_config, parse_set_args
     from .store import Provenance, Store
-    from .tm import open_memory, read_rows, tmx_bytes
+    from .store.tm import open_memory, read_rows, tmx_bytes
 
     cfg = load_config(args.config, parse_set_args(args.set))
     pair = Pair.parse(args.pair)
@@ -216,8 +216,8 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
-    from .detect import detect
-    from .languages import LANGUAGES, normalize_code
+    from .text.detect import detect
+    from .text.languages import LANGUAGES, normalize_code
 
     text = _read_input(args)
     among = [normalize_code(c) for c in args.among.split(",")] if args.among else None

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from . import prompts
+from .text import prompts
 from .errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ class ModelConfig:
     dtype: str = "auto"
     #: "auto" → cuda:0 when available, else cpu.
     device: str = "auto"
-    #: "none"; "int8": int8 weights with per-row scales on the CPU (activations per token; hunyuan_mt/int8.py,
+    #: "none"; "int8": int8 weights with per-row scales on the CPU (activations per token; hunyuan_mt/quant/int8.py,
     #: int8_fbgemm.py; LoRA on top); "int4": 4-bit weights on the CPU, a scale per 128 inputs, through our qgemm
     #: kernel (int8_packed.py: half int8's bytes, so a large model decodes faster; rounded without calibration);
     #: "auto": int8 where this CPU runs an int8 GEMM faster than float32 (timed at load), else none; "8bit" or
@@ -75,7 +75,7 @@ class ModelConfig:
     warmup: bool = True
     #: torch's intra-op threads when the model runs on the CPU. 0: every core when Intel's OpenMP runtime is loaded
     #: (./start.sh preloads it), else one less than the cores, since torch's own libgomp makes a second thread
-    #: cost more than it gives in the engine's thread (hunyuan_mt/cpu.py, BENCHMARKS.md).
+    #: cost more than it gives in the engine's thread (hunyuan_mt/host/cpu.py, BENCHMARKS.md).
     cpu_threads: int = 0
     #: Compile the decode step and encoder ahead of time (decode/compiled.py, decode/aot.py; CPU, lean steps, int8
     #: or float32 weights). "auto": when the service warms up, in the background (prebuild.py: the eager step serves

@@ -16,9 +16,9 @@ import requests
 
 from hunyuan_mt.adapters.request import Pair
 from hunyuan_mt.errors import InvalidInput
-from hunyuan_mt.retrain import ShadowReport, _decide, retrain
+from hunyuan_mt.training.retrain import ShadowReport, _decide, retrain
 from hunyuan_mt.store import Store
-from hunyuan_mt.train import TrainOptions
+from hunyuan_mt.training.train import TrainOptions
 from test_service import make_service
 from tiny_models import make_adapter
 from web_server import ADMIN_KEY, LiveServer, serve, with_server
@@ -58,7 +58,7 @@ def adapters(tmp_path: Path, marian_adapters: Path) -> Path:
 @pytest.mark.parametrize("family", ["marian", "hunyuan"])  # encoder-decoder and decoder-only backbones
 def test_corrections_become_a_scored_version_recorded_in_the_store(tmp_path: Path, family: str,
                                                                     request: pytest.FixtureRequest) -> None:
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import ModelConfig
     from hunyuan_mt.store import Correction, Provenance
 

@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from hunyuan_mt import engine as engine_module
-from hunyuan_mt import int8_fbgemm, kernels, prebuild
+from hunyuan_mt.scheduler import engine as engine_module
+from hunyuan_mt.quant import fbgemm as int8_fbgemm
+from hunyuan_mt import kernels
+from hunyuan_mt.service.translation import prebuild
 from hunyuan_mt.adapters.request import Pair
 from hunyuan_mt.config import EngineConfig, GenerationConfig, LimitsConfig
-from hunyuan_mt.engine import BatchEngine, Row
+from hunyuan_mt.scheduler.engine import BatchEngine, Row
 from tiny_models import UNGUARDED
 
 
@@ -146,9 +148,9 @@ def test_describe_says_how_far_the_build_is() -> None:
 @pytest.mark.timeout(900)
 def test_a_fresh_service_answers_eagerly_then_switches_to_the_step_built_beside(
         hunyuan_dir: Path, hunyuan_adapters: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import load_config
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     monkeypatch.setenv("HMT_AOT_CACHE", str(tmp_path / "aot"))  # nothing compiled yet, for the worker too
     kernels.decode_attention()  # built or loaded here, as after an earlier start: the worker compiles the step only

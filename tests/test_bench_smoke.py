@@ -144,7 +144,7 @@ def test_hunyuan_cpu_bench_runs_ours_and_transformers_on_a_tiny_model(tmp_path: 
     model_dir = hunyuan_cpu.build("tiny", tmp_path)
     adapters = tmp_path / "adapters"
     assert sorted(p.name for p in adapters.iterdir()) == sorted(hunyuan_cpu.PAIRS)
-    from hunyuan_mt import int8_packed
+    from hunyuan_mt.quant import packed as int8_packed
 
     kernel = "qgemm" if int8_packed.available() else "auto"
     args = argparse.Namespace(preset="tiny", runs=1, prompt=8, new=3, requests=4, threads=2, quantization="int8",

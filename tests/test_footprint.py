@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hunyuan_mt import footprint
-from hunyuan_mt.backbone import Backbone, PromptRow
+from hunyuan_mt.host import footprint
+from hunyuan_mt.runtime.backbone import Backbone, PromptRow
 from hunyuan_mt.config import GenerationConfig, ModelConfig
 from hunyuan_mt.errors import ModelUnavailable
 

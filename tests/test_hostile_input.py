@@ -62,7 +62,7 @@ def _one_at_a_time(result: str, span: str, masked_source: str, index: int) -> st
     the oracle the linear `masking.restore` is compared with."""
     import re
 
-    from hunyuan_mt import masking
+    from hunyuan_mt.text import masking
 
     tail = masked_source.split(masking.sentinel(index), 1)[1] if masking.sentinel(index) in masked_source else ""
     trail_match = re.search(r"[.!?。！？:：…]+\s*$", result)
@@ -84,7 +84,7 @@ def test_dropped_codes_are_put_back_in_linear_time_where_they_were_before() -> N
     punctuation; translations with and without it, with trailing spaces, empty)."""
     import random
 
-    from hunyuan_mt import masking
+    from hunyuan_mt.text import masking
 
     rng = random.Random(7)
     words = ["Open", "the", "file", "now", "数据", "ok"]

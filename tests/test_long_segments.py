@@ -13,7 +13,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from hunyuan_mt.segment import split_text
+from hunyuan_mt.text.segment import split_text
 from web_server import LiveServer
 
 MD5S = " ".join(hashlib.md5(str(i).encode()).hexdigest() for i in range(12))

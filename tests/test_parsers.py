@@ -180,7 +180,7 @@ def test_a_saved_job_whose_reader_the_stop_killed_is_run_again_at_the_next_start
     must leave the job for the next start (as a job whose engine closed under it), not fail it."""
     from hunyuan_mt.config import JobsConfig
     from hunyuan_mt.documents import RenderedDocument
-    from hunyuan_mt.jobs import DocumentJobs, JobSpec
+    from hunyuan_mt.service.jobs import DocumentJobs, JobSpec
     from hunyuan_mt.store import Store
 
     runs: list[str] = []

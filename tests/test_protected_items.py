@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bench.protected import read_corpus
-from hunyuan_mt.masking import protect
+from hunyuan_mt.text.masking import protect
 
 ROWS = read_corpus()
 LANGS = ("en", "es", "de", "fr", "zh")

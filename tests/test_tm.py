@@ -12,8 +12,8 @@ from gradio_client import Client, handle_file
 
 from hunyuan_mt import cli
 from hunyuan_mt.errors import InvalidInput
-from hunyuan_mt.masking import protect
-from hunyuan_mt.tm import read_rows
+from hunyuan_mt.text.masking import protect
+from hunyuan_mt.store.tm import read_rows
 from seams import memory_in
 from web_server import ADMIN_KEY, LiveServer
 
@@ -322,7 +322,7 @@ def test_a_pairs_memory_exports_as_tmx_that_imports_back(memory_server: LiveServ
 
 
 def test_spanish_opening_marks_follow_the_querys_closing_one() -> None:
-    from hunyuan_mt.tm import with_closing_of
+    from hunyuan_mt.store.tm import with_closing_of
 
     assert with_closing_of("¡Bienvenido!", "Welcome?", "es") == "¿Bienvenido?"
     assert with_closing_of("¡Bienvenido!", "Welcome.", "es") == "Bienvenido."
@@ -337,7 +337,7 @@ def test_a_tmx_export_says_who_made_each_entry_and_when(tmp_path: Path) -> None:
     import xml.etree.ElementTree as ElementTree
 
     from hunyuan_mt.store import Correction, Provenance
-    from hunyuan_mt.tm import SHIPPED_CREATOR, tmx_bytes
+    from hunyuan_mt.store.tm import SHIPPED_CREATOR, tmx_bytes
 
     shipped = tmp_path / "shipped"
     shipped.mkdir()

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from hunyuan_mt.languages import LANGUAGES
+from hunyuan_mt.text.languages import LANGUAGES
 from page_steps import choose, options, upload_document
 from web_server import WEB_BACKEND, LiveServer, serve, with_server
 

@@ -22,11 +22,11 @@ import torch
 from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .. import invariant
-from ..int8 import Int8Linear, int8_linear, weight_and_bias
-from ..int8_fbgemm import FbgemmBase, FbgemmLinear, fbgemm_linear, linear_op
-from ..int8_packed import PackedBase, PackedLinear, qgemm_linear
-from ..int8_layer import Int8Layer, Int8Part, stacked_bias
+from ..quant import invariant
+from ..quant.int8 import Int8Linear, int8_linear, weight_and_bias
+from ..quant.fbgemm import FbgemmBase, FbgemmLinear, fbgemm_linear, linear_op
+from ..quant.packed import PackedBase, PackedLinear, qgemm_linear
+from ..quant.layer import Int8Layer, Int8Part, stacked_bias
 from ..lora.grouped import GroupedLoRA, LoRATensors, add_low_rank, apply_lora
 from ..lora.mapping import SlotMapping
 from ..lora.slots import SlotLinear

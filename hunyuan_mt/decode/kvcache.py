@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from .. import invariant, kernels
+from ..quant import invariant
+from .. import kernels
 
 
 #: The additive mask value for a column a row must not see: large and finite, so a query that sees no column at

@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import kernels
-from ..int8_embedding import FileTable, Int8Embedding
-from ..int8_embedding import embed as embed_tokens
+from ..quant.embedding import FileTable, Int8Embedding
+from ..quant.embedding import embed as embed_tokens
 from .batch import PrefillPiece, Sequence
 from .dense import Projection, project
 from .lean import LeanBatch

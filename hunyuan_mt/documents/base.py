@@ -10,7 +10,7 @@ from pathlib import PurePath
 from typing import Any, Sequence
 
 from ..errors import InputTooLarge, InvalidInput
-from ..masking import char_class
+from ..text.masking import char_class
 from ..config import LimitsConfig
 
 

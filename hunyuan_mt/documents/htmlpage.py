@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass
 from html.parser import HTMLParser
 
-from .. import masking
+from ..text import masking
 from ..config import LimitsConfig
 from ..errors import InputTooLarge
 from .base import Document, RenderedDocument, TextTemplate, needs_translation, output_filename

@@ -40,8 +40,8 @@ from typing import Any, Hashable, Sequence
 
 from ..config import LimitsConfig, SharesConfig
 from ..errors import Busy, Cancelled, InputTooLarge, InvalidInput, ServerStopping, TranslationError
-from ..helpers import become_helper, main_not_rerun
-from ..shares import Share, TimeBudget
+from ..host.helpers import become_helper, main_not_rerun
+from ..scheduler.shares import Share, TimeBudget
 from .base import Document, RenderedDocument
 from .reader import read_document, render_layout, upload_name
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..config import LimitsConfig
 from ..errors import InputTooLarge, InvalidInput, UnsupportedLanguage
-from ..languages import normalize_code
+from ..text.languages import normalize_code
 from .base import Document, RenderedDocument, needs_translation, output_filename, split_outer_whitespace
 from .encoding import decode_text
 

@@ -195,7 +195,7 @@ def build_extension(name: str, sources: list[Path], folder: Path, cflags: list[s
     builds here, so torch's own `lock` file, if there is one, is a dead build's and is removed first."""
     from torch.utils import cpp_extension
 
-    from ..locks import owned_lock
+    from ..host.locks import owned_lock
 
     folder.mkdir(parents=True, exist_ok=True)
     with owned_lock(folder / "build.lock", f"building {name}", BUILD_WAIT_S, log):

@@ -55,8 +55,8 @@ import torch
 import torch.nn.functional as F
 from cachetools import LRUCache
 
-from .. import invariant
-from ..int8 import int8_linear, int8_matmul, quantize_columns, quantize_matrix_rows
+from ..quant import invariant
+from ..quant.int8 import int8_linear, int8_matmul, quantize_columns, quantize_matrix_rows
 from .mapping import BASE_SLOT, SlotMapping
 from .slots import SlotLinear
 

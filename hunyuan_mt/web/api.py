@@ -35,14 +35,14 @@ from ..config import Config
 from ..documents import LISTED_EXTENSIONS
 from ..errors import (Cancelled, FeatureDisabled, InputTooLarge, InvalidInput, RateLimited, TranslationError,
                       UnreachablePair, UnsupportedLanguage, http_status)
-from ..detect import Detection
+from ..text.detect import Detection
 from ..documents import distinct_segments
 from ..documents.parsers import DocumentParsers
-from ..glossary import Glossary, GlossaryStore
-from ..jobs import ENDED, DocumentJobs, JobSpec, JobView, check_job_id
-from .. import prompts
-from ..languages import LANGUAGES, normalize_code, served_codes
-from ..ticket import Ticket
+from ..text.glossary import Glossary, GlossaryStore
+from ..service.jobs import ENDED, DocumentJobs, JobSpec, JobView, check_job_id
+from ..text import prompts
+from ..text.languages import LANGUAGES, normalize_code, served_codes
+from ..scheduler.ticket import Ticket
 from .auth import AccessPolicy, Caller, who
 from .doctranslate import check_document_route, document_runner, job_spec, jobs_store, translate_upload
 from .downloads import DownloadStore, attachment, safe_filename

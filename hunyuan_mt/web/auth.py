@@ -19,10 +19,10 @@ from typing import Callable
 
 from cachetools import TTLCache
 
-from ..callers import KEY_HASH, Caller, key_hash
+from ..scheduler.callers import KEY_HASH, Caller, key_hash
 from ..config import LimitsConfig, ServerConfig, SharesConfig
 from ..errors import InvalidInput, RateLimited, Unauthorized
-from ..shares import RefusalPace, Share
+from ..scheduler.shares import RefusalPace, Share
 
 #: Seconds of history the sliding windows keep.
 WINDOW_S = 60.0

@@ -27,15 +27,15 @@ from typing import Any, Callable
 import gradio as gr
 import pandas as pd
 
-from .. import prompts
+from ..text import prompts
 from ..config import Config
 from ..documents import LISTED_EXTENSIONS, SUPPORTED_EXTENSIONS, distinct_segments
 from ..documents.parsers import DocumentParsers
 from ..errors import TranslationError
-from ..glossary import GlossaryStore
-from ..jobs import ENDED, DocumentJobs, JobNotFound, JobView
-from ..languages import LANGUAGES, normalize_code
-from ..ticket import Ticket
+from ..text.glossary import GlossaryStore
+from ..service.jobs import ENDED, DocumentJobs, JobNotFound, JobView
+from ..text.languages import LANGUAGES, normalize_code
+from ..scheduler.ticket import Ticket
 from .auth import AccessPolicy, who
 from .doctranslate import check_document_route, document_runner, job_spec, jobs_store
 from .downloads import OwnedPaths, safe_filename

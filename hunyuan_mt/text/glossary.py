@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidInput
+from ..errors import InvalidInput
 from .languages import normalize_code
 from .masking import Protected, sentinel
 
 if TYPE_CHECKING:
-    from .store import GlossaryRows
+    from ..store import GlossaryRows
 
 #: Longest term accepted, in characters (either side).
 MAX_TERM_CHARS = 200

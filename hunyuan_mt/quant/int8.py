@@ -35,8 +35,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import int8_fbgemm, int8_packed
-from .int8_layer import Int8Layer, stacked_bias, symmetric
+from . import fbgemm as int8_fbgemm, packed as int8_packed
+from .layer import Int8Layer, stacked_bias, symmetric
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .adapters.request import Pair
-from .errors import TranslationError
+from ..adapters.request import Pair
+from ..errors import TranslationError
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class WarmupReport:
 def warm_service(service: Any, detector_timeout_s: float = 300.0) -> WarmupReport:
     """Run the first request of every kind on `service` (a TranslationService). Failures are logged and reported
     as skipped: a pinned adapter that does not load must not keep the server from ever becoming ready."""
-    from . import detect
+    from ..text import detect
 
     report = WarmupReport()
     t0 = time.perf_counter()

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Hashable
 
-from .errors import RateLimited
+from ..errors import RateLimited
 
 #: How much of its last holds' durations a share remembers for its estimate of the wait.
 _RECENT = 16

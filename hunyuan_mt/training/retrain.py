@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidInput
-from .tm import read_rows, tsv_rows
+from ..errors import InvalidInput
+from ..store.tm import read_rows, tsv_rows
 from .train import TrainOptions, chrf, fit, split_held_out, translate_with
 
 #: The most the standing held-out set's chrF may fall for a candidate to be promoted.

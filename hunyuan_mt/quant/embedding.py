@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import ModelUnavailable
-from .footprint import safetensors_headers
+from ..errors import ModelUnavailable
+from ..host.footprint import safetensors_headers
 from .int8 import Int8Linear, quantize_rows
 
 log = logging.getLogger(__name__)

@@ -26,8 +26,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Collection
 
-from .errors import ModelUnavailable
-from .helpers import become_helper, main_not_rerun
+from ..errors import ModelUnavailable
+from ..host.helpers import become_helper, main_not_rerun
 from .languages import LANGUAGES, ZH_GROUP
 
 log = logging.getLogger(__name__)

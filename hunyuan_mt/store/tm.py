@@ -22,15 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .adapters.request import Pair
-from .errors import InvalidInput
-from .masking import Protected, protect, protect_pair
-from .segment import UNSPACED_SENTENCES
-from .store.memory import Correction, MemoryRows, Provenance
+from ..adapters.request import Pair
+from ..errors import InvalidInput
+from ..text.masking import Protected, protect, protect_pair
+from ..text.segment import UNSPACED_SENTENCES
+from .memory import Correction, MemoryRows, Provenance
 
 if TYPE_CHECKING:
-    from .config import Config
-    from .store import Store
+    from ..config import Config
+    from . import Store
 
 log = logging.getLogger(__name__)
 #: A pair's rows are asked for again at most this often (seconds): the segments of one request share a check (a

@@ -23,7 +23,7 @@ from typing import Any, Callable, Protocol
 
 import psutil
 
-from .config import MemoryConfig
+from ..config import MemoryConfig
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Protocol
 
-from .config import RoutingConfig
-from .errors import AdapterUnusable, UnreachablePair
-from .languages import LANGUAGES, normalize_code
+from ..config import RoutingConfig
+from ..errors import AdapterUnusable, UnreachablePair
+from ..text.languages import LANGUAGES, normalize_code
 
 if TYPE_CHECKING:
-    from .adapters.request import Pair
+    from ..adapters.request import Pair
 
 
 class PairSource(Protocol):

@@ -49,22 +49,22 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import torch
 
-from . import heap
-from .config import EngineConfig, GenerationConfig, LimitsConfig
-from .decode import RunningBatch
-from .decode.batch import Prefill
-from .decode.static import FP8
-from .decode import Sequence as DecodeSequence
-from .decode.guard import LoopGuard, output_cap
-from .errors import Busy, Cancelled, InputTooLarge, InvalidInput, OutOfMemory, TranslationError
-from .lora import BASE_SLOT
-from .memory import QUANTIZED_KV_KWARGS, quantized_kv_support
+from ..host import heap
+from ..config import EngineConfig, GenerationConfig, LimitsConfig
+from ..decode import RunningBatch
+from ..decode.batch import Prefill
+from ..decode.static import FP8
+from ..decode import Sequence as DecodeSequence
+from ..decode.guard import LoopGuard, output_cap
+from ..errors import Busy, Cancelled, InputTooLarge, InvalidInput, OutOfMemory, TranslationError
+from ..lora import BASE_SLOT
+from ..runtime.pressure import QUANTIZED_KV_KWARGS, quantized_kv_support
 
 if TYPE_CHECKING:
     from .ticket import Ticket
-    from .adapters.cache import AdapterCache, Lease
-    from .adapters.request import Pair
-    from .backbone import Backbone, Encoded
+    from ..adapters.cache import AdapterCache, Lease
+    from ..adapters.request import Pair
+    from ..runtime.backbone import Backbone, Encoded
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +343,7 @@ class BatchEngine:
 
     def _static_cache_spec(self) -> Any:
         """The static cache to ask the backbone for, or None (engine.kv_cache; "auto": decoder-only on CUDA)."""
-        from .backbone import StaticCache
+        from ..runtime.backbone import StaticCache
 
         mode = self.cfg.kv_cache
         bb = self.backbone
@@ -1185,7 +1185,7 @@ class BatchEngine:
 
     @staticmethod
     def _prompt_row(row: Row) -> Any:
-        from .backbone import PromptRow
+        from ..runtime.backbone import PromptRow
 
         return PromptRow(row.text, row.src, row.tgt, row.context, row.terms, row.markup)
 

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .errors import AdapterUnusable
-from .int8_layer import Int8Layer
+from ..errors import AdapterUnusable
+from ..quant.layer import Int8Layer
 
 if TYPE_CHECKING:
-    from .adapters.request import Pair
+    from ..adapters.request import Pair
 
 # "base_model.model.<module path>.lora_A.weight" as PEFT saves it (adapter name stripped).
 LORA_KEY = re.compile(r"^base_model\.model\.(?P<module>.+)\.(?P<part>lora_A|lora_B)\.weight$")

@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .callers import Caller, decode_owner, encode_owner
-from .config import JobsConfig
-from .documents import Document, RenderedDocument
-from .errors import Busy, Cancelled, InvalidInput, RateLimited, ServerStopping, TranslationError, http_status
-from .ticket import Ticket
+from ..scheduler.callers import Caller, decode_owner, encode_owner
+from ..config import JobsConfig
+from ..documents import Document, RenderedDocument
+from ..errors import Busy, Cancelled, InvalidInput, RateLimited, ServerStopping, TranslationError, http_status
+from ..scheduler.ticket import Ticket
 
 if TYPE_CHECKING:
-    from .store import Store
+    from ..store import Store
 
 log = logging.getLogger(__name__)
 

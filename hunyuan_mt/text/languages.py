@@ -10,7 +10,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 from dataclasses import dataclass
 
-from .errors import UnsupportedLanguage
+from ..errors import UnsupportedLanguage
 
 
 @dataclass(frozen=True)

@@ -25,17 +25,20 @@ from typing import Any
 
 import torch
 
-from . import cpu, footprint, heap, inline, int8, int8_embedding, int8_packed, kernels, prompts
-from .int8_layer import fuse_siblings
-from .config import GenerationConfig, ModelConfig
-from .decode import CausalBatch, LlamaBatch, MarianBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
-from .decode.lean import LeanBatch
-from .decode.static import StaticCausalBatch
-from .errors import ConfigError, InputTooLarge, ModelUnavailable
-from .languages import LANGUAGES
-from .lora import BASE_SLOT
-from .peft_format import BackboneSpec
-from .tokens import PromptTokens
+from ..host import cpu, footprint, heap
+from ..text import inline, prompts
+from ..quant import int8, embedding as int8_embedding, packed as int8_packed
+from .. import kernels
+from ..quant.layer import fuse_siblings
+from ..config import GenerationConfig, ModelConfig
+from ..decode import CausalBatch, LlamaBatch, MarianBatch, RunningBatch, Sequence, TokenPicker, running_batch_class
+from ..decode.lean import LeanBatch
+from ..decode.static import StaticCausalBatch
+from ..errors import ConfigError, InputTooLarge, ModelUnavailable
+from ..text.languages import LANGUAGES
+from ..lora import BASE_SLOT
+from ..lora.peft_format import BackboneSpec
+from ..text.tokens import PromptTokens
 
 log = logging.getLogger(__name__)
 
@@ -331,7 +334,7 @@ def _ensure_chat_template(cfg: ModelConfig, tokenizer: Any) -> None:
         raise ModelUnavailable(
             f"Model {cfg.path!r} has no chat template: chat_template.jinja is missing from the folder (and "
             "tokenizer_config.json holds none). Copy chat_template.jinja from the model's repository into the folder, "
-            f"or set model.chat_template: family to use the {family.name} family's (hunyuan_mt/prompts.py).")
+            f"or set model.chat_template: family to use the {family.name} family's (hunyuan_mt/text/prompts.py).")
     vocab = tokenizer.get_vocab()
     formats = [prompts.CHAT_FORMATS[name] for name in family.chat_formats]
     fits = [f for f in formats if all(marker in vocab for marker in f.markers)]
@@ -342,7 +345,7 @@ def _ensure_chat_template(cfg: ModelConfig, tokenizer: Any) -> None:
             "Copy chat_template.jinja from the model's repository into the folder.")
     tokenizer.chat_template = fits[0].template
     log.warning("%s has no chat template (chat_template.jinja): using the %s family's %s chat format from "
-                "hunyuan_mt/prompts.py (model.chat_template: family)", cfg.path, family.name, fits[0].name)
+                "hunyuan_mt/text/prompts.py (model.chat_template: family)", cfg.path, family.name, fits[0].name)
 
 
 def _has_safetensors(source: str) -> bool:
@@ -355,7 +358,7 @@ def _has_safetensors(source: str) -> bool:
 def _inductor_cache() -> str:
     """Where the compiled step's packages are kept (decode/aot.py: beside torch's own cache, `kernels.compile_cache`:
     ~/.cache/hunyuan-mt/torchinductor unless TORCHINDUCTOR_CACHE_DIR names another)."""
-    from .decode.aot import cache_dir
+    from ..decode.aot import cache_dir
 
     return str(cache_dir())
 
@@ -722,7 +725,7 @@ class Backbone:
         if note is not None:
             log.info("model.compile: not applied (%s)", note)
             return False
-        from .decode.compiled import CompiledEncoder, CompiledLlamaStep, CompiledStep
+        from ..decode.compiled import CompiledEncoder, CompiledLlamaStep, CompiledStep
 
         if self.compiled is None or not build or not all(c.active for c in self.compiled if c is not None):
             # Float32 weights are frozen into the packages, where inductor packs them for oneDNN as the eager step

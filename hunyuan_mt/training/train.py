@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InvalidInput
-from .languages import normalize_code
+from ..errors import InvalidInput
+from ..text.languages import normalize_code
 
 #: LoRA targets for Marian-style encoder-decoders (the demo backbone) and Llama/Hunyuan-style decoders.
 _ENC_DEC_TARGETS = ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"]
@@ -142,7 +142,7 @@ def train_adapter(backbone, src: str, tgt: str, pairs: list[tuple[str, str]], ou
     """Train and save one adapter on `backbone` (a backbone.Backbone). `out` must not exist unless `force`."""
     from peft import LoraConfig, TaskType, get_peft_model
 
-    from .backbone import ENCODER_DECODER
+    from ..runtime.backbone import ENCODER_DECODER
 
     if out.exists() and any(out.iterdir()) and not force:
         raise InvalidInput(f"{out} already exists; pass --force to overwrite it")
@@ -194,8 +194,8 @@ def _default_targets(model, enc_dec: bool) -> list[str]:
 
 
 def _encode_example(backbone, src: str, tgt: str, source: str, target: str, max_length: int):
-    from .backbone import ENCODER_DECODER, PromptRow
-    from .masking import protect_pair
+    from ..runtime.backbone import ENCODER_DECODER, PromptRow
+    from ..text.masking import protect_pair
 
     # Masked like serving masks (the model learns to copy sentinels); pairs whose spans differ stay as they are.
     source, target = protect_pair(source, target) or (source, target)
@@ -220,7 +220,7 @@ def _collate(batch, pad_id: int, enc_dec: bool, device: str):
 
     if enc_dec:
         # Same batch layout as the demo build's trainer: source right-padded, labels -100 past each target.
-        from .demo.trainer import collate
+        from ..demo.trainer import collate
 
         return collate(batch, pad_id, torch.device(device))
     width = max(len(i) for i, _ in batch)
@@ -240,7 +240,7 @@ def fit(backbone, peft_model, src: str, tgt: str, pairs: list[tuple[str, str]], 
     import torch
     from tqdm.auto import tqdm
 
-    from .backbone import ENCODER_DECODER
+    from ..runtime.backbone import ENCODER_DECODER
 
     examples = [_encode_example(backbone, src, tgt, s, t, options.max_length) for s, t in pairs]
     examples = [e for e in examples if e is not None]
@@ -277,10 +277,10 @@ def fit(backbone, peft_model, src: str, tgt: str, pairs: list[tuple[str, str]], 
 def translate_with(backbone, src: str, tgt: str, sources: list[str], options: TrainOptions) -> list[str]:
     """`sources` translated greedily by the backbone's model as it is now (with whatever adapter PEFT has active),
     masked and restored as serving does: what a held-out score is computed on."""
-    from .backbone import PromptRow
-    from .config import GenerationConfig
-    from .lora import BASE_SLOT
-    from .masking import protect, restore
+    from ..runtime.backbone import PromptRow
+    from ..config import GenerationConfig
+    from ..lora import BASE_SLOT
+    from ..text.masking import protect, restore
 
     protected = [protect(s) for s in sources]
     rows = [PromptRow(p.text, src, tgt) for p in protected]
@@ -310,7 +310,7 @@ CONTINUE_LR = 5e-4
 # --- command line ----------------------------------------------------------------------------------------------
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from .cli import add_config_arguments
+    from ..cli import add_config_arguments
 
     p = subparsers.add_parser("train-adapter", help="train a LoRA adapter for one language pair from TSV/JSONL",
                               description=__doc__.split("\n\n")[0])
@@ -349,8 +349,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .adapters.request import Pair
-    from .backbone import Backbone
+    from ..adapters.request import Pair
+    from ..runtime.backbone import Backbone
 
     if args.from_corrections:
         return _run_from_corrections(args)
@@ -383,7 +383,7 @@ def _training_config(args: argparse.Namespace):
     profile then serves it with LoRA in float32 on top of its int8 weights)."""
     from dataclasses import replace
 
-    from .cli import config_from
+    from ..cli import config_from
 
     if args.threads:
         import torch
@@ -398,10 +398,10 @@ def _training_config(args: argparse.Namespace):
 
 
 def _run_from_corrections(args: argparse.Namespace) -> int:
-    from .adapters.request import Pair
-    from .backbone import Backbone
+    from ..adapters.request import Pair
+    from ..runtime.backbone import Backbone
     from .retrain import retrain
-    from .store import Store
+    from ..store import Store
 
     pair = Pair.parse(args.from_corrections)
     cfg, model_cfg = _training_config(args)

@@ -23,8 +23,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import kernels
-from .int8_layer import Int8Layer, stacked_bias, symmetric
+from .. import kernels
+from .layer import Int8Layer, stacked_bias, symmetric
 
 #: Output columns of the kernel's superblock (qgemm.cpp's kBlock).
 BLOCK = 64

@@ -22,33 +22,34 @@ from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-from .adapters.cache import AdapterCache
-from .adapters.registry import AdapterRegistry
-from .adapters.request import Pair
-from . import kernels, prebuild
-from .backbone import Backbone, kernels_needed_at_load, load_backbone
-from .config import Config, load_config
-from .detect import Detection, detect as detect_language, ready as detector_ready, start as start_detector
-from .engine import BatchEngine, Row, future_scores, future_tokens
-from .errors import InputTooLarge, InvalidInput, UnsupportedLanguage
-from . import inline, prompts, punctuation, review
-from .glossary import Glossary, has_terms
-from .prompts import CONTROL_CHARS, SURROGATES
-from .adapters.watch import VersionWatch
-from .store import Correction, Provenance, Store
-from .tm import open_memory
+from ..adapters.cache import AdapterCache
+from ..adapters.registry import AdapterRegistry
+from ..adapters.request import Pair
+from .. import kernels
+from . import prebuild
+from ..runtime.backbone import Backbone, kernels_needed_at_load, load_backbone
+from ..config import Config, load_config
+from ..text.detect import Detection, detect as detect_language, ready as detector_ready, start as start_detector
+from ..scheduler.engine import BatchEngine, Row, future_scores, future_tokens
+from ..errors import InputTooLarge, InvalidInput, UnsupportedLanguage
+from ..text import inline, prompts, punctuation, review
+from ..text.glossary import Glossary, has_terms
+from ..text.prompts import CONTROL_CHARS, SURROGATES
+from ..adapters.watch import VersionWatch
+from ..store import Correction, Provenance, Store
+from ..store.tm import open_memory
 from .warmup import WarmupReport, warm_service
-from .languages import LANGUAGES, normalize_code, served_codes
-from .memory import MemoryMonitor, MemoryPolicy
-from .router import RoutePlan, Router
-from .documents.base import ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, ORIGIN_MODEL_SURE, check_mark_runs
-from .masking import protect_pair
-from .segment import split_text
-from .streaming import TextStream
-from .ticket import Ticket
+from ..text.languages import LANGUAGES, normalize_code, served_codes
+from ..runtime.pressure import MemoryMonitor, MemoryPolicy
+from ..scheduler.router import RoutePlan, Router
+from ..documents.base import ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, ORIGIN_MODEL_SURE, check_mark_runs
+from ..text.masking import protect_pair
+from ..text.segment import split_text
+from ..text.streaming import TextStream
+from ..scheduler.ticket import Ticket
 
 try:  # written by another part of the project; the service works without it (no masking) until it is there
-    from . import masking as _masking
+    from ..text import masking as _masking
 except ImportError:  # pragma: no cover - only while masking.py is missing
     _masking = None
 
@@ -804,7 +805,7 @@ class TranslationService:
 
     def import_memory(self, data: bytes, filename: str, pair: Pair | str) -> dict[str, Any]:
         """Add a TSV or TMX file's entries to the translation memory of `pair` (they win over the shipped ones)."""
-        from .tm import read_rows
+        from ..store.tm import read_rows
 
         parsed = self._pair(pair)
         self.router.plan(parsed.src, parsed.tgt)  # UnreachablePair: a memory no request could ever use
@@ -863,7 +864,7 @@ class TranslationService:
     def export_memory(self, pair: Pair | str) -> bytes:
         """The translation memory of `pair` as TMX (the user's entries over the shipped ones, with who made each
         and when; see TranslationMemory.export_entries)."""
-        from .tm import tmx_bytes
+        from ..store.tm import tmx_bytes
 
         parsed = self._pair(pair)
         return tmx_bytes(self.tm.export_entries(parsed), parsed.src, parsed.tgt)

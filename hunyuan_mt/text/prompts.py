@@ -42,7 +42,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InputTooLarge, InvalidInput
+from ..errors import InputTooLarge, InvalidInput
 from .languages import LANGUAGES, ZH_GROUP, Language
 
 

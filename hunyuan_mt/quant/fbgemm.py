@@ -42,8 +42,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from . import kernels
-from .int8_layer import Int8Layer, stacked_bias, symmetric
+from .. import kernels
+from .layer import Int8Layer, stacked_bias, symmetric
 
 #: The largest weight magnitude on the grid: 7 bits, so AVX2's pairwise int16 products cannot saturate.
 _WEIGHT_LEVELS = 63.0
