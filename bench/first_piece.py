@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.first_piece", description=__doc__.split("\n")[0])
     parser.add_argument("--streams", type=int, default=40)
     parser.add_argument("--compare-trim", action="store_true")
-    from hunyuan_mt.cli import add_config_arguments
+    from hunyuan_mt.config import add_config_arguments
 
     add_config_arguments(parser)
     args = parser.parse_args(argv)

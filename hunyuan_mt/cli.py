@@ -19,13 +19,13 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from .config import Config, load_config, parse_set_args
+from .config import add_config_arguments, config_from
 from .errors import ConfigError, InvalidInput, TranslationError
 
 #: command → (module with `register(subparsers)`, one-line help shown before the module is imported)
 PLUGINS: dict[str, tuple[str, str]] = {
     "build-demo": ("hunyuan_mt.demo.build", "rebuild the embedded demo model from scratch"),
-    "train-adapter": ("hunyuan_mt.training.train", "train a LoRA adapter for one language pair from TSV/JSONL"),
+    "train-adapter": ("hunyuan_mt.training.command", "train a LoRA adapter for one language pair from TSV/JSONL"),
     "bench": ("hunyuan_mt.bench", "benchmark against the baselines; results in bench/results/"),
     "serve-ray": ("hunyuan_mt.serve_ray", "serve on Ray Serve, replicas multiplexed by language pair"),
 }
@@ -33,24 +33,6 @@ PLUGINS: dict[str, tuple[str, str]] = {
 #: Exit status for errors the caller can fix (bad input, bad code, bad config) vs. failures of the service.
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
-
-
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--config` and `--set`; plugins may reuse this for the same flags."""
-    parser.add_argument("--config", default=os.environ.get("HMT_CONFIG"),
-                        help="profile name in configs/ (e.g. hunyuan-mt-7b) or a YAML path; default: default.yaml")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a setting, e.g. --set cache.slots=4 (repeatable)")
-    # Also accepted after the command; SUPPRESS keeps the top-level value when it is not given here.
-    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                        help="log progress and the route to stderr")
-
-
-def config_from(args: argparse.Namespace) -> Config:
-    overrides = parse_set_args(args.set)
-    # A one-shot command gains nothing from warming up (a throw-away generation, the detector's models).
-    overrides.setdefault("model.warmup", False)
-    return load_config(args.config, overrides)
 
 
 def _service(args: argparse.Namespace):

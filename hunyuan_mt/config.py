@@ -9,6 +9,7 @@ Every value is checked against the field's type and the section's `__post_init__
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import re
@@ -749,3 +750,22 @@ def parse_set_args(items: list[str] | None) -> dict[str, str]:
         key, value = item.split("=", 1)
         out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
     return out
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--config` and `--set` on a command's parser (the CLI's own commands and its plugins')."""
+    parser.add_argument("--config", default=os.environ.get("HMT_CONFIG"),
+                        help="profile name in configs/ (e.g. hunyuan-mt-7b) or a YAML path; default: default.yaml")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a setting, e.g. --set cache.slots=4 (repeatable)")
+    # Also accepted after the command; SUPPRESS keeps the top-level value when it is not given here.
+    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="log progress and the route to stderr")
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    """The config a one-shot command runs with: its --config and --set, not warmed up."""
+    overrides = parse_set_args(args.set)
+    # A one-shot command gains nothing from warming up (a throw-away generation, the detector's models).
+    overrides.setdefault("model.warmup", False)
+    return load_config(args.config, overrides)
