@@ -263,7 +263,7 @@ def _compile_packages(config: dict[str, Any], names: list[str], tell: _Events) -
     from ..runtime.backbone import load_backbone
     from ..config import config_from_dict
     from ..decode import aot
-    from .translation import attach_adapters
+    from ..adapters.attach import attach_adapters
     from ..store import Store
 
     cfg = config_from_dict(config)

@@ -22,8 +22,7 @@ from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
-from ..adapters.cache import AdapterCache
-from ..adapters.registry import AdapterRegistry
+from ..adapters.attach import attach_adapters
 from ..adapters.request import Pair
 from .. import kernels
 from . import prebuild
@@ -189,19 +188,6 @@ class _Job:
         if self.plan is None:
             return self.layout.render(segments)
         return self.layout.render(segments, self.plan.src, self.plan.tgt)
-
-
-def attach_adapters(cfg: Config, backbone: Backbone, store: Store, start: bool = True
-                    ) -> tuple[AdapterRegistry, AdapterCache]:
-    """The adapter registry and cache over `backbone`, its pinned adapters attached (`start`): what a service
-    serves with, and what the background build compiles the step over (prebuild.py)."""
-    # Which version of each pair's adapter serves is the store's record (retrain.py promotes).
-    registry = AdapterRegistry(cfg.cache.resolved_dir, backbone.spec, store.adapters.current)
-    registry.scan()
-    cache = AdapterCache(backbone, registry, cfg.cache)
-    if start:
-        cache.start()
-    return registry, cache
 
 
 class TranslationService:
