@@ -152,8 +152,8 @@ STOP_WAIT_S = 3.0
 
 def exit_when_stuck(wait_s: float, exit: Any = os._exit, threads: Any = threading.enumerate) -> None:
     """Python waits for every non-daemon thread before it exits, and the threads that run requests (anyio's) are
-    such threads: a SIGTERM during a slow parse waited in `threading._shutdown` until the server was killed (issue
-    49). Give them `wait_s` seconds in all, then leave without them (`exit(0)`, after the logs are flushed)."""
+    such threads: a SIGTERM during a slow parse waited in `threading._shutdown` until the server was killed.
+    Give them `wait_s` seconds in all, then leave without them (`exit(0)`, after the logs are flushed)."""
     deadline = time.monotonic() + wait_s
     for thread in threads():
         if thread is threading.current_thread() or thread.daemon:

@@ -1,4 +1,4 @@
-"""Corrections that become an adapter (issue 48): a team's corrections in a domain the demo never saw, posted to a
+"""Corrections that become an adapter: a team's corrections in a domain the demo never saw, posted to a
 store, then `python -m hunyuan_mt train-adapter --from-corrections en2es` timed end to end, with its shadow scores.
 
 The domain: Wagtail's CMS editor interface (its Spanish catalogue, from the wagtail wheel on PyPI), less every

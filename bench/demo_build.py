@@ -5,7 +5,7 @@
 Each build is a folder with `models/demo/` and `adapters/`. Both are served by the same TranslationService code
 (translation memory off, so the model answers), one segment per request, over held-out UI strings of the four
 en→X directions; every run alternates the builds, and the table gives medians over runs and the new/old ratio. The
-target this answers (issue 12): the new build's CPU latency for a short segment stays within 1.5× the old one's.
+target: the new build's CPU latency for a short segment stays within 1.5× the old one's.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Does a glossary help where it applies? chrF against human references with and without it (issue 24).
+"""Does a glossary help where it applies? chrF against human references with and without it.
 
     python -m bench.glossary_quality --data data        # the held-out sets of `build-demo` (data/demo)
 

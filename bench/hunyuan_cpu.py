@@ -41,7 +41,7 @@ WORK = PROJECT_ROOT / "bench" / "results" / "tmp" / "hunyuan_cpu"
 _ROPE = {"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0}
 #: Shapes. "hy-mt1.5-1.8b": HY-MT1.5-1.8B as its weights print (hidden 2048, 32 layers, FFN 6144, 16 query and 4
 #: key/value heads of 128, vocabulary 120818, tied embeddings, QK-norm, RoPE base 10000 with NTK alpha 1000, RMSNorm
-#: eps 1e-5; docs/HUNYUAN_CPU.md cites where each comes from); "mid": the mid-size model issue 46 names (hidden
+#: eps 1e-5; docs/HUNYUAN_CPU.md cites where each comes from); "mid": a mid-size model (hidden
 #: 512, 8 layers, GQA 8/2).
 PRESETS: dict[str, dict[str, Any]] = {
     "hy-mt1.5-1.8b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=32, num_attention_heads=16,

@@ -1,4 +1,4 @@
-"""Why formatted words stay in the source language (issue 47 item 1): one word between two markup sentinels, glued to
+"""Why formatted words stay in the source language: one word between two markup sentinels, glued to
 them as the document readers write it (`Click ⟦0⟧here⟦1⟧ to continue.`) or with a space on each side.
 
     python -m bench.inline_markup            # the embedded demo model, en → es, de, fr

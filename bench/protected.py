@@ -3,7 +3,7 @@
     python -m bench.protected            # the corpus of tests/data/protected_items.tsv, every reachable direction
 
 Three ways, on the embedded demo model, through the real service (masking, memory, engine):
-- `before`: the masking before issue 24 (placeholders, tags, URLs, e-mails, numbers, code);
+- `before`: the masking without ADDED's patterns (placeholders, tags, URLs, e-mails, numbers, code);
 - `restore`: the same masking, then each item the output lacks put back (at the start when it led the source,
   else before the final punctuation), the way masking.restore puts back a dropped sentinel;
 - `protect`: the items are spans too (masking.py now).
@@ -27,7 +27,7 @@ from hunyuan_mt.config import PROJECT_ROOT, load_config
 from .report import write_results
 
 CORPUS = PROJECT_ROOT / "tests" / "data" / "protected_items.tsv"
-#: What issue 24 added to masking._PATTERNS; `before` masks without them.
+#: Patterns added to masking._PATTERNS after the first version; `before` masks without them.
 ADDED = (masking._KEYS, masking._PRICE, masking._PATH, masking._ISO_DATE, masking._OPAQUE, masking._SYMBOLS)
 
 

@@ -9,7 +9,7 @@ auto-detected sources, batches, /detect, /languages, small document uploads (tra
 the document character limit: refused with 413 after python-multipart spooled them to a temp file) and bad
 requests (400). A sampler records the server's RSS, its temp files and the cache's leases.
 
-Pass criteria (issue 6 §5): RSS at the end grows < 5% over RSS at the end of warm-up; no lease is held once the
+Pass criteria: RSS at the end grows < 5% over RSS at the end of warm-up; no lease is held once the
 load stops; no temp file is left behind that was not there at the end of warm-up; no 5xx and no lost request.
 Results: bench/results/soak.json and soak.md.
 """

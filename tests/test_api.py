@@ -482,6 +482,6 @@ def test_console_access_log_leaves_out_the_pages_own_polling(web_service: Any, l
         logging.getLogger("uvicorn.access").removeHandler(handler)
         thread.stop()
     paths = [m.split('"')[1].split()[1] for m in seen]
-    # A key in the query string never reaches the log (issue 49).
+    # A key in the query string never reaches the log.
     assert paths == ["/ui/no-such-page", "/health", "/languages?api_key=[redacted]&x=1"], seen
     assert not any("s3cret" in m for m in seen)

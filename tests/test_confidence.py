@@ -1,4 +1,4 @@
-"""A confidence for every translated segment (issue 47 item 2): the mean log-probability of the tokens the model
+"""A confidence for every translated segment: the mean log-probability of the tokens the model
 took, from its own distribution at each step, as bergamot-translator's quality estimate. It must be what
 transformers' scores say for the same tokens, a row's own alone or in any batch, and come back through the REST
 API beside LibreTranslate's fields."""

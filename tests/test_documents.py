@@ -521,7 +521,7 @@ def test_a_glossary_term_the_tagged_translation_moved_out_of_its_element_lands_i
     assert (kept.aligned, kept.unsure) == (1, 1) and origins[doc.segments[0]] == ORIGIN_MODEL
 
 
-#: A model that copies what stands between sentinels (issue 47: "Pulse **Save** para mantener su *changes*"), but
+#: A model that copies what stands between sentinels (found by hand: "Pulse **Save** para mantener su *changes*"), but
 #: translates the same sentence without markup, and the words alone.
 _WORDS = {"Save": "Guardar", "changes": "Cambios", "GIMP": "GIMP",
           "Click Save to keep your changes.": "Pulse Guardar para mantener sus cambios.",
@@ -644,7 +644,7 @@ def test_translate_document_sends_repeats_once_and_passes_progress():
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Bad uploads (issue 6, section 3): each a typed error with a readable message.
+# Bad uploads: each a typed error with a readable message.
 
 
 def test_unsupported_extension_lists_supported_ones():

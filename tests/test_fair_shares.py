@@ -79,7 +79,7 @@ def assert_key_unaffected(seconds: list[float]) -> None:
 
 
 def page_call(base: str, address: str, text: str, client: httpx.Client | None = None) -> httpx.Response:
-    """Join the page's queue for a translation through Gradio's call API (what curl and the issue's flood use)."""
+    """Join the page's queue for a translation through Gradio's call API (what curl and bench/flood.py use)."""
     body = {"data": [text, "en", "es", "", ""]}
     if client is not None:
         return client.post("/ui/gradio_api/call/translate", json=body)

@@ -1,4 +1,4 @@
-"""Long segments never fail a document or a text (issue 24): a segment over what the model can take is cut at its
+"""Long segments never fail a document or a text: a segment over what the model can take is cut at its
 best boundary (clause, comma, space), and a run with no boundary (a checksum, a base64 key, 300 letters without a
 space) comes back unchanged. Each of these was refused with 413 before, for the whole document. And the link to a
 translated document is percent-encoded, so curl and urllib fetch it whatever the file's name."""

@@ -1,4 +1,4 @@
-"""Documents are read in helper processes under a deadline (issue 49): a parse past `limits.parse_timeout_s`, one
+"""Documents are read in helper processes under a deadline: a parse past `limits.parse_timeout_s`, one
 whose client left and one under a stopping server are each stopped, their helper killed (no CPU spent for nobody),
 and the next upload is read by a fresh helper. The errors a reader raises come back as they were raised.
 

@@ -1,5 +1,5 @@
 """The Status tab's latency plot keeps short requests readable beside a long document: documents are left out of
-its points and counted in its caption (issue 24: one 60 s document flattened every other point)."""
+its points and counted in its caption (one 60 s document flattened every other point)."""
 
 from __future__ import annotations
 

@@ -186,7 +186,7 @@ def test_rest_answers_memory_matches_as_suggestions(memory_server: LiveServer) -
     assert exact == {"translatedText": "El disco está lleno.", "memorySegments": 1, "confidence": 1.0}  # no suggestion beside a hit
 
 
-#: Issue 47's near-exact set: (memory source, memory target, query, what the answer must be). Each query differs
+#: The near-exact set: (memory source, memory target, query, what the answer must be). Each query differs
 #: from its entry only in case, closing punctuation, whitespace, numbers or placeholders.
 NEAR_EXACT = [
     ("Open the file.", "Abra el archivo.", "Open the file", "Abra el archivo"),

@@ -1,4 +1,4 @@
-"""Issue 47's list of defects found by hand, each pinned by a test that failed before its fix: over HTTP on the
+"""Defects found by hand, each pinned by a test that failed before its fix: over HTTP on the
 live server with the clients people use (httpx, curl, libretranslatepy), or on the part that was wrong."""
 
 from __future__ import annotations

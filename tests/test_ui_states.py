@@ -1,4 +1,4 @@
-"""The page tells the truth, in Chromium (issue 24): an error takes the previous result and its route line away,
+"""The page tells the truth, in Chromium: an error takes the previous result and its route line away,
 swap from Auto-detect says one sentence, an over-long text is refused rather than cut, a rate limit reads as a
 sentence, a file name shows as itself, and the language lists offer only what the model reaches."""
 

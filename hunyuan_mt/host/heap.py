@@ -4,7 +4,7 @@ glibc's allocator serves large blocks from mmap only up to a threshold that rise
 block is freed; from then on blocks of that size come from the heap, and freed heap pages stay resident until the
 heap is trimmed. Loading a 1.8B Hunyuan in int8 frees its bfloat16 layers one by one as they are quantized and
 packed: 3,475 MB resident after load, 2,098 MB after one `malloc_trim(0)` (HY-MT1.5-1.8B shapes, Intel Xeon,
-BENCHMARKS.md "Issue 46"); right after a prefill of 16 prompts it held 3,351 MB, and 2,650 MB once the batch had
+BENCHMARKS.md, bench/hunyuan_cpu.py); right after a prefill of 16 prompts it held 3,351 MB, and 2,650 MB once the batch had
 drained and the heap was trimmed. A trim took 0.25-0.5 ms when there was little to give back, so the service
 trims after a load, after adapters are dropped, and when the decode loop has drained a batch that left enough
 behind (`trim_if_grown`); not per step.
@@ -97,7 +97,7 @@ def release_file_pages(tensors: Iterable["torch.Tensor"], path: Path) -> int:
     """Take this process's pages of the mappings of the file `path` that hold `tensors` out of its resident set
     (madvise MADV_DONTNEED). The pages stay in the kernel's page cache, so touching the tensors again reads them
     back without the disk while memory allows, and costs nothing while it does not: the adapter cache's copy of an
-    attached adapter, which its slot holds too (BENCHMARKS.md, issue 46: 36 MB an adapter of HY-MT1.5-1.8B's shapes).
+    attached adapter, which its slot holds too (BENCHMARKS.md: 36 MB an adapter of HY-MT1.5-1.8B's shapes).
 
     Only a private mapping of that very file is advised: an anonymous page, or a page of a file mapping written
     to, would be lost, and these are never written. Returns the bytes advised (0 where there is nothing to do or

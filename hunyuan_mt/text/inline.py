@@ -7,7 +7,7 @@ Three forms, chosen per backbone (`model.markup`):
 - "sentinels": the segment as the reader wrote it. Any backbone; what a model without markup training gets.
 - "spaced": the demo's. A formatted word glued to its sentinels loses its word-start mark in the tokenizer
   (`⟦0⟧here⟦1⟧` → `⟦0⟧ her e ⟦1⟧`, where the word alone is `▁her e`), and in the demo's first training data text
-  glued to a sentinel was nearly always code, which it copies (BENCHMARKS.md, issue 47). So the model sees markup
+  glued to a sentinel was nearly always code, which it copies (BENCHMARKS.md; bench/inline_markup.py). So the model sees markup
   sentinels set apart from the words beside them, as it is trained on tagged segments of the HTML manuals
   (`demo/manuals.py`), and the source's own spacing around each is put back afterwards. Protected spans stay
   glued (`0x⟦1⟧`): the spacing is what tells the two kinds apart.

@@ -188,7 +188,7 @@ def restore(translated: str, protected: Protected) -> str:
     A sentinel the model repeated keeps its first occurrence; one it invented is removed; one it dropped is
     appended where it stood relative to the end in the source: before the final punctuation when the source had
     it there, else at the end. Linear in the text and the spans (20,000 dropped codes took minutes when each was
-    placed by searching the whole text again, issue 49).
+    placed by searching the whole text again; tests/test_hostile_input.py).
     """
     result, seen = _put_back(translated, protected.spans)
     spans = protected.spans

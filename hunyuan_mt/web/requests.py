@@ -26,7 +26,7 @@ MAX_FIELDS = 200
 
 
 #: A body must arrive at BODY_MIN_RATE bytes a second after the first BODY_GRACE_S seconds: a client that trickles
-#: a byte now and then (slowloris) held a worker and its buffers for as long as it liked (issue 49). A 10 MiB
+#: a byte now and then (slowloris) held a worker and its buffers for as long as it liked. A 10 MiB
 #: upload at 16 KiB/s has 670 s.
 BODY_GRACE_S = 30.0
 BODY_MIN_RATE = 16 * 1024
