@@ -18,7 +18,7 @@ that finishes is answered at once (Orca's iteration-level scheduling, as in vLLM
   row that would hold a slot from entering until it is in (rows of pinned pairs and of the bare backbone hold
   none, so they still enter), so a cold pair cannot starve;
 - the rows' owners (`Ticket.owner`, the caller): waiting rows of different owners enter in turn, an owner's
-  running rows counting as turns taken (`_turns`), and while several owners have interactive rows each has its
+  running rows counting as turns taken (`admission.turns`), and while several owners have interactive rows each has its
   share of the batch (`max_rows // owners`): an owner under its share takes the place of the newest row of an
   owner over it (`_share_batch`). One caller's flood then delays another's row by a round, not by the flood.
 
@@ -42,10 +42,9 @@ import itertools
 import logging
 import threading
 import time
-from collections import Counter, deque
+from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -57,153 +56,19 @@ from ..decode.static import FP8
 from ..decode import Sequence as DecodeSequence
 from ..decode.guard import LoopGuard, output_cap
 from ..errors import Busy, Cancelled, InputTooLarge, InvalidInput, OutOfMemory, TranslationError
-from ..lora import BASE_SLOT
 from ..runtime.pressure import QUANTIZED_KV_KWARGS, quantized_kv_support
+from .admission import Admission
+from .rows import BASE_KEY, EngineStats, Pending, Row, StepRecord, future_scores, future_tokens
 
 if TYPE_CHECKING:
     from .ticket import Ticket
-    from ..adapters.cache import AdapterCache, Lease
-    from ..adapters.request import Pair
-    from ..runtime.backbone import Backbone, Encoded
+    from ..adapters.cache import AdapterCache
+    from ..runtime.backbone import Backbone
 
 log = logging.getLogger(__name__)
 
-BASE_KEY = "__base__"
-#: Seconds after the last interactive row during which document prefills stay small (engine.background_prefill_rows).
-INTERACTIVE_WINDOW_S = 10.0
 #: How often an engine whose queued rows all wait for adapter slots held outside its batch looks again (seconds).
 SLOT_POLL_S = 0.01
-#: Seconds a pending switch of the decode step (`request_upgrade`) lets new rows join a running batch; after that
-#: they queue until the running rows finish and the switch is made.
-UPGRADE_HOLD_S = 2.0
-
-
-@dataclass(frozen=True)
-class Row:
-    """One segment to translate with one adapter (None: the bare backbone)."""
-
-    text: str
-    src: str
-    tgt: str
-    adapter: "Pair | None"
-    #: A tighter cap on new tokens for this row than limits.max_new_tokens (None: the limit).
-    max_new_tokens: int | None = None
-    #: More than 1: the row's future resolves to its `n_best` best translations (a list, best first), found by
-    #: beam search outside the decode loop (LibreTranslate's `alternatives`).
-    n_best: int = 1
-    #: Text that shapes the translation and is not translated (the prompt's context; decoder-only backbones).
-    context: str | None = None
-    #: Glossary terms of the segment for the terminology prompt, (source, target) (glossary.mode: prompt).
-    terms: tuple[tuple[str, str], ...] = ()
-    #: Which of the text's sentinels are a document's inline markup (inline.py): the backbone shows them to the
-    #: model in its own form, and the service reads them back (`Backbone.read_output`).
-    markup: tuple[int, ...] = ()
-    #: Score the translation as it is decoded: its future then carries `score`, the mean log-probability of its
-    #: tokens (`future_scores`). Rows that leave the decode loop (beam search, n_best) get None.
-    scored: bool = False
-
-    @property
-    def key(self) -> str:
-        return BASE_KEY if self.adapter is None else self.adapter.key
-
-
-@dataclass(eq=False)
-class _Pending:
-    row: Row
-    future: Future
-    seq: int
-    encoded: "Encoded"
-    max_new: int
-    enqueued: float
-    skips: int = 0
-    #: When the row first found every slot leased (for the Busy deadline), or None.
-    blocked_since: float | None = None
-    lease: "Lease | None" = None
-    slot: int = BASE_SLOT
-    #: The engine's decode-step count when the row was queued (how long it has waited to join, in steps).
-    steps_at_submit: int = 0
-    #: Whether the loop guard watches this row (not when its source repeats itself).
-    guarded: bool = False
-    #: Whether max_new comes from the cap relative to the source (limits.max_output_ratio).
-    capped: bool = False
-    #: The caller's handle (cancel, background priority, token listener), shared by the rows of one submit.
-    ticket: "Ticket | None" = None
-    #: The row's position in its submit (what the ticket's listener is told).
-    index: int = 0
-
-    #: Whether background tickets are honoured (engine.documents_yield).
-    yields: bool = True
-
-    @property
-    def background(self) -> bool:
-        return self.yields and self.ticket is not None and self.ticket.background
-
-    @property
-    def owner(self) -> str | None:
-        return self.ticket.owner if self.ticket is not None else None
-
-    @property
-    def cancelled(self) -> bool:
-        return self.ticket is not None and self.ticket.cancelled
-
-    @property
-    def tokens(self) -> int:
-        return self.encoded.tokens
-
-
-def future_scores(futures: Sequence[Future]) -> list[float | None]:
-    """Each answered row's mean token log-probability (`Row.scored`), or None."""
-    return [getattr(f, "score", None) for f in futures]
-
-
-def future_tokens(futures: Sequence[Future]) -> list[tuple[list[int], list[float]] | None]:
-    """Each answered row's output tokens and their log-probabilities (`Row.scored`), or None."""
-    return [getattr(f, "tokens", None) for f in futures]
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """One forward of the engine: for tests, metrics and the status page."""
-
-    kind: str  # "prefill" | "decode" | "static"
-    rows: int
-    pairs: tuple[str, ...]  # per row, the pair key ("en2es") or "__base__"
-    slots: tuple[int, ...]  # per row, the slot index it read (0: the bare backbone)
-    distinct_nonpinned: int
-    padded_tokens: int
-    ms: float
-    #: Sequence numbers of the rows, in batch order (tests use them to check fairness).
-    seqs: tuple[int, ...] = ()
-
-
-@dataclass
-class EngineStats:
-    prefills: int = 0
-    decode_steps: int = 0
-    static_batches: int = 0
-    #: Rows answered (translated or failed in a forward).
-    rows: int = 0
-    decode_rows: int = 0
-    oom_splits: int = 0
-    oom_failures: int = 0
-    #: Forwards split because a non-OOM error hit them (to find the row that causes it).
-    error_splits: int = 0
-    #: Rows sent back to the queue to make room (out of memory) or to find a failing row.
-    preempted: int = 0
-    #: Rows stopped in a repetition loop and cut to one copy of it; rows that ran into the cap relative to
-    #: their source without ending.
-    loops_cut: int = 0
-    length_capped: int = 0
-    #: Rows taken out because their ticket was cancelled (a client went away, a job was cancelled): queued rows,
-    #: and rows that left the running batch mid-decode.
-    cancelled: int = 0
-    cancelled_running: int = 0
-    #: Background (document) rows sent back to the queue to make room for interactive ones.
-    yielded: int = 0
-    max_rows_seen: int = 0
-    max_distinct_nonpinned: int = 0
-    step_ms: deque = field(default_factory=lambda: deque(maxlen=2000))
-    queue_ms: deque = field(default_factory=lambda: deque(maxlen=2000))
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -222,7 +87,7 @@ class _ForwardFailed(Exception):
         self.cause = cause
 
 
-class BatchEngine:
+class BatchEngine(Admission):
     """Thread-safe front: `run(rows)` blocks until every row is translated (or raises the first row's error)."""
 
     def __init__(self, backbone: "Backbone", cache: "AdapterCache", engine_cfg: EngineConfig,
@@ -243,7 +108,7 @@ class BatchEngine:
         self.stats = EngineStats()
         self.guard = LoopGuard(repeats=limits.loop_repeats, stutter=limits.loop_stutter)
         self.history: deque[StepRecord] = deque(maxlen=4000)
-        self._queue: list[_Pending] = []
+        self._queue: list[Pending] = []
         self._cv = threading.Condition()
         self._seq = itertools.count()
         #: Rows queued so far (under _cv): the loop's slot poll does not sleep past rows queued during its round.
@@ -258,7 +123,7 @@ class BatchEngine:
         #: (scanning the queue every round cost 0.14 ms per 1,000 queued rows).
         self._cancel_seen = False
         #: seq → pending row, for the rows in the running batch.
-        self._running: dict[int, _Pending] = {}
+        self._running: dict[int, Pending] = {}
         self._batch: RunningBatch | None = self._new_batch()
         #: Prefills under way, a forward a round (`decode.Prefill`): their rows are in `_running`, not yet live.
         #: At most two: an interactive one may start beside a document's, and runs first (the last one here).
@@ -414,9 +279,9 @@ class BatchEngine:
         return [fut for fut in futures if fut is not None]
 
     def _prepare(self, rows: Sequence[Row], now: float, ticket: "Ticket | None",
-                 indices: Sequence[int]) -> list[tuple[Future, "_Pending | None"]]:
+                 indices: Sequence[int]) -> list[tuple[Future, "Pending | None"]]:
         """Tokenize and check each row; a row that cannot run gets its future failed (or answered) here."""
-        prepared: list[tuple[Future, _Pending | None]] = []
+        prepared: list[tuple[Future, Pending | None]] = []
         for row, index in zip(rows, indices):
             fut: Future = Future()
             if not row.text.strip():
@@ -454,7 +319,7 @@ class BatchEngine:
                     continue
                 max_new = min(max_new, width - encoded.tokens)
             guarded = self.guard.enabled and not self.guard.has_loop(list(encoded.input_ids))
-            prepared.append((fut, _Pending(row, fut, 0, encoded, max_new, now, guarded=guarded, capped=capped,
+            prepared.append((fut, Pending(row, fut, 0, encoded, max_new, now, guarded=guarded, capped=capped,
                                            ticket=ticket, index=index, yields=self.cfg.documents_yield)))
         return prepared
 
@@ -637,192 +502,6 @@ class BatchEngine:
             return True
         return bool(admitted) or bool(nbest) or bool(self._prefills)
 
-    # ------------------------------------------------------------------ admission
-
-    def _admit(self) -> list[_Pending]:
-        """Take rows from the queue into the batch, each with its lease. Rows that cannot enter stay queued."""
-        if not self._running:
-            self._drain, self._oom_cap = False, None
-        cap = self.max_rows if self._oom_cap is None else min(self.max_rows, self._oom_cap)
-        urgent = not self._drain and self._make_room(cap)
-        live = len(self._running)
-        room = cap - live
-        if self._drain:
-            room = 0
-        now = time.monotonic()
-        upgrade = self._upgrade
-        if upgrade is not None and self._running and now - upgrade[2] > UPGRADE_HOLD_S:
-            room = 0  # let the running rows finish: the switch waits for a point where none decodes
-        # During a prefill the loop admits only rows that fit beside it (`_iterate`), and at once: gathering them
-        # for `max_join_steps` steps would wait out pieces of a second or more on a 1.8B.
-        beside = bool(self._prefills)
-        urgent = urgent or beside
-        with self._cv:
-            self._expire_blocked(now)
-            if room <= 0 or not self._queue:
-                return []
-            # Gathering rows into fewer prefills trades a few steps of waiting for throughput: not for an
-            # interactive row beside a document's rows.
-            if live and not urgent and not self._time_to_join(live):
-                return []
-            if live and not urgent and len(self._queue) > room and room < min(self.cfg.join_min_rows, cap):
-                return []  # a backlog: let a group of rows finish, then refill them in one prefill
-            pinned = set(self.cache.pinned())
-            resident = set(self.cache.lru_order())
-
-            def cheap(p: _Pending) -> bool:
-                a = p.row.adapter
-                return a is None or a.key in pinned or a.key in resident
-
-            bound = self.cfg.fairness_max_skips
-            turns: dict[int, tuple[int, int]] = {}
-            for background in (False, True):  # turns within a class: a caller's documents do not cost its texts
-                turns.update(_turns([p for p in self._queue if p.background == background],
-                                    [p for p in self._running.values() if p.background == background]))
-            order = []
-            # Interactive rows first, then background (document) rows; within each, the starved, then the rows
-            # whose adapter needs no load, each group in turn between the rows' owners (`_turns`).
-            for background in (False, True):
-                queue = [p for p in self._queue if p.background == background]
-                starved = sorted((p for p in queue if p.skips >= bound), key=lambda p: p.seq)
-                rest = sorted((p for p in queue if p.skips < bound), key=lambda p: turns[id(p)])
-                order += starved + [p for p in rest if cheap(p)] + [p for p in rest if not cheap(p)]
-        longest = max((p.tokens for p in self._running.values()), default=0)
-        with self._cv:
-            interactive = any(not p.background for p in self._running.values()) or any(
-                not p.background for p in self._queue)
-        # Background rows that may still enter: beside interactive rows, up to `background_rows` in the batch;
-        # while interactive rows came in the last INTERACTIVE_WINDOW_S, up to `background_prefill_rows` a prefill
-        # (one that arrives meanwhile waits for a small forward, not a refill of the whole batch); with no
-        # interactive traffic about, as many as fit (a document alone runs at full speed).
-        background_room = (self.cfg.background_rows - sum(1 for p in self._running.values() if p.background)
-                           if interactive else self.cfg.background_prefill_rows
-                           if now - self._last_interactive < INTERACTIVE_WINDOW_S else room)
-        admitted: list[_Pending] = []
-        refused: list[tuple[_Pending, BaseException]] = []
-        draining = False
-        share, held, _ = self._owner_shares(cap)
-        held_back: set[int] = set()
-        for p in order:
-            if len(admitted) >= room:
-                break
-            if not p.background and held[p.owner] >= share:
-                held_back.add(id(p))  # its owner has its share while other owners have rows: the room is theirs
-                continue
-            rows = live + len(admitted) + 1
-            if rows > 1 and max(longest, p.tokens) * rows > self.max_tokens:
-                if p.skips >= bound:
-                    break  # starved and short of room: nothing younger may take the room it waits for
-                continue
-            if p.background and background_room <= 0:
-                break  # background rows come last in the order: none of the rest may enter
-            if beside and not self._fits_beside(p):
-                continue
-            needs_slot = p.row.adapter is not None and p.row.adapter.key not in pinned
-            if draining and needs_slot:
-                continue  # a starved row waits for a slot to drain: do not extend any slot's lease
-            try:
-                lease = None if p.row.adapter is None else self.cache.try_acquire([p.row.adapter])
-            except TranslationError as exc:
-                refused.append((p, exc))
-                continue
-            if p.row.adapter is not None and lease is None:
-                if p.blocked_since is None:
-                    p.blocked_since = now
-                # Starved: from here on only rows that hold no slot (pinned pairs, the bare backbone) enter.
-                draining = draining or p.skips >= bound
-                continue
-            p.lease, p.slot = lease, (BASE_SLOT if lease is None else lease.slots[0])
-            p.blocked_since = None
-            admitted.append(p)
-            background_room -= int(p.background)
-            held[p.owner] += int(not p.background)
-            longest = max(longest, p.tokens)
-        taken = {id(p) for p in admitted} | {id(p) for p, _ in refused}
-        # Per class: an interactive row going ahead of a document's is by design, not a skip; nor is another
-        # owner's row whose turn came first (with one owner, a turn is the arrival order).
-        latest = {bg: max((turns[id(p)] for p in admitted if p.background == bg), default=(-1, -1))
-                  for bg in (False, True)}
-        with self._cv:
-            self._queue = [p for p in self._queue if id(p) not in taken]
-            for p in self._queue:
-                if id(p) in turns and id(p) not in held_back and turns[id(p)] < latest[p.background]:
-                    p.skips += 1  # a row whose turn came later went ahead of it
-        for p, exc in refused:
-            self._finish(p, error=exc)
-        now = time.monotonic()
-        for p in admitted:
-            self.stats.queue_ms.append((now - p.enqueued) * 1000)
-        return admitted
-
-    def _make_room(self, cap: int) -> bool:
-        """Rows that have their place in the batch give it up to rows with a better claim: documents to
-        interactive rows (`_yield_documents`), an owner over its share of the batch to an owner under its own
-        (`_share_batch`). True when rows that have such a claim wait: they join at once."""
-        if self._batch is None:
-            return False
-        urgent = self._yield_documents(cap)
-        return self._share_batch(cap) or urgent
-
-    def _owner_shares(self, cap: int) -> tuple[int, Counter[str | None], Counter[str | None]]:
-        """(each owner's share of the batch, interactive rows running per owner, waiting per owner). While the
-        interactive rows of several owners (callers, `Ticket.owner`) run or wait, each has `cap // owners` places;
-        one owner alone has them all."""
-        with self._cv:
-            waiting = Counter(p.owner for p in self._queue if not p.background)
-        held = Counter(p.owner for p in self._running.values() if not p.background)
-        owners = len(set(waiting) | set(held))
-        return (cap if owners <= 1 else max(1, cap // owners)), held, waiting
-
-    def _share_batch(self, cap: int) -> bool:
-        """Rows of an owner under its share of the batch that wait while the batch is full take the places of the
-        newest rows of the owners over their share, which go back to the queue (they start again later; greedy
-        output is the same). A caller's page flood held all 64 places, so another caller's sentence waited for
-        the flood's rows to drain and then for their refill's prefill; now it enters at the next round, and the
-        flood refills only up to its share while the sentence runs. True when such rows wait."""
-        share, held, waiting = self._owner_shares(cap)
-        if share >= cap:
-            return False
-        need = sum(min(count, share - held[owner]) for owner, count in waiting.items() if held[owner] < share)
-        if not need:
-            return False
-        short = need - (cap - len(self._running))
-        if short > 0:
-            excess = {owner: held[owner] - share for owner in held if held[owner] > share}
-            newest: list[_Pending] = []
-            for p in sorted(self._running.values(), key=lambda p: p.seq, reverse=True):
-                if len(newest) >= short:
-                    break
-                if not p.background and excess.get(p.owner, 0) > 0:
-                    newest.append(p)
-                    excess[p.owner] -= 1
-            if newest:
-                self._drop(newest)
-                self.stats.yielded += len(newest)
-                self._requeue(newest, preempted=False)
-        return True
-
-    def _yield_documents(self, cap: int) -> bool:
-        """Background rows give way to interactive ones. While interactive rows run or wait, at most
-        `engine.background_rows` background rows share their batch, and fewer when the waiting interactive rows
-        need the room: the newest go back to the queue (they start again later, and greedy output is the same;
-        the newest have the least work to lose). A decode step's cost grows with its rows, so a short request
-        beside a document then takes about the steps it takes alone, at little more than their idle cost.
-
-        True when interactive rows wait beside running background rows: they join at once."""
-        with self._cv:
-            waiting = sum(1 for p in self._queue if not p.background)
-        background = [p for p in self._running.values() if p.background]
-        interactive = len(self._running) - len(background)
-        if not background or not (waiting or interactive):
-            return False
-        keep = min(self.cfg.background_rows, max(0, cap - interactive - waiting))
-        if len(background) > keep:
-            newest = sorted(background, key=lambda p: p.seq, reverse=True)[:len(background) - keep]
-            self._drop(newest)
-            self.stats.yielded += len(newest)
-            self._requeue(newest, preempted=False)
-        return bool(waiting)
 
     def _note_cancel(self) -> None:
         with self._cv:
@@ -851,31 +530,8 @@ class BatchEngine:
             self.stats.cancelled_running += len(running)
             log.info("engine: %d rows cancelled (%d of them mid-decode)", len(gone) + len(running), len(running))
 
-    def _time_to_join(self, live: int) -> bool:
-        """Whether waiting rows should be prefilled now, while `live` rows decode (caller holds _cv).
 
-        Each prefill is a forward of its own, so rows that arrive one by one are gathered for a few steps
-        (at most `max_join_steps`), unless enough of them wait (`join_ratio` of the live rows)."""
-        if len(self._queue) >= self.cfg.join_ratio * live:
-            return True
-        steps = self.stats.decode_steps
-        return any(steps - p.steps_at_submit >= self.cfg.max_join_steps for p in self._queue)
-
-    def _expire_blocked(self, now: float) -> None:
-        """Fail rows that have waited longer than lease_timeout_s for a slot (caller holds _cv)."""
-        limit = self.cache.cfg.lease_timeout_s
-        expired = [p for p in self._queue if p.blocked_since is not None and now - p.blocked_since > limit]
-        if not expired:
-            return
-        self._queue = [p for p in self._queue if all(p is not e for e in expired)]
-        slots = self.cache.cfg.slots
-        for p in expired:
-            self.cache.count_busy()
-            p.future.set_exception(Busy(
-                f"Cannot attach adapter {p.row.key}: all {slots} adapter slots are held by running requests "
-                f"(waited {limit:g} s); try again."))
-
-    def _requeue(self, rows: list[_Pending], preempted: bool) -> None:
+    def _requeue(self, rows: list[Pending], preempted: bool) -> None:
         """Send rows back to the front of the queue (their leases are released; they re-enter from scratch)."""
         for p in rows:
             self._running.pop(p.seq, None)
@@ -892,14 +548,14 @@ class BatchEngine:
         if self.before_generate is not None:
             self.before_generate([self._lookup(t).row for t in tags])
 
-    def _lookup(self, seq: int) -> _Pending:
+    def _lookup(self, seq: int) -> Pending:
         return self._running[seq]
 
-    def _sequence(self, p: _Pending) -> DecodeSequence:
+    def _sequence(self, p: Pending) -> DecodeSequence:
         return DecodeSequence(p.seq, p.encoded.input_ids, p.slot, p.max_new, p.encoded.decoder_prefix, p.guarded,
                               p.row.scored)
 
-    def _forward(self, kind: str, rows: list[_Pending] | Callable[[], list[_Pending]], fn: Callable[[], Any]) -> Any:
+    def _forward(self, kind: str, rows: list[Pending] | Callable[[], list[Pending]], fn: Callable[[], Any]) -> Any:
         """Run one forward under the model lock, timed and recorded (`rows`, or what `rows()` says once it ran);
         errors come back as _ForwardFailed."""
         t0 = time.perf_counter()
@@ -912,7 +568,7 @@ class BatchEngine:
         self._record(kind, rows() if callable(rows) else rows, ms)
         return result
 
-    def _prefill(self, rows: list[_Pending]) -> None:
+    def _prefill(self, rows: list[Pending]) -> None:
         """Start the rows' prefill and run its first forward; the loop runs the rest a forward a round."""
         assert self._batch is not None
         for p in rows:
@@ -920,24 +576,6 @@ class BatchEngine:
         self._prefills.append(self._batch.begin([self._sequence(p) for p in rows]))
         self._advance()
 
-    def _may_admit_beside(self) -> bool:
-        """Whether a waiting row may start a prefill of its own beside the one under way (`_fits_beside`), which
-        then runs first: otherwise a short request waits for every piece of a long prompt."""
-        if len(self._prefills) != 1:
-            return False
-        with self._cv:
-            return any(self._fits_beside(p) for p in self._queue)
-
-    def _fits_beside(self, p: _Pending) -> bool:
-        """Beside the one prefill under way: an interactive row whose prompt is one forward (at most the batch's
-        piece budget), or any interactive row beside a prefill of document rows only."""
-        if p.background:
-            return False
-        budget = getattr(self._batch, "prefill_tokens", None)
-        if budget is not None and p.tokens <= budget:
-            return True
-        prefill = self._prefills[0]
-        return all(self._running[t].background for t in prefill.pending if t in self._running)
 
     def _advance(self) -> None:
         """The next forward of the newest prefill under way (an interactive one beside a document's goes first).
@@ -957,7 +595,7 @@ class BatchEngine:
             self._prefills.remove(prefill)
         self._collect()
 
-    def _drop(self, rows: list[_Pending]) -> None:
+    def _drop(self, rows: list[Pending]) -> None:
         """Take rows out of the running batch, or out of a prefill under way before they become live."""
         tags = {p.seq for p in rows}
         if self._batch is not None:
@@ -967,7 +605,7 @@ class BatchEngine:
             if prefill.done:
                 self._prefills.remove(prefill)
 
-    def _prefill_failed(self, rows: list[_Pending], exc: BaseException) -> None:
+    def _prefill_failed(self, rows: list[Pending], exc: BaseException) -> None:
         oom = self._after_failure(exc)
         if len(rows) > 1:
             # Split: the halves enter separately (the first now, the second at the next admission).
@@ -1000,7 +638,7 @@ class BatchEngine:
         else:
             self.stats.error_splits += 1
 
-    def _fail_alone(self, p: _Pending, exc: BaseException, oom: bool) -> None:
+    def _fail_alone(self, p: Pending, exc: BaseException, oom: bool) -> None:
         """A row that fails on its own: OutOfMemory quoting its size, or the error it raised."""
         self._running.pop(p.seq, None)
         if oom:
@@ -1012,10 +650,10 @@ class BatchEngine:
             log.error("engine: a %s→%s row failed: %s: %s", p.row.src, p.row.tgt, type(exc).__name__, exc)
         self._finish(p, error=exc)
 
-    def _running_others(self, p: _Pending) -> bool:
+    def _running_others(self, p: Pending) -> bool:
         return any(seq != p.seq for seq in self._running)
 
-    def _running_drop(self, rows: list[_Pending]) -> None:
+    def _running_drop(self, rows: list[Pending]) -> None:
         for p in rows:
             self._running.pop(p.seq, None)
 
@@ -1029,7 +667,7 @@ class BatchEngine:
             return
         self._collect()
 
-    def _decode_failed(self, live: list[_Pending], exc: BaseException) -> None:
+    def _decode_failed(self, live: list[Pending], exc: BaseException) -> None:
         """Preempt the newest half of the batch (they start again later); a lone row fails."""
         assert self._batch is not None
         oom = self._after_failure(exc)
@@ -1070,7 +708,7 @@ class BatchEngine:
                     self._tell(p, live.generated, False)
 
     @staticmethod
-    def _tell(p: _Pending, ids: list[int], done: bool) -> None:
+    def _tell(p: Pending, ids: list[int], done: bool) -> None:
         listener = p.ticket.on_tokens if p.ticket is not None else None
         if listener is None:
             return
@@ -1081,7 +719,7 @@ class BatchEngine:
 
     # ------------------------------------------------------------------ static batches
 
-    def _run_static(self, rows: list[_Pending]) -> None:
+    def _run_static(self, rows: list[Pending]) -> None:
         """A whole batch through transformers' generate (beam search, light mode's quantized cache, or a model the
         decode loop does not cover). Splits in halves on out-of-memory or an error, like the loop."""
         for p in rows:
@@ -1094,7 +732,7 @@ class BatchEngine:
                     self._running.pop(p.seq)
                     self._finish(p, error=RuntimeError("engine: row was not answered"))
 
-    def _static_split(self, rows: list[_Pending]) -> None:
+    def _static_split(self, rows: list[Pending]) -> None:
         extra = dict(QUANTIZED_KV_KWARGS) if self.kv_quantization else {}
         prompts, slots = [self._prompt_row(p.row) for p in rows], [p.slot for p in rows]
         n = rows[0].row.n_best
@@ -1128,7 +766,7 @@ class BatchEngine:
 
     # ------------------------------------------------------------------ bookkeeping
 
-    def _finish(self, p: _Pending, result: str | None = None, error: BaseException | None = None,
+    def _finish(self, p: Pending, result: str | None = None, error: BaseException | None = None,
                 score: float | None = None, tokens: tuple[list[int], list[float]] | None = None) -> None:
         self._release(p)
         if p.future.done():
@@ -1142,7 +780,7 @@ class BatchEngine:
             p.future.set_result(result if result is not None else "")
 
     @staticmethod
-    def _release(p: _Pending) -> None:
+    def _release(p: Pending) -> None:
         lease, p.lease = p.lease, None
         if lease is not None:
             lease.release()
@@ -1157,7 +795,7 @@ class BatchEngine:
         for p in queued + running:
             self._finish(p, error=exc)
 
-    def _record(self, kind: str, rows: list[_Pending], ms: float) -> None:
+    def _record(self, kind: str, rows: list[Pending], ms: float) -> None:
         pinned = set(self.cache.pinned())
         keys = tuple(p.row.key for p in rows)
         distinct = len({k for k in keys if k != BASE_KEY and k not in pinned})
@@ -1188,22 +826,6 @@ class BatchEngine:
         from ..runtime.backbone import PromptRow
 
         return PromptRow(row.text, row.src, row.tgt, row.context, row.terms, row.markup)
-
-
-def _turns(queue: Iterable[_Pending], running: Iterable[_Pending]) -> dict[int, tuple[int, int]]:
-    """Each waiting row's turn, as (rows of its owner ahead of it, arrival): the rows of different owners (callers,
-    ticket.py) enter in turn, each owner's in arrival order, and an owner's running rows count as taken turns. One
-    caller's flood of rows then delays another's next row by about one row per owner, not by the whole flood;
-    with one owner (or none), the turns are the arrival order."""
-    held: dict[str | None, int] = {}
-    for p in running:
-        held[p.owner] = held.get(p.owner, 0) + 1
-    turns: dict[int, tuple[int, int]] = {}
-    for p in sorted(queue, key=lambda p: p.seq):
-        ahead = held.get(p.owner, 0)
-        held[p.owner] = ahead + 1
-        turns[id(p)] = (ahead, p.seq)
-    return turns
 
 
 def _pct(values: list[float], q: float) -> float | None:
