@@ -12,7 +12,7 @@ import pytest
 from bench.markup import tag_sequence
 from hunyuan_mt.documents import read_document, translate_keeping_markup
 from hunyuan_mt.text.languages import LANGUAGES
-from hunyuan_mt.web.api import resolve_model_id
+from hunyuan_mt.web.chat_api import resolve_model_id
 from hunyuan_mt.web.doctranslate import translate_upload
 from sample_docs import HTML, MD, PDF_LINES, SRT, TXT, docx_structure, make_docx, make_pdf
 from web_server import ADMIN_KEY, LiveServer

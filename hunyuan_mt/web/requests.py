@@ -215,3 +215,17 @@ async def _send_413(send: Send, size: int, cap: int) -> None:
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def wait_disconnected(request: Request) -> None:
+    """Return once the client has gone away (its body already read: the next ASGI message is the disconnect)."""
+    while True:
+        message = await request.receive()
+        if message.get("type") == "http.disconnect":
+            return
+
+
+def source_field(fields: dict[str, Any]) -> str:
+    """`source`, with "auto" in any case (and a missing source) meaning detect."""
+    source = text_field(fields, "source", required=False, default="auto")
+    return "auto" if source.strip().lower() == "auto" else source
