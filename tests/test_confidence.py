@@ -214,9 +214,9 @@ def test_review_below_one_marks_even_a_segment_whose_confidence_rounds_to_one(we
     import dataclasses
 
     from hunyuan_mt.documents.base import ORIGIN_MODEL, ORIGIN_MODEL_SURE
-    from hunyuan_mt.service.translation import _Job
+    from hunyuan_mt.service.results import TextJob
 
-    job = _Job(None, None, [None], ["Abra el archivo."], [0], scored=True, logprob={0: -1e-7})
+    job = TextJob(None, None, [None], ["Abra el archivo."], [0], scored=True, logprob={0: -1e-7})
     assert job.confidences() == [1.0]
     cfg = web_service.cfg
     for review_below, origin in ((1.0, ORIGIN_MODEL), (0.5, ORIGIN_MODEL_SURE)):

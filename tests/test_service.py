@@ -185,14 +185,14 @@ def test_alternatives_on_a_pivot_vary_the_last_hop(svc: TranslationService) -> N
 
 def test_alternatives_of_a_text_put_each_sentences_kth_output_in_place() -> None:
     from hunyuan_mt.text.segment import split_text
-    from hunyuan_mt.service.translation import _alternatives, _Job
+    from hunyuan_mt.service.results import TextJob, alternatives_of
 
     layout = split_text("One. Two.\nThree.", "en")
-    job = _Job(plan=None, layout=layout, protected=[None] * 3, current=["Uno.", "Dos.", "Tres."], todo=[0, 1, 2],
+    job = TextJob(plan=None, layout=layout, protected=[None] * 3, current=["Uno.", "Dos.", "Tres."], todo=[0, 1, 2],
                nbest={0: ["Uno.", "Un.", "Uno!", "Un."], 1: ["Dos.", "Dos!"], 2: ["Tres."]})
-    assert _alternatives(job, 3) == ["Un. Dos!\nTres.", "Uno! Dos.\nTres."]
-    assert _alternatives(job, 1) == ["Un. Dos!\nTres."]
-    assert _alternatives(job, 0) == []
+    assert alternatives_of(job, 3) == ["Un. Dos!\nTres.", "Uno! Dos.\nTres."]
+    assert alternatives_of(job, 1) == ["Un. Dos!\nTres."]
+    assert alternatives_of(job, 0) == []
 
 
 @pytest.mark.parametrize("value", [-1, 4, True, 1.5, "2"])

@@ -13,13 +13,12 @@ import dataclasses
 import functools
 import gc
 import logging
-import math
 import re
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, Callable, Iterator, Sequence
 
 from ..adapters.attach import attach_adapters
@@ -46,11 +45,10 @@ from ..text.masking import protect_pair
 from ..text.segment import split_text
 from ..text.streaming import TextStream
 from ..scheduler.ticket import Ticket
+from ..text import masking as _masking
+from .results import (LanguageInfo, TextJob, TranslationResult, alternatives_of, local_spans,
+                      memory_matches)
 
-try:  # written by another part of the project; the service works without it (no masking) until it is there
-    from ..text import masking as _masking
-except ImportError:  # pragma: no cover - only while masking.py is missing
-    _masking = None
 
 log = logging.getLogger(__name__)
 
@@ -66,128 +64,6 @@ _CLEARLY = 0.9
 _DOC_CHUNK = 64
 #: A stream's other sentences wait at most this long for its first one's first token (streaming: `_first_alone`).
 _STREAM_HEAD_START_S = 0.25
-
-
-@dataclass
-class TranslationResult:
-    text: str
-    source: str
-    target: str
-    detected: Detection | None
-    #: Languages along the route: ["es", "en", "de"] for a pivot.
-    route: list[str]
-    route_kind: str  # "identity" | "direct" | "pivot" | "base"
-    adapters: list[str]
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    #: Other translations of the text, best first, each different from `text` (only when asked for).
-    alternatives: list[str] = field(default_factory=list)
-    #: How many of the text's segments came from the translation memory, of how many it has.
-    memory_segments: int = 0
-    #: How many of those were near-exact: the entry differed in case or closing punctuation (numbers and
-    #: placeholders are the query's own either way).
-    memory_near_segments: int = 0
-    segments: int = 1
-    #: How many glossary terms were found in the text and enforced (0 without a glossary).
-    glossary_terms: int = 0
-    #: Near entries of the translation memory for segments it did not know exactly, best first: each with the
-    #: segment's index, the score (0..1) and the entry's source and target (tm.fuzzy_threshold).
-    memory_matches: list[dict[str, Any]] = field(default_factory=list)
-    #: Each segment's confidence in (0, 1] (`_Job.confidences`): the model's own token probabilities, as
-    #: bergamot-translator's quality estimate; 1.0 from the memory; None where there is no score.
-    segment_confidences: list[float | None] = field(default_factory=list)
-    #: Each segment's translation, in order (what `segment_confidences` score; the text joins them).
-    segment_texts: list[str] = field(default_factory=list)
-    #: Per segment, its last hop's tokens as (text, log-probability), the texts joining into the segment's
-    #: translation; None where the model gave none that join up (memory, beam search, a repaired placeholder).
-    segment_tokens: list[list[tuple[str, float]] | None] = field(default_factory=list)
-
-    @property
-    def confidence(self) -> float | None:
-        """The text's confidence: its least confident segment's (a reviewer looks for the weakest sentence)."""
-        known = [c for c in self.segment_confidences if c is not None]
-        return min(known) if known else None
-
-    @property
-    def route_label(self) -> str:
-        return f"{' → '.join(self.route)} ({self.route_kind})"
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["route_label"] = self.route_label
-        out["confidence"] = self.confidence
-        return out
-
-
-@dataclass(frozen=True)
-class LanguageInfo:
-    code: str
-    english: str
-    native: str
-    #: Targets this language can be translated into with the adapters registered now.
-    targets: list[str]
-
-
-@dataclass
-class _Job:
-    """One text on its way through the hops: its layout, masked segments and current texts."""
-
-    plan: RoutePlan
-    layout: Any  # segment.Segmented
-    protected: list[Any]  # masking.Protected | None per segment
-    current: list[str]
-    todo: list[int]  # indices of segments that need the model
-    #: Segment index → the last hop's n best outputs, when alternatives were asked for.
-    nbest: dict[int, list[str]] = field(default_factory=dict)
-    #: Segment index → its translation from the translation memory (restored), which is the answer.
-    memory: dict[int, str] = field(default_factory=dict)
-    #: Segments of `memory` answered by a near-exact entry (differing in case or closing punctuation).
-    near: set[int] = field(default_factory=set)
-    #: Segment index → the translation memory's nearest entry, when it had no exact one (tm.fuzzy_threshold).
-    matches: dict[int, Any] = field(default_factory=dict)
-    #: The target term of each glossary term found in the text: the output must hold them.
-    required: list[str] = field(default_factory=list)
-    #: Whether the terms were written into the source as themselves (glossary.mode "visible").
-    visible: bool = False
-    #: The request's context: shapes every segment's translation, never translated itself (prompts.py).
-    context: str | None = None
-    #: Segment index → the glossary terms it holds, for the terminology prompt (glossary.mode: prompt).
-    prompt_terms: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
-    #: Whether the model's segments are scored (`confidences`): text requests, and documents that keep origins.
-    scored: bool = False
-    #: Segment index → the sum over its hops of each hop's mean token log-probability (None: a hop had none).
-    logprob: dict[int, float | None] = field(default_factory=dict)
-    #: Segment index → its last hop's output tokens and their log-probabilities (scored jobs).
-    tokens: dict[int, tuple[list[int], list[float]]] = field(default_factory=dict)
-    #: Segments the model gave back as their source (review.unchanged): never confident.
-    unchanged: set[int] = field(default_factory=set)
-
-    def confidences(self) -> list[float | None]:
-        """Each segment's confidence in (0, 1]: the geometric mean of its tokens' probabilities, multiplied over a
-        pivot's hops, at most review.UNCHANGED_CONFIDENCE for a segment that came back as its source; 1.0 for a
-        segment the translation memory answered; None where the model gave no score (beam search) or the segment
-        needed no translation."""
-        out: list[float | None] = []
-        for i in range(len(self.current)):
-            if i in self.memory:
-                out.append(1.0)
-            else:
-                value = self.logprob.get(i)
-                score = None if value is None else round(math.exp(value), 4)
-                if score is not None and i in self.unchanged:
-                    score = min(score, review.UNCHANGED_CONFIDENCE)
-                out.append(score)
-        return out
-
-    @property
-    def terms(self) -> int:
-        return len(self.required)
-
-    def render(self, segments: list[str]) -> str:
-        if self.layout is None:
-            return segments[0]
-        if self.plan is None:
-            return self.layout.render(segments)
-        return self.layout.render(segments, self.plan.src, self.plan.tgt)
 
 
 class TranslationService:
@@ -463,9 +339,9 @@ class TranslationService:
             results.append(TranslationResult(
                 text=job.render(job.current), source=source, target=target, detected=detection,
                 route=job.plan.route, route_kind=job.plan.kind, adapters=job.plan.adapters, timings_ms=timings,
-                alternatives=_alternatives(job, alternatives), memory_segments=len(job.memory),
+                alternatives=alternatives_of(job, alternatives), memory_segments=len(job.memory),
                 memory_near_segments=len(job.near),
-                glossary_terms=job.terms, memory_matches=_matches(job),
+                glossary_terms=job.terms, memory_matches=memory_matches(job),
                 segments=len(job.current), segment_confidences=job.confidences(), segment_texts=list(job.current),
                 segment_tokens=self._token_pieces(job) if token_logprobs else []))
         if not _warmup:  # the warm-up's requests are nobody's: they stay out of the counts and latencies
@@ -559,9 +435,9 @@ class TranslationService:
 
     def _job(self, text: str, plan: RoutePlan, glossary: Glossary | None = None, model_too: bool = False,
              visible: bool | None = None, suggest: bool = True, context: str | None = None,
-             scored: bool = False) -> _Job:
+             scored: bool = False) -> TextJob:
         if plan.kind == "identity":
-            return _Job(plan, None, [], [text], [])
+            return TextJob(plan, None, [], [text], [])
         # "prompt": the terms into a decoder-only model's prompt, where the route has one hop (a pivot's first hop
         # would need the terms in the pivot language); elsewhere "visible".
         in_prompt = (visible is None and self.cfg.glossary.mode == "prompt" and len(plan.hops) == 1
@@ -569,7 +445,7 @@ class TranslationService:
         if visible is None:
             visible = self.cfg.glossary.mode in ("visible", "prompt")
         # Mask before splitting: a URL's "?" or a version's "." must not end a sentence.
-        masked = _masking.protect(text) if _masking is not None else None
+        masked = _masking.protect(text)
         required: list[str] = []
         if masked is not None and glossary is not None:
             required = glossary.targets(masked)
@@ -590,7 +466,7 @@ class TranslationService:
         layout = split_text(masked.text if masked else text, plan.src, sentences=self.cfg.engine.split_sentences,
                             fits=fits)
         segments = layout.segments
-        protected = [_local_spans(s, masked.spans) if masked else None for s in segments]
+        protected = [local_spans(s, masked.spans) if masked else None for s in segments]
         # Every segment carries its own renumbered sentinels, translated or not: restore() reads them against the
         # segment's local spans (the text-wide numbering would put back the wrong span, or none past ⟦999⟧).
         current = [p.text if p is not None else seg for seg, p in zip(segments, protected)]
@@ -620,11 +496,11 @@ class TranslationService:
         if in_prompt and required:
             prompt_terms = {i: found for i in todo if protected[i] is not None
                             and (found := glossary.pairs(protected[i]))}  # type: ignore[union-attr]
-        return _Job(plan, layout, protected, current, todo, memory=memory, near=near_exact, required=required,
+        return TextJob(plan, layout, protected, current, todo, memory=memory, near=near_exact, required=required,
                     visible=visible and bool(required), matches=matches, context=context, prompt_terms=prompt_terms,
                     scored=scored)
 
-    def _token_pieces(self, job: _Job) -> list[list[tuple[str, float]] | None]:
+    def _token_pieces(self, job: TextJob) -> list[list[tuple[str, float]] | None]:
         """`TranslationResult.segment_tokens` of a job: each token's text is what decoding it adds to the tokens
         before it, with complete placeholders put back; a segment whose pieces do not join into its translation
         exactly (a sentinel the model dropped and restore appended, a repaired spacing) gets None."""
@@ -650,7 +526,7 @@ class TranslationService:
             out.append(pieces if len(pieces) == len(logprobs) and joined.strip() == text.strip() else None)
         return out
 
-    def _model_origin(self, job: _Job) -> str:
+    def _model_origin(self, job: TextJob) -> str:
         """A segment the model translated: ORIGIN_MODEL_SURE when every sentence of it scored at least
         `quality.review_below` and none came back as its source, else ORIGIN_MODEL (to review)."""
         review_below = self.cfg.quality.review_below
@@ -669,9 +545,9 @@ class TranslationService:
             raise InvalidInput(f"Invalid request: alternatives ({alternatives}) exceeds the limit of {limit} "
                                "(limits.max_alternatives).")
 
-    def _run_enforcing(self, jobs: list[_Job], texts: list[str], glossary: Glossary | None, model_too: bool = False,
+    def _run_enforcing(self, jobs: list[TextJob], texts: list[str], glossary: Glossary | None, model_too: bool = False,
                        n_best: int = 1, ticket: Ticket | None = None,
-                       listen: Callable[..., None] | None = None) -> list[_Job]:
+                       listen: Callable[..., None] | None = None) -> list[TextJob]:
         """Run `jobs` (memory answers merged in); a text whose glossary terms went in visible and did not all come
         out is translated again with sentinels, which cannot lose a term. Returns the jobs that answer."""
         self._run_jobs(jobs, n_best, ticket, listen)
@@ -690,15 +566,15 @@ class TranslationService:
                 jobs[n] = job
         return jobs
 
-    def _run_jobs(self, jobs: list[_Job], n_best: int = 1, ticket: Ticket | None = None,
+    def _run_jobs(self, jobs: list[TextJob], n_best: int = 1, ticket: Ticket | None = None,
                   listen: Callable[..., None] | None = None) -> None:
         """Run every hop of every job; hop k of all jobs goes to the engine together (one round per hop).
-        With `n_best` > 1, each segment's last hop is also searched for its n best outputs (`_Job.nbest`).
+        With `n_best` > 1, each segment's last hop is also searched for its n best outputs (`TextJob.nbest`).
         `listen(job, segment, ids, done)` hears the last hop's tokens as they are decoded (streaming.py)."""
         hops = max((len(j.plan.hops) for j in jobs), default=0)
         for k in range(hops):
             rows: list[Row] = []
-            where: list[tuple[_Job, int]] = []
+            where: list[tuple[TextJob, int]] = []
             for job in jobs:
                 if k >= len(job.plan.hops):
                     continue
@@ -741,9 +617,9 @@ class TranslationService:
                         job.nbest[i] = [_masking.restore(h, prot) for h in job.nbest[i]]
 
     @staticmethod
-    def _finish_outputs(job: _Job) -> None:
+    def _finish_outputs(job: TextJob) -> None:
         """The model's outputs of a job before their spans go back in: the target's punctuation (a space before
-        "。", an ASCII comma between Chinese words), and which came back as their source (`_Job.unchanged`)."""
+        "。", an ASCII comma between Chinese words), and which came back as their source (`TextJob.unchanged`)."""
         target = job.plan.tgt
         for i in job.todo:
             job.current[i] = punctuation.tidy(job.current[i], target)
@@ -754,13 +630,13 @@ class TranslationService:
             if review.unchanged(source, job.current[i]):
                 job.unchanged.add(i)
 
-    def _first_alone(self, rows: list[Row], extra: list[Row], where: list[tuple[_Job, int]], k: int,
+    def _first_alone(self, rows: list[Row], extra: list[Row], where: list[tuple[TextJob, int]], k: int,
                      ticket: Ticket | None, listen: Callable[..., None]) -> list[Future]:
         """A stream's round: its first sentence enters alone, and the others once it has its first token, so the
         reader waits for one row's prefill before the first words, not for every row's (they join a step later)."""
         started = threading.Event()
 
-        def first(job: _Job, i: int, ids: list[int], done: bool) -> None:
+        def first(job: TextJob, i: int, ids: list[int], done: bool) -> None:
             started.set()
             listen(job, i, ids, done)
 
@@ -769,7 +645,7 @@ class TranslationService:
         return futures + self.engine.submit(rows[1:] + extra, self._round_ticket(ticket, listen, where[1:], k))
 
     @staticmethod
-    def _round_ticket(ticket: Ticket | None, listen: Callable[..., None] | None, where: list[tuple[_Job, int]],
+    def _round_ticket(ticket: Ticket | None, listen: Callable[..., None] | None, where: list[tuple[TextJob, int]],
                       k: int) -> Ticket | None:
         """The ticket for hop `k`'s rows: the request's, with a listener for the rows on their last hop."""
         if listen is None:
@@ -956,55 +832,6 @@ class _RowCounter:
         if now - self._last >= self.interval:
             self._last = now
             self.progress(min(self._finished, self.limit), self.total)
-
-
-def _matches(job: _Job) -> list[dict[str, Any]]:
-    """The job's fuzzy memory matches for display, best first: the entry's spans are the segment's own where the
-    counts agree (as an exact hit's are), so "Delete ⟦0⟧ files" shows the query's number."""
-    out = []
-    for i, near in job.matches.items():
-        spans = job.protected[i]
-        out.append({"segment": i, "score": near.score, "source": _masking.restore(near.source, spans),
-                    "target": _masking.restore(near.target, spans)})
-    return sorted(out, key=lambda m: (-m["score"], m["segment"]))
-
-
-def _alternatives(job: _Job, limit: int) -> list[str]:
-    """Up to `limit` renderings of the text other than the main one: the k-th puts, in every segment, that
-    segment's k-th best output that differs from its main translation (or the main one where it has no k-th)."""
-    if limit <= 0 or not job.nbest:
-        return []
-    others: dict[int, list[str]] = {}
-    for i, hypotheses in job.nbest.items():
-        distinct: list[str] = []
-        for h in hypotheses:
-            if h.strip() and h != job.current[i] and h not in distinct:
-                distinct.append(h)
-        others[i] = distinct
-    main = job.render(job.current)
-    out: list[str] = []
-    for k in range(max((len(d) for d in others.values()), default=0)):
-        segments = list(job.current)
-        for i, distinct in others.items():
-            if k < len(distinct):
-                segments[i] = distinct[k]
-        text = job.render(segments)
-        if text != main and text not in out:
-            out.append(text)
-        if len(out) == limit:
-            break
-    return out
-
-
-def _local_spans(segment: str, spans: list[str]) -> Any:
-    """A segment of a text masked as a whole, renumbered ⟦0⟧, ⟦1⟧, ... with only its own spans."""
-    local: list[str] = []
-
-    def renumber(match: re.Match[str]) -> str:
-        local.append(spans[int(match.group(1))])
-        return _masking.sentinel(len(local) - 1)
-
-    return _masking.Protected(_masking.SENTINEL.sub(renumber, segment), local)
 
 
 def _pct(values: list[float], q: float) -> float | None:

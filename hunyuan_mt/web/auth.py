@@ -173,8 +173,8 @@ class AccessPolicy:
         files `/translate_file` hands out (LibreTranslate's clients fetch `translatedFileUrl` without sending their
         key again); no for document jobs (`/v1/documents` and the page), whose clients send their key on every
         call: there the address fallback let any client behind the same proxy, NAT or share link list, download
-        and cancel another key's job (tests/test_access.py). A request that sends a key other than the uploader's is refused
-        from any address: the fallback is for clients that send no key at all."""
+        and cancel another key's job (tests/test_access.py). A request that sends a key other than the uploader's
+        is refused from any address: the fallback is for clients that send no key at all."""
         if owner is None:
             return True
         if api_key and (_matches(f"key:{api_key}", owner.identity) or _matches(key_hash(api_key), owner.identity)):
