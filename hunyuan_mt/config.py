@@ -53,8 +53,8 @@ class ModelConfig:
     #: "auto" → cuda:0 when available, else cpu.
     device: str = "auto"
     #: "none"; "int8": int8 weights with per-row scales on the CPU (activations per token; hunyuan_mt/quant/int8.py,
-    #: int8_fbgemm.py; LoRA on top); "int4": 4-bit weights on the CPU, a scale per 128 inputs, through our qgemm
-    #: kernel (int8_packed.py: half int8's bytes, so a large model decodes faster; rounded without calibration);
+    #: quant/fbgemm.py; LoRA on top); "int4": 4-bit weights on the CPU, a scale per 128 inputs, through our qgemm
+    #: kernel (quant/packed.py: half int8's bytes, so a large model decodes faster; rounded without calibration);
     #: "auto": int8 where this CPU runs an int8 GEMM faster than float32 (timed at load), else none; "8bit" or
     #: "4bit": bitsandbytes on CUDA.
     quantization: str = "none"

@@ -1,4 +1,4 @@
-"""The token table's forms with int8 weights (`int8_embedding`): mapped from the checkpoint, or int8 rows."""
+"""The token table's forms with int8 weights (`quant.embedding`): mapped from the checkpoint, or int8 rows."""
 
 from __future__ import annotations
 

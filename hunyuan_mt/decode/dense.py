@@ -156,7 +156,7 @@ def _fused(bases: list[nn.Module]) -> tuple[torch.Tensor | None, torch.Tensor | 
 
 
 def _whole_of(bases: list[nn.Module]) -> Int8Layer | None:
-    """The fused int8 layer `bases` are, in order, every part of (`int8_layer.fuse_siblings` made it at load), or
+    """The fused int8 layer `bases` are, in order, every part of (`quant.layer.fuse_siblings` made it at load), or
     None."""
     if not all(isinstance(b, Int8Part) and b.whole is bases[0].whole for b in bases):
         return None

@@ -2,7 +2,7 @@
 model that cannot fit is refused with one line instead of swapping the machine to a halt or being killed.
 
 On the CPU with `model.quantization: int8` every linear layer keeps one byte per weight and a float32 scale per
-output row, and so does a decoder-only model's token table (`int8_embedding`: the tied output projection's own int8
+output row, and so does a decoder-only model's token table (`quant.embedding`: the tied output projection's own int8
 rows where the model ties them, as the Hunyuan family does); the rest (norms; an encoder-decoder's tables) is
 float32. Loading passes through the checkpoint's own precision: a bfloat16
 checkpoint (the published Hunyuan-MT and HY-MT weights) is read in bfloat16 and quantized layer by layer

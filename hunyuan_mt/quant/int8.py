@@ -1,8 +1,8 @@
 """int8 weights on the CPU: every `nn.Linear` of the backbone becomes an int8 layer (`model.quantization: int8`),
 multiplied by one of three kernels (`model.int8_kernel`, by default the faster on this CPU, timed by `gemm_speed`,
 or for a model too large for the caches chosen by `kernel_for`): `Int8Linear` below, through `torch._int_mm`, where
-torch has an int8 kernel for the CPU (AVX-512); `int8_fbgemm.FbgemmLinear`, through fbgemm, on CPUs with AVX2
-alone, where `torch._int_mm` is a plain loop; `int8_packed.PackedLinear`, through our own GEMM (`kernels/qgemm.cpp`)
+torch has an int8 kernel for the CPU (AVX-512); `quant.fbgemm.FbgemmLinear`, through fbgemm, on CPUs with AVX2
+alone, where `torch._int_mm` is a plain loop; `quant.packed.PackedLinear`, through our own GEMM (`kernels/qgemm.cpp`)
 for a large decoder-only model's steps. `model.quantization: int4` is that GEMM's 4-bit weights.
 
 The weights are quantized once, at load, symmetrically with one scale per output row; activations are quantized
@@ -144,8 +144,8 @@ def int_mm_available() -> bool:
 #: fbgemm is chosen over torch._int_mm only when its probe takes less than this share of torch._int_mm's.
 _FBGEMM_MARGIN = 0.5
 
-#: The int8 kernels: torch's `_int_mm` (oneDNN; fast with AVX-512), fbgemm (`int8_fbgemm`; built for AVX2) and
-#: ours (`int8_packed`, qgemm.cpp: for models too large for the caches; `kernel_for`).
+#: The int8 kernels: torch's `_int_mm` (oneDNN; fast with AVX-512), fbgemm (`quant.fbgemm`; built for AVX2) and
+#: ours (`quant.packed`, qgemm.cpp: for models too large for the caches; `kernel_for`).
 KERNELS = ("int_mm", "fbgemm", "qgemm")
 
 

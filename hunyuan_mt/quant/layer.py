@@ -1,4 +1,4 @@
-"""What both int8 layers share (`int8.Int8Linear` through torch._int_mm, `int8_fbgemm.FbgemmLinear` through
+"""What both int8 layers share (`int8.Int8Linear` through torch._int_mm, `quant.fbgemm.FbgemmLinear` through
 fbgemm): the symmetric per-slice grid, the layer's shape and forward, and the bias of several layers fused into one
 GEMM. Below both kernel modules, so each imports it and neither imports the other for it."""
 

@@ -2,7 +2,7 @@
 model too large for the CPU's caches (HY-MT1.5-1.8B, Hunyuan-MT-7B).
 
 Why: such a step reads every weight once per token, so its speed is the rate at which the weights come from memory.
-fbgemm (`int8_fbgemm`) read HY-MT1.5-1.8B's 1.7 GB of int8 at ~14 GB/s of the 2-core box's 22.5 and, at 16 rows,
+fbgemm (`quant.fbgemm`) read HY-MT1.5-1.8B's 1.7 GB of int8 at ~14 GB/s of the 2-core box's 22.5 and, at 16 rows,
 read and then computed; qgemm.cpp multiplies each 64-column block by up to 4 rows while it is in registers. And
 4-bit weights (one scale per column and group of 128 inputs, symmetric ±7) halve the bytes: the only way past the
 bandwidth bound of int8 (the target of 5× transformers' speed, bench/hunyuan_cpu.py).

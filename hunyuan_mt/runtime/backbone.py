@@ -509,7 +509,7 @@ class Backbone:
             if arch == DECODER_ONLY:
                 # The token table as int8 too (the tied output projection's own rows where it has them) or read
                 # from the checkpoint file: in float32 it was a third of a 1.8B Hunyuan's resident memory
-                # (int8_embedding.py).
+                # (quant/embedding.py).
                 int8_embedding.quantize_embeddings(model, Path(source) if Path(source).is_dir() else None)
             if load_dtype != dtype:
                 model.to(dtype)  # what stayed float (norms), after the linears left half precision
