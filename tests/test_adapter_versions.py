@@ -155,9 +155,9 @@ def test_promotion_is_a_hot_swap_under_16_clients_and_rollback_is_one_call(versi
     status = requests.get(url + "/status", timeout=60).json()["adapters"][pair]
     assert status["version"] == "v2"
     assert {v["version"]: v["state"] for v in status["versions"]} == {"v1": "retired", "v2": "current"}
-    from hunyuan_mt.web.ui import _adapters_frame  # the Status tab's table of resident adapters
+    from hunyuan_mt.web.status_view import adapters_frame  # the Status tab's table of resident adapters
 
-    frame = _adapters_frame(versioned.service.status())
+    frame = adapters_frame(versioned.service.status())
     assert frame[frame["adapter"] == pair]["version"].tolist() == ["v2"]
     assert _admin(url, "rollback", pair=pair) == {"ok": True, "action": "rollback", "pair": pair, "from": "v2",
                                                   "to": "v1"}

@@ -181,16 +181,16 @@ def test_a_fresh_service_answers_eagerly_then_switches_to_the_step_built_beside(
 
 
 def test_the_status_tab_says_what_decodes_and_how_far_the_build_is() -> None:
-    from hunyuan_mt.web.ui import _step_line
+    from hunyuan_mt.web.status_view import step_line
 
     building = {"build": {"state": "building", "done": 1, "total": 4, "seconds": 61.0, "parts": [
         {"name": "CPU kernels", "state": "done"}, {"name": "encode_cross (one row)", "state": "building"},
         {"name": "decoder_step", "state": "waiting"}, {"name": "encode_cross", "state": "waiting"}]}}
-    line = _step_line(building)
+    line = step_line(building)
     assert line.startswith("**Decode step:** eager, while the fast one is built")
     assert "1 of 4 parts done, 61 s so far; now: encode_cross (one row); then: decoder_step, encode_cross" in line
     done = {"build": {**building["build"], "state": "done", "done": 4}, "line": "full speed: built 4 of 4 parts in 281 s",
             "compiled_step": True}
-    assert _step_line(done) == "**Decode step:** full speed: built 4 of 4 parts in 281 s"
-    assert _step_line({"compiled_step": True}) == "**Decode step:** compiled for this CPU"
-    assert _step_line({}) == ""
+    assert step_line(done) == "**Decode step:** full speed: built 4 of 4 parts in 281 s"
+    assert step_line({"compiled_step": True}) == "**Decode step:** compiled for this CPU"
+    assert step_line({}) == ""
