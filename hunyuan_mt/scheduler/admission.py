@@ -94,11 +94,11 @@ class Admission:
             bound = self.cfg.fairness_max_skips
             turns: dict[int, tuple[int, int]] = {}
             for background in (False, True):  # turns within a class: a caller's documents do not cost its texts
-                turns.update(turns([p for p in self._queue if p.background == background],
+                turns.update(owner_turns([p for p in self._queue if p.background == background],
                                     [p for p in self._running.values() if p.background == background]))
             order = []
             # Interactive rows first, then background (document) rows; within each, the starved, then the rows
-            # whose adapter needs no load, each group in turn between the rows' owners (`turns`).
+            # whose adapter needs no load, each group in turn between the rows' owners (`owner_turns`).
             for background in (False, True):
                 queue = [p for p in self._queue if p.background == background]
                 starved = sorted((p for p in queue if p.skips >= bound), key=lambda p: p.seq)
@@ -285,7 +285,7 @@ class Admission:
         return all(self._running[t].background for t in prefill.pending if t in self._running)
 
 
-def turns(queue: Iterable[Pending], running: Iterable[Pending]) -> dict[int, tuple[int, int]]:
+def owner_turns(queue: Iterable[Pending], running: Iterable[Pending]) -> dict[int, tuple[int, int]]:
     """Each waiting row's turn, as (rows of its owner ahead of it, arrival): the rows of different owners (callers,
     ticket.py) enter in turn, each owner's in arrival order, and an owner's running rows count as taken turns. One
     caller's flood of rows then delays another's next row by about one row per owner, not by the whole flood;

@@ -18,9 +18,10 @@ that finishes is answered at once (Orca's iteration-level scheduling, as in vLLM
   row that would hold a slot from entering until it is in (rows of pinned pairs and of the bare backbone hold
   none, so they still enter), so a cold pair cannot starve;
 - the rows' owners (`Ticket.owner`, the caller): waiting rows of different owners enter in turn, an owner's
-  running rows counting as turns taken (`admission.turns`), and while several owners have interactive rows each has its
-  share of the batch (`max_rows // owners`): an owner under its share takes the place of the newest row of an
-  owner over it (`_share_batch`). One caller's flood then delays another's row by a round, not by the flood.
+  running rows counting as turns taken (`admission.owner_turns`), and while several owners have interactive rows
+  each has its share of the batch (`max_rows // owners`): an owner under its share takes the place of the newest
+  row of an owner over it (`_share_batch`). One caller's flood then delays another's row by a round, not by the
+  flood.
 
 Leases are per row and end when the row does, so an adapter is never evicted or overwritten while a row uses it.
 

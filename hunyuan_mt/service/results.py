@@ -136,7 +136,7 @@ class TextJob:
         return self.layout.render(segments, self.plan.src, self.plan.tgt)
 
 
-def memory_matches(job: TextJob) -> list[dict[str, Any]]:
+def fuzzy_matches(job: TextJob) -> list[dict[str, Any]]:
     """The job's fuzzy memory matches for display, best first: the entry's spans are the segment's own where the
     counts agree (as an exact hit's are), so "Delete ⟦0⟧ files" shows the query's number."""
     out = []

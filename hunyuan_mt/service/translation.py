@@ -46,8 +46,8 @@ from ..text.segment import split_text
 from ..text.streaming import TextStream
 from ..scheduler.ticket import Ticket
 from ..text import masking as _masking
-from .results import (LanguageInfo, TextJob, TranslationResult, alternatives_of, local_spans,
-                      memory_matches)
+from .results import (LanguageInfo, TextJob, TranslationResult, alternatives_of, fuzzy_matches,
+                      local_spans)
 
 
 log = logging.getLogger(__name__)
@@ -341,7 +341,7 @@ class TranslationService:
                 route=job.plan.route, route_kind=job.plan.kind, adapters=job.plan.adapters, timings_ms=timings,
                 alternatives=alternatives_of(job, alternatives), memory_segments=len(job.memory),
                 memory_near_segments=len(job.near),
-                glossary_terms=job.terms, memory_matches=memory_matches(job),
+                glossary_terms=job.terms, memory_matches=fuzzy_matches(job),
                 segments=len(job.current), segment_confidences=job.confidences(), segment_texts=list(job.current),
                 segment_tokens=self._token_pieces(job) if token_logprobs else []))
         if not _warmup:  # the warm-up's requests are nobody's: they stay out of the counts and latencies
