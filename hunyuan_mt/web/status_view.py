@@ -13,6 +13,11 @@ import gradio as gr
 import pandas as pd
 
 
+def count_of(n: int, noun: str) -> str:
+    """"1 segment", "3 segments"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def fmt_bytes(value: Any) -> str:
     if not isinstance(value, (int, float)):
         return "–"
@@ -50,7 +55,7 @@ def overview_markdown(status: dict[str, Any]) -> str:
     p50, p95 = latency.get("p50_ms"), latency.get("p95_ms")
     if isinstance(p50, (int, float)) and isinstance(p95, (int, float)):
         lines.append(f"**Latency:** p50 {p50:.0f} ms · p95 {p95:.0f} ms over "
-                     f"{_count(latency.get('count', 0), 'request')} · "
+                     f"{count_of(latency.get('count', 0), 'request')} · "
                      f"**batches** {engine.get('batches', 0)}, mean {engine.get('mean_batch_rows') or 0} rows")
     else:
         lines.append("**Latency:** no translations yet")
@@ -155,12 +160,12 @@ def plot_caption(frame: pd.DataFrame, field: str, documents: list[float] | None 
         return f"Now {frame[field].iloc[-1]:.0%} of adapter uses found the adapter already loaded."
     docs = ""
     if documents:
-        docs = (f" {_count(len(documents), 'document')} left out of the plot, the longest "
+        docs = (f" {count_of(len(documents), 'document')} left out of the plot, the longest "
                 f"{max(documents) / 1000:,.1f} s.")
     if frame.empty:
         return f"No text requests in the last {minutes} minutes.{docs}"
     count = len(frame)
-    return (f"{_count(count, 'request')} in the last {minutes} minutes; slowest {frame[field].max():,.0f} ms.{docs}")
+    return (f"{count_of(count, 'request')} in the last {minutes} minutes; slowest {frame[field].max():,.0f} ms.{docs}")
 
 
 def is_document(point: list[Any]) -> bool:

@@ -39,7 +39,7 @@ from ..scheduler.ticket import Ticket
 from .auth import AccessPolicy, who
 from .doctranslate import check_document_route, document_runner, job_spec, jobs_store
 from .downloads import OwnedPaths, safe_filename
-from .status_view import adapters_frame, cache_markdown, overview_markdown, plots
+from .status_view import PLOT_WINDOW_S, adapters_frame, cache_markdown, count_of, overview_markdown, plots
 from .metrics import WebMetrics
 
 log = logging.getLogger(__name__)
@@ -615,14 +615,14 @@ def _info_line(result: Any, terms: Any, elapsed: float, review_below: float = 0.
     if result.memory_segments:
         near = f" ({result.memory_near_segments} near-exact: case or closing punctuation differed)" \
             if result.memory_near_segments else ""
-        parts.append(f"**From memory:** {result.memory_segments} of {_count(result.segments, 'segment')}{near}")
+        parts.append(f"**From memory:** {result.memory_segments} of {count_of(result.segments, 'segment')}{near}")
     if result.memory_matches:
         best = result.memory_matches[0]
         parts.append(f"**Memory suggestion ({best['score']:.0%}):** {_markdown_text(best['source'])} → "
                      f"{_markdown_text(best['target'])}")
     if terms is not None:
         # What was enforced in this text, not the size of the list.
-        parts.append(f"**Glossary:** {_count(result.glossary_terms, 'term')} applied, of {len(terms)}")
+        parts.append(f"**Glossary:** {count_of(result.glossary_terms, 'term')} applied, of {len(terms)}")
     return " · ".join(parts)
 
 
@@ -643,7 +643,7 @@ def _report(progress: Callable[..., Any], view: JobView) -> None:
     """A job's state on the page's progress bar: its segments done of all, and the time left."""
     if view.state == "queued":
         ahead = (view.queue_position or 1) - 1
-        waiting = f"Queued behind {_count(ahead, 'document')}" if ahead else "Queued"
+        waiting = f"Queued behind {count_of(ahead, 'document')}" if ahead else "Queued"
         progress(0.0, desc=f"{waiting} · {_time_left(view.seconds_remaining)}")
     else:
         progress((view.done, view.total), desc=f"Translating {view.filename} · {_time_left(view.seconds_remaining)}",
@@ -653,7 +653,7 @@ def _report(progress: Callable[..., Any], view: JobView) -> None:
 def _job_note(view: JobView, again: bool = False) -> str:
     """The note while a job runs: what it is, and that it does not need the page open."""
     source = "detected language" if view.source == AUTO else _english(view.source)
-    name = f"**{_markdown_text(view.filename)}** ({source} → {_english(view.target)}, {_count(view.total, 'segment')})"
+    name = f"**{_markdown_text(view.filename)}** ({source} → {_english(view.target)}, {count_of(view.total, 'segment')})"
     if again:
         return f"{name}, sent from this browser before the page was loaded: its progress is shown again here."
     return (f"{name}: it runs on the server. Reload or close this page and it goes on; open the page again in this "
@@ -663,12 +663,8 @@ def _job_note(view: JobView, again: bool = False) -> str:
 def _ended_note(view: JobView) -> str:
     name = f"**{_markdown_text(view.filename)}**"
     if view.state == "cancelled":
-        return f"Cancelled: {name} was not translated ({view.done} of {_count(view.total, 'segment')} were done)."
+        return f"Cancelled: {name} was not translated ({view.done} of {count_of(view.total, 'segment')} were done)."
     return f"{name} was not translated: {_markdown_text(view.error or 'the job failed.')}"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _glossary_field(elem_id: str) -> gr.Textbox:
