@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hunyuan_mt.scheduler import engine as engine_module
+from hunyuan_mt.scheduler import admission
 from hunyuan_mt.quant import fbgemm as int8_fbgemm
 from hunyuan_mt import kernels
 from hunyuan_mt.service.translation import prebuild
@@ -109,7 +109,7 @@ def test_a_switch_waits_for_the_running_rows_and_a_row_keeps_its_tokens(engine: 
 def test_a_busy_engine_stops_admitting_to_make_the_switch(engine: BatchEngine,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows that keep arriving would keep the batch from ever draining: after UPGRADE_HOLD_S the queue waits."""
-    monkeypatch.setattr(engine_module, "UPGRADE_HOLD_S", 0.0)
+    monkeypatch.setattr(admission, "UPGRADE_HOLD_S", 0.0)
     applied = threading.Event()
     stop = threading.Event()
     running_at_switch: list[int] = []

@@ -90,7 +90,7 @@ def test_a_row_gets_the_same_bits_alone_in_any_batch_and_on_any_thread_count(bit
 
 _PROBE = """
 import json, sys, torch
-from hunyuan_mt import int8_packed
+from hunyuan_mt.quant import packed as int8_packed
 out = {"isa": int8_packed.isa(), "y": []}
 for bits, (rows, inner, n) in json.loads(sys.argv[1]):
     gen = torch.Generator().manual_seed(rows + inner)
