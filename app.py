@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2
 
-    from hunyuan_mt.service import get_service
+    from hunyuan_mt.service.translation import get_service
     from hunyuan_mt.web.connections import raise_open_files_limit
     from hunyuan_mt.web.server import Server, build_app, open_share_tunnel, quiet_page_polling, uvicorn_config
 
@@ -152,8 +152,8 @@ STOP_WAIT_S = 3.0
 
 def exit_when_stuck(wait_s: float, exit: Any = os._exit, threads: Any = threading.enumerate) -> None:
     """Python waits for every non-daemon thread before it exits, and the threads that run requests (anyio's) are
-    such threads: a SIGTERM during a slow parse waited in `threading._shutdown` until the server was killed (issue
-    49). Give them `wait_s` seconds in all, then leave without them (`exit(0)`, after the logs are flushed)."""
+    such threads: a SIGTERM during a slow parse waited in `threading._shutdown` until the server was killed.
+    Give them `wait_s` seconds in all, then leave without them (`exit(0)`, after the logs are flushed)."""
     deadline = time.monotonic() + wait_s
     for thread in threads():
         if thread is threading.current_thread() or thread.daemon:
@@ -172,7 +172,7 @@ def exit_when_stuck(wait_s: float, exit: Any = os._exit, threads: Any = threadin
 def stop(service: Any) -> None:
     """After the server has stopped (Ctrl-C, SIGTERM): stop the engine and the memory monitor, and the language
     detector's helper process, waiting for it so that nothing it holds outlives us."""
-    from hunyuan_mt import detect
+    from hunyuan_mt.text import detect
 
     service.close()
     detect.shutdown()

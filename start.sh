@@ -79,7 +79,7 @@ else
   install runtime requirements.txt
 fi
 # torch's own OpenMP (libgomp) makes every parallel region of the engine's decode thread expensive; Intel's runtime
-# (the intel-openmp wheel in requirements.txt) does not, and only a preload replaces it (hunyuan_mt/cpu.py).
+# (the intel-openmp wheel in requirements.txt) does not, and only a preload replaces it (hunyuan_mt/host/cpu.py).
 IOMP="$PWD/.venv/lib/libiomp5.so"
 if [ -f "$IOMP" ] && [[ ":${LD_PRELOAD:-}:" != *":$IOMP:"* ]]; then
   export LD_PRELOAD="$IOMP${LD_PRELOAD:+:$LD_PRELOAD}" KMP_BLOCKTIME="${KMP_BLOCKTIME:-1}"

@@ -72,7 +72,7 @@ def compare(steps: list[dict[str, Any]], rounds: int, calls: int, against: str) 
     import torch
 
     from hunyuan_mt.decode import compiled
-    from hunyuan_mt.int8_fbgemm import FbgemmBase
+    from hunyuan_mt.quant.fbgemm import FbgemmBase
 
     python_op = torch.ops.hmt.fbgemm_linear
     moved: list[Any] = []

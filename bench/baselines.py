@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from hunyuan_mt import prompts
+from hunyuan_mt.text import prompts
 
 from .workload import Request
 

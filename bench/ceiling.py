@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     from hunyuan_mt.adapters.cache import AdapterCache
     from hunyuan_mt.adapters.registry import AdapterRegistry
     from hunyuan_mt.adapters.request import Pair
-    from hunyuan_mt.backbone import Backbone, PromptRow
+    from hunyuan_mt.runtime.backbone import Backbone, PromptRow
 
     cfg = load_config(args.config, overrides=parse_set_args(args.set))
     cfg.cache.pinned = []

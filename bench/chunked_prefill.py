@@ -64,8 +64,8 @@ class Clock:
 
 def trial(engine: Any, args: argparse.Namespace, seed: int) -> dict[str, float]:
     from hunyuan_mt.adapters.request import Pair
-    from hunyuan_mt.engine import Row
-    from hunyuan_mt.ticket import Ticket
+    from hunyuan_mt.scheduler.engine import Row
+    from hunyuan_mt.scheduler.ticket import Ticket
 
     clock = Clock()
     t0 = time.perf_counter()
@@ -105,7 +105,7 @@ def load(preset: str, folder: Any, threads: int) -> tuple[Any, Any]:
     of `preset` (built in `folder` once), en2es and en2de pinned."""
     from hunyuan_mt.adapters.cache import AdapterCache
     from hunyuan_mt.adapters.registry import AdapterRegistry
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import CacheConfig, ModelConfig
 
     from .hunyuan_cpu import build
@@ -124,7 +124,7 @@ def load(preset: str, folder: Any, threads: int) -> tuple[Any, Any]:
 def make_engine(backbone: Any, cache: Any, chunk: str, new: int) -> Any:
     """The engine as the service makes it, with `engine.prefill_chunk_tokens` = `chunk`."""
     from hunyuan_mt.config import EngineConfig, GenerationConfig, LimitsConfig
-    from hunyuan_mt.engine import BatchEngine
+    from hunyuan_mt.scheduler.engine import BatchEngine
 
     # Random weights: no end token is expected, the guard would cut their repetitions, and the output cap is
     # the row's own.

@@ -1,4 +1,4 @@
-"""How well the confidence ranks translations (issue 47 item 2): Spearman's correlation between each segment's
+"""How well the confidence ranks translations: Spearman's correlation between each segment's
 confidence and its sentence-level chrF against the reference, per direction.
 
     python -m bench.confidence                    # the shipped demo, bench/results/confidence.{json,md}
@@ -11,7 +11,7 @@ are used too when the extraction is there. The service
 translates them with the translation memory off (the model answers every row) in `translate_batch` calls of 64,
 as the REST API does. A row's confidence is `TranslationResult.confidence` (its least confident sentence's
 geometric-mean token probability); its quality is sacrebleu's sentence chrF. Spearman's ρ is Pearson's on pandas' ranks
-(ties averaged). Issue 47's target: ρ ≥ 0.35 in each of the 8 directions.
+(ties averaged). The target: ρ ≥ 0.35 in each of the 8 directions.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ TARGET = 0.35
 
 
 def heldout_ui(build: Path, direction: str) -> list[tuple[str, str]]:
-    from hunyuan_mt.tm import read_rows
+    from hunyuan_mt.store.tm import read_rows
 
     src, tgt = direction.split("2")
     path = build / "adapters" / direction / "heldout.tsv"

@@ -1,4 +1,4 @@
-"""Corrections that become an adapter (issue 48): a team's corrections in a domain the demo never saw, posted to a
+"""Corrections that become an adapter: a team's corrections in a domain the demo never saw, posted to a
 store, then `python -m hunyuan_mt train-adapter --from-corrections en2es` timed end to end, with its shadow scores.
 
 The domain: Wagtail's CMS editor interface (its Spanish catalogue, from the wagtail wheel on PyPI), less every
@@ -52,8 +52,8 @@ def domain_pairs(lang: str) -> list[tuple[str, str]]:
 def unseen(pairs: list[tuple[str, str]], pair: str) -> list[tuple[str, str]]:
     """The pairs whose source the demo's training data did not have, usable as corrections (the same
     placeholders on both sides), 3 to 150 characters."""
-    from hunyuan_mt.masking import protect, protect_pair
-    from hunyuan_mt.tm import memory_key, tsv_rows
+    from hunyuan_mt.text.masking import protect, protect_pair
+    from hunyuan_mt.store.tm import memory_key, tsv_rows
 
     trained = {memory_key(source) for source, _ in tsv_rows(ROOT / "models" / "demo" / "memory" / f"{pair}.tsv.gz")}
     return [(s, t) for s, t in pairs if 3 <= len(s) <= 150 and protect_pair(s, t) is not None
@@ -79,7 +79,7 @@ def main() -> None:
     settings = ["--set", f"cache.adapters_dir={adapters}", "--set", "model.warmup=false"]
 
     from hunyuan_mt.config import load_config
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     os.environ["HMT_DATA"] = env["HMT_DATA"]
     cfg = load_config(None, {"cache.adapters_dir": str(adapters), "model.warmup": False,

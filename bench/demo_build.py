@@ -5,7 +5,7 @@
 Each build is a folder with `models/demo/` and `adapters/`. Both are served by the same TranslationService code
 (translation memory off, so the model answers), one segment per request, over held-out UI strings of the four
 en→X directions; every run alternates the builds, and the table gives medians over runs and the new/old ratio. The
-target this answers (issue 12): the new build's CPU latency for a short segment stays within 1.5× the old one's.
+target: the new build's CPU latency for a short segment stays within 1.5× the old one's.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ DIRECTIONS = ("en2es", "en2de", "en2fr", "en2zh")
 
 def _service(build: Path, extra: dict[str, Any] | None = None) -> Any:
     """A service on the demo build in `build` (models/demo, adapters/), memory off; `extra` settings on top."""
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     overrides = {"model.path": str(build / "models" / "demo"), "cache.adapters_dir": str(build / "adapters"),
                  "tm.enabled": False, "memory.enabled": False, **(extra or {})}

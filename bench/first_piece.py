@@ -96,7 +96,7 @@ def one_stream(service: Any, timeline: Timeline, text: str) -> dict[str, float]:
 
 
 def instrument(service: Any) -> Timeline:
-    from hunyuan_mt import engine as engine_module
+    from hunyuan_mt.scheduler import engine as engine_module
     from hunyuan_mt.decode import batch as batch_module
 
     timeline = Timeline()
@@ -109,7 +109,7 @@ def instrument(service: Any) -> Timeline:
 
 
 def _policies() -> dict[str, Callable[..., bool]]:
-    from hunyuan_mt import heap
+    from hunyuan_mt.host import heap
 
     def always(slack: int = 0) -> bool:
         heap.trim()
@@ -122,14 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.first_piece", description=__doc__.split("\n")[0])
     parser.add_argument("--streams", type=int, default=40)
     parser.add_argument("--compare-trim", action="store_true")
-    from hunyuan_mt.cli import add_config_arguments
+    from hunyuan_mt.config import add_config_arguments
 
     add_config_arguments(parser)
     args = parser.parse_args(argv)
 
-    from hunyuan_mt import engine as engine_module
+    from hunyuan_mt.scheduler import engine as engine_module
     from hunyuan_mt.config import load_config, parse_set_args
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     from .hunyuan_cpu import cpu_line
 

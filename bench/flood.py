@@ -7,7 +7,7 @@ compete with it for the interpreter lock, and a test would time that instead of 
     python -m bench.flood '<spec as JSON>'      # runs until its stdin closes (or `seconds`), then prints results
 
 The spec: url, path, method ("POST"), address (the client's, 127.0.0.x), workers, pace_s (at most one attempt a
-worker every pace_s: the issue's flood was 1,000 calls in 24 s), seconds, and the request: json, or files
+worker every pace_s: the flood this reproduces was 1,000 calls in 24 s), seconds, and the request: json, or files
 ({field: [name, text or "@path", content type]} with `repeat` times the text; `unique`: each attempt's file a
 different one), data, headers, params. The results, one JSON
 line: the status codes in order, and the last refusals (status, Retry-After, body).

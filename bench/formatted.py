@@ -52,7 +52,7 @@ def _words(text: str, zh: bool) -> list[tuple[int, int]]:
 
 
 def _usable(source: str, zh: bool) -> bool:
-    from hunyuan_mt.masking import protect
+    from hunyuan_mt.text.masking import protect
 
     if any(ch in source for ch in "<>&⟦⟧\t") or protect(source).spans:
         return False
@@ -63,7 +63,7 @@ def _usable(source: str, zh: bool) -> bool:
 
 def build_set(root: Path = PROJECT_ROOT) -> list[tuple[str, str, str]]:
     """(direction, formatted source, reference) rows, the same every time for the same held-out files."""
-    from hunyuan_mt.tm import read_rows
+    from hunyuan_mt.store.tm import read_rows
 
     rng = random.Random(SEED)
     rows: list[tuple[str, str, str]] = []
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(rows)} rows → {SET}")
         return 0
     from hunyuan_mt.config import load_config
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     from .hunyuan_cpu import cpu_line
 

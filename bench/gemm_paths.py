@@ -1,4 +1,4 @@
-"""torch's three float32 CPU GEMM paths at the shapes of the demo's decode step (issue 19's float32 row).
+"""torch's three float32 CPU GEMM paths at the shapes of the demo's decode step (the float32 row of BENCHMARKS.md's step table).
 
     python -m bench.gemm_paths                    # 2 threads, bench/results/gemm_paths.{json,md}
 

@@ -1,4 +1,4 @@
-"""Does a glossary help where it applies? chrF against human references with and without it (issue 24).
+"""Does a glossary help where it applies? chrF against human references with and without it.
 
     python -m bench.glossary_quality --data data        # the held-out sets of `build-demo` (data/demo)
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hunyuan_mt.config import PROJECT_ROOT, load_config
-from hunyuan_mt.glossary import Glossary
+from hunyuan_mt.text.glossary import Glossary
 
 from .report import write_results
 
@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from dataclasses import replace
 
-    from hunyuan_mt.glossary import parse_terms
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.text.glossary import parse_terms
+    from hunyuan_mt.service.translation import TranslationService
 
     service = TranslationService(load_config(None, {"model.warmup": False, "memory.enabled": False,
                                                     "tm.enabled": False}))

@@ -4,7 +4,7 @@ What it does (a few minutes on one H200; it stops starting sections after `--bud
   1. builds a HunYuanDenseV1ForCausalLM with Hunyuan-MT-7B's published shapes and random bf16 weights, plus a
      small tokenizer with a chat template, saved as safetensors into a temporary folder (deleted at the end);
   2. writes 38 PEFT LoRA adapters (r=16 on q/k/v/o, ~26 MiB each), one per direction zh<->X;
-  3. loads the backbone the way the server does (`hunyuan_mt.backbone.Backbone`, bf16, SDPA);
+  3. loads the backbone the way the server does (`hunyuan_mt.runtime.backbone.Backbone`, bf16, SDPA);
   4. the baseline, PEFT on the plain model: 32 rows over 8 pairs, serial `set_adapter` per pair and one
      `generate(adapter_names=...)` (then PEFT's layers are taken out again);
   5. the server's adapter cache (5 pinned + 3 slots): GPU memory, slot copies (disk, RAM tier, the copy alone);
@@ -308,7 +308,7 @@ class Check:
     def rows(self, n: int | None = None, pairs: list[str] | None = None, max_new: int | None = None) -> list[Any]:
         """`n` engine rows over `pairs`, each a different sentence, each generating exactly `max_new` tokens."""
         from hunyuan_mt.adapters.request import Pair
-        from hunyuan_mt.engine import Row
+        from hunyuan_mt.scheduler.engine import Row
 
         n = self.s.rows if n is None else n
         pairs = pairs or BATCH_PAIRS
@@ -338,7 +338,7 @@ class Check:
 
     def make_engine(self, backbone: Any, cache: Any) -> Any:
         from hunyuan_mt.config import EngineConfig, GenerationConfig, LimitsConfig
-        from hunyuan_mt.engine import BatchEngine
+        from hunyuan_mt.scheduler.engine import BatchEngine
 
         prompt = max(backbone.encode(backbone_row).tokens for backbone_row in
                      (BatchEngine._prompt_row(r) for r in self.rows()))
@@ -352,7 +352,7 @@ class Check:
     def load(self) -> dict[str, Any]:
         import torch
 
-        from hunyuan_mt.backbone import Backbone
+        from hunyuan_mt.runtime.backbone import Backbone
 
         dropped = False if self.s.tiny else _drop_page_cache()
         _free(self.s.device)
@@ -378,7 +378,7 @@ class Check:
         import torch
         from peft import PeftModel
 
-        from hunyuan_mt.engine import BatchEngine
+        from hunyuan_mt.scheduler.engine import BatchEngine
 
         bb = self.backbone
         peft = PeftModel.from_pretrained(bb.model, self.adapters_dir / BATCH_PAIRS[0], adapter_name=BATCH_PAIRS[0])
@@ -524,7 +524,7 @@ class Check:
         from hunyuan_mt.config import GenerationConfig
         from hunyuan_mt.decode import Sequence
         from hunyuan_mt.decode.static import StaticCausalBatch
-        from hunyuan_mt.engine import BatchEngine
+        from hunyuan_mt.scheduler.engine import BatchEngine
 
         bb = self.backbone
         rows = self.rows()
@@ -602,7 +602,7 @@ class Check:
 
     def exactness_fp32(self) -> dict[str, Any]:
         """A second backbone in fp32: the 32 mixed rows against each row alone, token for token."""
-        from hunyuan_mt.backbone import Backbone
+        from hunyuan_mt.runtime.backbone import Backbone
 
         if self.engine is not None:
             self.engine.close()
@@ -633,7 +633,7 @@ class Check:
                     "nf4_estimate_gib": nf4_estimate_gib(self.s)}
         if not self.s.device.startswith("cuda"):
             return {"status": "skipped", "reason": "NF4 needs CUDA", "nf4_estimate_gib": nf4_estimate_gib(self.s)}
-        from hunyuan_mt.backbone import Backbone
+        from hunyuan_mt.runtime.backbone import Backbone
 
         # Free the bf16 copy first: both at once would only measure their sum.
         if self.engine is not None:

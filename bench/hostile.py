@@ -1,11 +1,11 @@
-"""Issue 49's list 1 against a running server: each hostile upload at the size the issue gives and at 10×, with
+"""Hostile uploads against a running server: each at the size below and at 10×, with
 another client's short request beside it, the CPU the server spends after its answer, and SIGTERM during each.
 
     python -m bench.hostile                       # every attack, 1× and 10×, 3 rounds; SIGTERM runs at 10×
     python -m bench.hostile --rounds 1 --no-sigterm
 
 Everything runs twice: documents read in helper processes (the default) and in the server's own process
-(`limits.parse_workers=0`, as before issue 49's deadline): the baseline of the same invocation. For each, one
+(`limits.parse_workers=0`, no parse deadline): the baseline of the same invocation. For each, one
 `python app.py` on 127.0.0.1 (demo model, its own TMPDIR) serves the size runs. For each upload to
 /translate_file, a second client sends `POST /translate` ("Open the file." en→es) in a loop until the answer
 comes; reported are the upload's answer (status, seconds, the error's first words), the slowest of the other
@@ -13,7 +13,7 @@ client's requests meanwhile, and the CPU seconds the server and its helper proce
 answer (a parse still burning for nobody shows as ~1 CPU-second a second). A slow but legitimate parse (a flat 9.5 MB HTML page: ~6 s
 of HTMLParser, then refused for its segment count) is measured the same way. Then, for each attack at 10× and for
 the slow parse, a fresh server gets the upload and, 0.5 s after it is sent, SIGTERM: reported are the seconds to exit and the exit code.
-Targets (issue 49): answered ≤ 5 s, the other client ≤ 1 s, no CPU burning after; SIGTERM exits ≤ 5 s with 0.
+Targets: answered ≤ 5 s, the other client ≤ 1 s, no CPU burning after; SIGTERM exits ≤ 5 s with 0.
 Results: bench/results/hostile.{json,md}.
 """
 
@@ -37,13 +37,13 @@ SHORT = {"q": "Open the file.", "source": "en", "target": "es"}
 
 
 def html_deep(scale: int) -> tuple[str, bytes]:
-    """Issue 49: "HTML nested 20k deep (260 KB)"."""
+    """HTML nested 20k deep (260 KB)."""
     depth = 20_000 * scale
     return "deep.html", f"<html><body>{'<div>' * depth}<p>Open the file.</p>{'</div>' * depth}</body></html>".encode()
 
 
 def yaml_bomb(scale: int) -> tuple[str, bytes]:
-    """Issue 49: "a YAML alias bomb (393 bytes)": each list aliases the one before ten times; 10× the bytes is
+    """A YAML alias bomb (393 bytes): each list aliases the one before ten times; 10× the bytes is
     ten times the levels (10^9 paths at 1×, 10^86 at 10×)."""
     lines = ['a: &a ["Open the file", "Save it"]']
     previous = "a"
@@ -61,13 +61,13 @@ def _xliff(source: str) -> bytes:
 
 
 def xliff_attributes(scale: int) -> tuple[str, bytes]:
-    """Issue 49: "an XLIFF element with 40k attributes (430 KB)"."""
+    """An XLIFF element with 40k attributes (430 KB)."""
     attrs = " ".join(f'a{i}="v"' for i in range(40_000 * scale))
     return "attrs.xlf", _xliff(f'Open <g id="1" {attrs}>the</g> file.')
 
 
 def xliff_codes(scale: int) -> tuple[str, bytes]:
-    """Issue 49: "an XLIFF with 20k inline codes (260 KB)"."""
+    """An XLIFF with 20k inline codes (260 KB)."""
     return "codes.xlf", _xliff("Open the file." + "".join(f'<x id="{i}"/>' for i in range(20_000 * scale)))
 
 

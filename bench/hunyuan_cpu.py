@@ -41,7 +41,7 @@ WORK = PROJECT_ROOT / "bench" / "results" / "tmp" / "hunyuan_cpu"
 _ROPE = {"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0}
 #: Shapes. "hy-mt1.5-1.8b": HY-MT1.5-1.8B as its weights print (hidden 2048, 32 layers, FFN 6144, 16 query and 4
 #: key/value heads of 128, vocabulary 120818, tied embeddings, QK-norm, RoPE base 10000 with NTK alpha 1000, RMSNorm
-#: eps 1e-5; docs/HUNYUAN_CPU.md cites where each comes from); "mid": the mid-size model issue 46 names (hidden
+#: eps 1e-5; docs/HUNYUAN_CPU.md cites where each comes from); "mid": a mid-size model (hidden
 #: 512, 8 layers, GQA 8/2).
 PRESETS: dict[str, dict[str, Any]] = {
     "hy-mt1.5-1.8b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=32, num_attention_heads=16,
@@ -133,11 +133,11 @@ def rss_mb() -> float:
 def run_ours(model_dir: Path, adapters: Path, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from hunyuan_mt import heap
+    from hunyuan_mt.host import heap
     from hunyuan_mt.adapters.cache import AdapterCache
     from hunyuan_mt.adapters.registry import AdapterRegistry
     from hunyuan_mt.adapters.request import Pair
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import CacheConfig, GenerationConfig, ModelConfig
     from hunyuan_mt.decode import Sequence, TokenPicker
 
@@ -198,7 +198,7 @@ def run_ours(model_dir: Path, adapters: Path, args: argparse.Namespace) -> dict[
 def _int8_bytes(model: Any) -> int:
     """Bytes of the model's int8 weights as one copy: each int8 linear's weight (one byte a weight; fbgemm keeps
     its packed copy outside torch's tensors, so shapes count, not buffers) and its scales."""
-    from hunyuan_mt.int8_layer import Int8Layer
+    from hunyuan_mt.quant.layer import Int8Layer
 
     return sum(m.in_features * m.out_features + 4 * m.out_features for m in model.modules()
                if isinstance(m, Int8Layer))
@@ -207,7 +207,7 @@ def _int8_bytes(model: Any) -> int:
 def _weight_bytes(model: Any) -> int:
     """Bytes of the model's quantized linear weights as they are held: `_int8_bytes` for 8-bit layers; a 4-bit
     layer's half byte a weight and its scale per column and group (a fused part counts its own columns)."""
-    from hunyuan_mt.int8_layer import Int8Layer, Int8Part
+    from hunyuan_mt.quant.layer import Int8Layer, Int8Part
 
     total = 0
     for m in model.modules():

@@ -1,4 +1,4 @@
-"""Why formatted words stay in the source language (issue 47 item 1): one word between two markup sentinels, glued to
+"""Why formatted words stay in the source language: one word between two markup sentinels, glued to
 them as the document readers write it (`Click ⟦0⟧here⟦1⟧ to continue.`) or with a space on each side.
 
     python -m bench.inline_markup            # the embedded demo model, en → es, de, fr
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None, help="profile (default: the demo)")
     args = parser.parse_args(argv)
     from hunyuan_mt.config import load_config
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     service = TranslationService(load_config(args.config, {"model.warmup": False, "memory.enabled": False,
                                                            "tm.enabled": False}, env={}))

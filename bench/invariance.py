@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from hunyuan_mt.config import load_config
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     overrides: dict[str, Any] = {"tm.enabled": False, "memory.enabled": False, "model.warmup": True}
     overrides.update(dict(item.split("=", 1) for item in args.set))

@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx
 
-from hunyuan_mt.engine import INTERACTIVE_WINDOW_S
+from hunyuan_mt.scheduler.admission import INTERACTIVE_WINDOW_S
 
 from .report import write_results
 from .soak import Server, free_port

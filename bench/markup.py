@@ -91,7 +91,7 @@ def markers(text: str) -> dict[str, int]:
 
 
 def readme_run(guarded: bool) -> dict[str, Any]:
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     overrides: dict[str, Any] = {"model.warmup": False, "memory.enabled": False}
     if not guarded:
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     cfg = load_config(None, {"model.warmup": False, "memory.enabled": False}, env={})
     service = TranslationService(cfg)

@@ -18,7 +18,7 @@ class Ours(Variant):
         self.service: Any = None
 
     def start(self) -> None:
-        from hunyuan_mt.service import TranslationService
+        from hunyuan_mt.service.translation import TranslationService
 
         self.service = TranslationService(self.cfg)
         self.service.wait_full_speed()

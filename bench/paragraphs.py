@@ -8,7 +8,7 @@ with their published translations as references). Each build is a folder with `m
 served by the same TranslationService code with the translation memory off, so the model answers; each direction's
 paragraphs go in `translate_batch` calls of `limits.max_batch_items` (64), through the service's sentence
 splitting, masking and loop guard.
-Issue 20's targets: en→{es,de,fr} chrF at least 15 above copying the source, en→zh 8 above, es→en and zh→en 50,
+Targets: en→{es,de,fr} chrF at least 15 above copying the source, en→zh 8 above, es→en and zh→en 50,
 no repeated phrase.
 """
 

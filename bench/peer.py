@@ -75,7 +75,7 @@ def sentences(quick: bool = False) -> dict[str, Any]:
 
         from hunyuan_mt.demo import sources
         from hunyuan_mt.demo.corpus import build_corpus, clean, load_corpus
-        from hunyuan_mt.masking import protect
+        from hunyuan_mt.text.masking import protect
 
         system = list(sources.gettext_catalogues())
         if held:
@@ -210,7 +210,7 @@ def run_ct2(args: argparse.Namespace) -> dict[str, Any]:
 def _service(quantization: str | None, extra: dict[str, Any] | None = None) -> Any:
     """The shipped profile, warmed up, translation memory and memory monitor off; `extra`: more overrides."""
     from hunyuan_mt.config import load_config
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     overrides: dict[str, Any] = {"tm.enabled": False, "memory.enabled": False, "limits.max_batch_items": 1000,
                                  "model.warmup": True, **(extra or {})}
@@ -336,9 +336,9 @@ def _spawn(kind: str, extra: list[str], args: argparse.Namespace, tag: str) -> d
     out = WORK / f"{tag}.json"
     cmd = [sys.executable, "-m", "bench.peer", "--worker", kind, "--out", str(out), "--threads", str(args.threads),
            "--repeat", str(args.passes)] + extra + (["--quick"] if args.quick else [])
-    from hunyuan_mt.cpu import with_intel_openmp
+    from hunyuan_mt.host.cpu import with_intel_openmp
 
-    # Ours as ./start.sh runs it (Intel's OpenMP preloaded where installed, hunyuan_mt/cpu.py); CTranslate2
+    # Ours as ./start.sh runs it (Intel's OpenMP preloaded where installed, hunyuan_mt/host/cpu.py); CTranslate2
     # links its own OpenMP, so the preload is only ours.
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(PROJECT_ROOT))
     env = with_intel_openmp(env) if kind == "ours" else {k: v for k, v in env.items() if k != "LD_PRELOAD"}
@@ -430,8 +430,8 @@ def _as_shipped(threads: int) -> tuple[Any, str]:
     "none"), decided as the backbone decides it (`backbone.resolve_quantization`), on the benchmark's threads."""
     import torch
 
-    from hunyuan_mt import int8
-    from hunyuan_mt.backbone import resolve_quantization
+    from hunyuan_mt.quant import int8
+    from hunyuan_mt.runtime.backbone import resolve_quantization
     from hunyuan_mt.config import ModelConfig
 
     torch.set_num_threads(threads)

@@ -3,7 +3,7 @@
     python -m bench.protected            # the corpus of tests/data/protected_items.tsv, every reachable direction
 
 Three ways, on the embedded demo model, through the real service (masking, memory, engine):
-- `before`: the masking before issue 24 (placeholders, tags, URLs, e-mails, numbers, code);
+- `before`: the masking without ADDED's patterns (placeholders, tags, URLs, e-mails, numbers, code);
 - `restore`: the same masking, then each item the output lacks put back (at the start when it led the source,
   else before the final punctuation), the way masking.restore puts back a dropped sentinel;
 - `protect`: the items are spans too (masking.py now).
@@ -21,13 +21,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hunyuan_mt import masking
+from hunyuan_mt.text import masking
 from hunyuan_mt.config import PROJECT_ROOT, load_config
 
 from .report import write_results
 
 CORPUS = PROJECT_ROOT / "tests" / "data" / "protected_items.tsv"
-#: What issue 24 added to masking._PATTERNS; `before` masks without them.
+#: Patterns added to masking._PATTERNS after the first version; `before` masks without them.
 ADDED = (masking._KEYS, masking._PRICE, masking._PATH, masking._ISO_DATE, masking._OPAQUE, masking._SYMBOLS)
 
 
@@ -102,7 +102,7 @@ def run(service: Any, rows: list[tuple[str, str, list[str]]], way: str) -> dict[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.protected", description=__doc__.split("\n")[0])
     parser.parse_args(argv)
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     cfg = load_config(None, {"model.warmup": False, "memory.enabled": False})
     service = TranslationService(cfg)

@@ -34,7 +34,7 @@ KINDS = ("fbgemm", "qgemm 8-bit", "qgemm 4-bit")
 
 
 def _build(kind: str, inner: int, out: int, gen: torch.Generator) -> Any:
-    from hunyuan_mt import int8_fbgemm, int8_packed
+    from hunyuan_mt.quant import fbgemm as int8_fbgemm, packed as int8_packed
 
     w = torch.randn(out, inner, generator=gen) * 0.02
     if kind == "fbgemm":
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.isa != "native":
         os.environ["HMT_QGEMM_ISA"] = args.isa  # read once, when the kernel first runs
     torch.set_num_threads(args.threads)
-    from hunyuan_mt import int8_packed
+    from hunyuan_mt.quant import packed as int8_packed
 
     if not int8_packed.available():
         sys.exit("the qgemm kernel could not be built here")

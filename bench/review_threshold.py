@@ -41,7 +41,7 @@ def score_rows(service: Any, direction: str, pairs: list[tuple[str, str]]) -> li
     """Each row's confidence, sentence chrF and whether it came back as its source."""
     import sacrebleu
 
-    from hunyuan_mt.review import words
+    from hunyuan_mt.text.review import words
 
     src, tgt = direction.split("2")
     step = service.cfg.limits.max_batch_items
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.config:
         from hunyuan_mt.config import load_config
-        from hunyuan_mt.service import TranslationService
+        from hunyuan_mt.service.translation import TranslationService
 
         service = TranslationService(load_config(args.config, {"model.warmup": False, "memory.enabled": False,
                                                                "tm.enabled": False}, env={}))

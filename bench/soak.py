@@ -9,7 +9,7 @@ auto-detected sources, batches, /detect, /languages, small document uploads (tra
 the document character limit: refused with 413 after python-multipart spooled them to a temp file) and bad
 requests (400). A sampler records the server's RSS, its temp files and the cache's leases.
 
-Pass criteria (issue 6 §5): RSS at the end grows < 5% over RSS at the end of warm-up; no lease is held once the
+Pass criteria: RSS at the end grows < 5% over RSS at the end of warm-up; no lease is held once the
 load stops; no temp file is left behind that was not there at the end of warm-up; no 5xx and no lost request.
 Results: bench/results/soak.json and soak.md.
 """
@@ -35,7 +35,7 @@ import httpx
 import psutil
 
 from hunyuan_mt.config import PROJECT_ROOT
-from hunyuan_mt.cpu import with_intel_openmp
+from hunyuan_mt.host.cpu import with_intel_openmp
 
 from .loadgen import percentile
 from .workload import TEXTS
@@ -64,7 +64,7 @@ class Server:
             cmd += ["--set", item]
         env = dict(os.environ, TMPDIR=str(tmpdir), GRADIO_TEMP_DIR=str(tmpdir / "gradio"), HF_HUB_OFFLINE="1",
                    TRANSFORMERS_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
-        # As ./start.sh starts it: Intel's OpenMP preloaded (hunyuan_mt/cpu.py), whatever the caller's shell. From a
+        # As ./start.sh starts it: Intel's OpenMP preloaded (hunyuan_mt/host/cpu.py), whatever the caller's shell. From a
         # shell without the preload the server ran on torch's libgomp, where model.cpu_threads resolves to one
         # thread: not what a user runs.
         env = with_intel_openmp(env)

@@ -52,7 +52,7 @@ def _worker(args: argparse.Namespace) -> dict[str, Any]:
     from hunyuan_mt.adapters.cache import AdapterCache
     from hunyuan_mt.adapters.registry import AdapterRegistry
     from hunyuan_mt.adapters.request import Pair
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import CacheConfig, GenerationConfig, ModelConfig
     from hunyuan_mt.decode import Sequence, TokenPicker
     from hunyuan_mt.decode import dense
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                args.quantization, "--kernel", kernel, "--rows", ",".join(map(str, args.rows)), "--prompt",
                str(args.prompt), "--steps", str(args.steps), "--profile", str(args.profile), "--threads",
                str(args.threads)]
-        from hunyuan_mt.cpu import with_intel_openmp
+        from hunyuan_mt.host.cpu import with_intel_openmp
 
         env = with_intel_openmp(dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
         done = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)

@@ -1,4 +1,4 @@
-"""Formatted words in documents (issue 47 item 1): held-out tagged segments of the demo's extraction
+"""Formatted words in documents: held-out tagged segments of the demo's extraction
 (`data/demo/tag_test`, blocks of the manuals' held-out pages with their inline markup) written as real HTML and
 .docx files, translated through the service's document path, and read back.
 
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hunyuan_mt.masking import WORD
+from hunyuan_mt.text.masking import WORD
 
 from .demo_build import _service
 from .report import write_results

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=PROJECT_ROOT / "data" / "demo",
                         help="the extracted corpus (its frequent/ folder)")
     args = parser.parse_args(argv)
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     frequent = {p.stem: [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
                 for p in sorted((args.data / "frequent").glob("*.jsonl"))}

@@ -15,7 +15,7 @@ import statistics
 import time
 
 from hunyuan_mt.config import PROJECT_ROOT
-from hunyuan_mt.tm import TranslationMemory
+from hunyuan_mt.store.tm import TranslationMemory
 
 from .report import write_results
 

@@ -39,7 +39,7 @@ def peak_rss_mb() -> float:
 
 def trimmed_rss_mb() -> float:
     """RSS after freeing what Python and glibc hold on to, so "resident" compares like with like."""
-    from hunyuan_mt import heap
+    from hunyuan_mt.host import heap
 
     heap.collect_and_trim()
     return rss_mb()
@@ -137,7 +137,7 @@ def run_load(spec: dict[str, Any]) -> dict[str, Any]:
 
 def wait_for_detector_warmup() -> float:
     """Wait until the service's language detector (a helper process, started with the service) has loaded."""
-    from hunyuan_mt import detect
+    from hunyuan_mt.text import detect
 
     t0 = time.perf_counter()
     if detect._detector is not None:
@@ -182,7 +182,7 @@ def run_cold(spec: dict[str, Any]) -> dict[str, Any]:
     for arch in hf_config.architectures or []:
         getattr(transformers, arch, None)
     if spec["kind"] == "cold_ours":
-        from hunyuan_mt.service import TranslationService
+        from hunyuan_mt.service.translation import TranslationService
     from .baselines import PlainModel
 
     imports_s = time.perf_counter() - t_imp

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import asdict, dataclass
 
-from hunyuan_mt.languages import LANGUAGES
+from hunyuan_mt.text.languages import LANGUAGES
 
 #: Short single-sentence inputs: one row each, so the engine's sentence splitter does not give ours more rows
 #: (or fewer) than the baselines. No digits or URLs, which the masking layer would treat specially.

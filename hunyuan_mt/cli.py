@@ -19,13 +19,13 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from .config import Config, load_config, parse_set_args
+from .config import add_config_arguments, config_from
 from .errors import ConfigError, InvalidInput, TranslationError
 
 #: command → (module with `register(subparsers)`, one-line help shown before the module is imported)
 PLUGINS: dict[str, tuple[str, str]] = {
     "build-demo": ("hunyuan_mt.demo.build", "rebuild the embedded demo model from scratch"),
-    "train-adapter": ("hunyuan_mt.train", "train a LoRA adapter for one language pair from TSV/JSONL"),
+    "train-adapter": ("hunyuan_mt.training.command", "train a LoRA adapter for one language pair from TSV/JSONL"),
     "bench": ("hunyuan_mt.bench", "benchmark against the baselines; results in bench/results/"),
     "serve-ray": ("hunyuan_mt.serve_ray", "serve on Ray Serve, replicas multiplexed by language pair"),
 }
@@ -35,26 +35,8 @@ EXIT_USAGE = 2
 EXIT_FAILURE = 1
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--config` and `--set`; plugins may reuse this for the same flags."""
-    parser.add_argument("--config", default=os.environ.get("HMT_CONFIG"),
-                        help="profile name in configs/ (e.g. hunyuan-mt-7b) or a YAML path; default: default.yaml")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a setting, e.g. --set cache.slots=4 (repeatable)")
-    # Also accepted after the command; SUPPRESS keeps the top-level value when it is not given here.
-    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                        help="log progress and the route to stderr")
-
-
-def config_from(args: argparse.Namespace) -> Config:
-    overrides = parse_set_args(args.set)
-    # A one-shot command gains nothing from warming up (a throw-away generation, the detector's models).
-    overrides.setdefault("model.warmup", False)
-    return load_config(args.config, overrides)
-
-
 def _service(args: argparse.Namespace):
-    from .service import get_service
+    from .service.translation import get_service
 
     return get_service(config_from(args))
 
@@ -71,7 +53,7 @@ def _read_input(args: argparse.Namespace) -> str:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    from .languages import normalize_code
+    from .text.languages import normalize_code
 
     # Check the codes before loading a model: a typo should fail in milliseconds.
     if args.src.strip().lower() != "auto":
@@ -97,7 +79,7 @@ def _glossary(args: argparse.Namespace, service: Any) -> Any:
     """--glossary: a file of terms ('source = target' or 'source<TAB>target' per line), or a stored glossary's id."""
     if not args.glossary:
         return None
-    from .glossary import GlossaryStore, parse_terms
+    from .text.glossary import GlossaryStore, parse_terms
 
     path = Path(args.glossary)
     if path.is_file():
@@ -144,7 +126,7 @@ def cmd_tm(args: argparse.Namespace) -> int:
     from .adapters.request import Pair
     from .config import load_config, parse_set_args
     from .store import Provenance, Store
-    from .tm import open_memory, read_rows, tmx_bytes
+    from .store.tm import open_memory, read_rows, tmx_bytes
 
     cfg = load_config(args.config, parse_set_args(args.set))
     pair = Pair.parse(args.pair)
@@ -216,8 +198,8 @@ def cmd_adapters(args: argparse.Namespace) -> int:
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
-    from .detect import detect
-    from .languages import LANGUAGES, normalize_code
+    from .text.detect import detect
+    from .text.languages import LANGUAGES, normalize_code
 
     text = _read_input(args)
     among = [normalize_code(c) for c in args.among.split(",")] if args.among else None

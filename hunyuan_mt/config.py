@@ -9,6 +9,7 @@ Every value is checked against the field's type and the section's `__post_init__
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import re
@@ -20,7 +21,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from . import prompts
+from .text import prompts
 from .errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -51,9 +52,9 @@ class ModelConfig:
     dtype: str = "auto"
     #: "auto" → cuda:0 when available, else cpu.
     device: str = "auto"
-    #: "none"; "int8": int8 weights with per-row scales on the CPU (activations per token; hunyuan_mt/int8.py,
-    #: int8_fbgemm.py; LoRA on top); "int4": 4-bit weights on the CPU, a scale per 128 inputs, through our qgemm
-    #: kernel (int8_packed.py: half int8's bytes, so a large model decodes faster; rounded without calibration);
+    #: "none"; "int8": int8 weights with per-row scales on the CPU (activations per token; hunyuan_mt/quant/int8.py,
+    #: quant/fbgemm.py; LoRA on top); "int4": 4-bit weights on the CPU, a scale per 128 inputs, through our qgemm
+    #: kernel (quant/packed.py: half int8's bytes, so a large model decodes faster; rounded without calibration);
     #: "auto": int8 where this CPU runs an int8 GEMM faster than float32 (timed at load), else none; "8bit" or
     #: "4bit": bitsandbytes on CUDA.
     quantization: str = "none"
@@ -75,7 +76,7 @@ class ModelConfig:
     warmup: bool = True
     #: torch's intra-op threads when the model runs on the CPU. 0: every core when Intel's OpenMP runtime is loaded
     #: (./start.sh preloads it), else one less than the cores, since torch's own libgomp makes a second thread
-    #: cost more than it gives in the engine's thread (hunyuan_mt/cpu.py, BENCHMARKS.md).
+    #: cost more than it gives in the engine's thread (hunyuan_mt/host/cpu.py, BENCHMARKS.md).
     cpu_threads: int = 0
     #: Compile the decode step and encoder ahead of time (decode/compiled.py, decode/aot.py; CPU, lean steps, int8
     #: or float32 weights). "auto": when the service warms up, in the background (prebuild.py: the eager step serves
@@ -749,3 +750,22 @@ def parse_set_args(items: list[str] | None) -> dict[str, str]:
         key, value = item.split("=", 1)
         out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
     return out
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--config` and `--set` on a command's parser (the CLI's own commands and its plugins')."""
+    parser.add_argument("--config", default=os.environ.get("HMT_CONFIG"),
+                        help="profile name in configs/ (e.g. hunyuan-mt-7b) or a YAML path; default: default.yaml")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a setting, e.g. --set cache.slots=4 (repeatable)")
+    # Also accepted after the command; SUPPRESS keeps the top-level value when it is not given here.
+    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="log progress and the route to stderr")
+
+
+def config_from(args: argparse.Namespace) -> Config:
+    """The config a one-shot command runs with: its --config and --set, not warmed up."""
+    overrides = parse_set_args(args.set)
+    # A one-shot command gains nothing from warming up (a throw-away generation, the detector's models).
+    overrides.setdefault("model.warmup", False)
+    return load_config(args.config, overrides)

@@ -89,7 +89,7 @@ def adapters_copy(tmp_path: Path, marian_adapters: Path) -> Path:
 def fresh_backbone():
     """Factory: a private backbone for a model folder (not the process-wide one), so a test's adapters never
     leak into another test. `fresh_backbone(marian_dir)`."""
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import ModelConfig
 
     def make(model_dir: Path, **kw) -> Backbone:

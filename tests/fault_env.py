@@ -51,8 +51,8 @@ class RestEnv:
 @contextlib.contextmanager
 def rest_env(cfg: Config) -> Iterator[RestEnv]:
     """Service on a private backbone + REST app under uvicorn on a free 127.0.0.1 port; closed afterwards."""
-    from hunyuan_mt.backbone import Backbone
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.runtime.backbone import Backbone
+    from hunyuan_mt.service.translation import TranslationService
     from hunyuan_mt.web.api import create_app
     from hunyuan_mt.web.server import ServerThread
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.runtime.backbone import PromptRow
 from hunyuan_mt.config import GenerationConfig
 from hunyuan_mt.decode import Sequence
 

@@ -49,7 +49,7 @@ def memory_in(folder: Path, shipped: Path | None = None) -> Any:
     two memories made on one folder are two processes sharing a database."""
     from hunyuan_mt.store import MemoryRows, open_engine
     from hunyuan_mt.store.db import sqlite_url
-    from hunyuan_mt.tm import TranslationMemory
+    from hunyuan_mt.store.tm import TranslationMemory
 
     return TranslationMemory(MemoryRows(open_engine(sqlite_url(folder / "hunyuan.db"))), shipped)
 

@@ -233,7 +233,7 @@ def test_rest_downloads_belong_to_the_uploader_when_keys_are_on(keyed: LiveServe
         fetched = other.get(url, headers={"Authorization": "Bearer k1"})
         assert fetched.status_code == 200 and fetched.text.startswith(keyed.reference("Open the file.", "en", "es"))
     # From the uploader's address without the key: LibreTranslate clients download the link bare. Another key, or a
-    # wrong one, from that same address gets nothing (issue 49).
+    # wrong one, from that same address gets nothing.
     assert requests.get(url, timeout=60).status_code == 200
     assert requests.get(url, headers={"Authorization": "Bearer k2"}, timeout=60).status_code == 404
     assert requests.get(url, params={"api_key": "not-a-key"}, timeout=60).status_code == 404
@@ -264,7 +264,7 @@ def test_page_downloads_belong_to_the_uploaders_address_when_keys_are_on(
 def test_every_spelling_of_a_page_file_and_the_uploaded_original_belong_to_the_uploader(
         web_service: Any, web_cfg: Config, doc: Path) -> None:
     """With keys on, another address got a page file through Gradio's older alias (`/gradio_api/file/<path>`), as
-    `file=/proc/self/root<path>` or `file=/tmp/../tmp/…`, and the uploaded original through its path (issue 49).
+    `file=/proc/self/root<path>` or `file=/tmp/../tmp/…`, and the uploaded original through its path.
     Every spelling is now the uploader's alone."""
     with serve(web_service, with_server(web_cfg, api_keys=["k1"])) as server:
         page = _page(server, download_files=False)

@@ -16,9 +16,9 @@ import requests
 
 from hunyuan_mt.adapters.request import Pair
 from hunyuan_mt.errors import InvalidInput
-from hunyuan_mt.retrain import ShadowReport, _decide, retrain
+from hunyuan_mt.training.retrain import ShadowReport, _decide, retrain
 from hunyuan_mt.store import Store
-from hunyuan_mt.train import TrainOptions
+from hunyuan_mt.training.train import TrainOptions
 from test_service import make_service
 from tiny_models import make_adapter
 from web_server import ADMIN_KEY, LiveServer, serve, with_server
@@ -58,7 +58,7 @@ def adapters(tmp_path: Path, marian_adapters: Path) -> Path:
 @pytest.mark.parametrize("family", ["marian", "hunyuan"])  # encoder-decoder and decoder-only backbones
 def test_corrections_become_a_scored_version_recorded_in_the_store(tmp_path: Path, family: str,
                                                                     request: pytest.FixtureRequest) -> None:
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import ModelConfig
     from hunyuan_mt.store import Correction, Provenance
 
@@ -155,9 +155,9 @@ def test_promotion_is_a_hot_swap_under_16_clients_and_rollback_is_one_call(versi
     status = requests.get(url + "/status", timeout=60).json()["adapters"][pair]
     assert status["version"] == "v2"
     assert {v["version"]: v["state"] for v in status["versions"]} == {"v1": "retired", "v2": "current"}
-    from hunyuan_mt.web.ui import _adapters_frame  # the Status tab's table of resident adapters
+    from hunyuan_mt.web.status_view import adapters_frame  # the Status tab's table of resident adapters
 
-    frame = _adapters_frame(versioned.service.status())
+    frame = adapters_frame(versioned.service.status())
     assert frame[frame["adapter"] == pair]["version"].tolist() == ["v2"]
     assert _admin(url, "rollback", pair=pair) == {"ok": True, "action": "rollback", "pair": pair, "from": "v2",
                                                   "to": "v1"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hunyuan_mt import masking
+from hunyuan_mt.text import masking
 from hunyuan_mt.documents.alignment import place_markup
 
 

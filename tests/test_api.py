@@ -11,8 +11,8 @@ import pytest
 
 from bench.markup import tag_sequence
 from hunyuan_mt.documents import read_document, translate_keeping_markup
-from hunyuan_mt.languages import LANGUAGES
-from hunyuan_mt.web.api import resolve_model_id
+from hunyuan_mt.text.languages import LANGUAGES
+from hunyuan_mt.web.chat_api import resolve_model_id
 from hunyuan_mt.web.doctranslate import translate_upload
 from sample_docs import HTML, MD, PDF_LINES, SRT, TXT, docx_structure, make_docx, make_pdf
 from web_server import ADMIN_KEY, LiveServer
@@ -424,7 +424,7 @@ def test_health_is_503_until_nothing_is_left_to_load(client: httpx.Client, live_
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """/health answers 503 "starting" while a request could still wait for something loading (the language
     detector, the warm-up's first requests), then exactly LibreTranslate's 200 {"status": "ok"}."""
-    import hunyuan_mt.service as service_mod
+    import hunyuan_mt.service.translation as service_mod
 
     monkeypatch.setattr(live_server.service.cfg.model, "warmup", True)
     monkeypatch.setattr(service_mod, "detector_ready", lambda: False)
@@ -442,7 +442,7 @@ def test_language_detection_runs_outside_the_server_process() -> None:
     the server's threads (the decode loop included)."""
     import os
 
-    from hunyuan_mt import detect
+    from hunyuan_mt.text import detect
 
     detect.warm(timeout=120)
     assert detect.ready() and detect._CHILD is None  # this process never built lingua's detector
@@ -482,6 +482,6 @@ def test_console_access_log_leaves_out_the_pages_own_polling(web_service: Any, l
         logging.getLogger("uvicorn.access").removeHandler(handler)
         thread.stop()
     paths = [m.split('"')[1].split()[1] for m in seen]
-    # A key in the query string never reaches the log (issue 49).
+    # A key in the query string never reaches the log.
     assert paths == ["/ui/no-such-page", "/health", "/languages?api_key=[redacted]&x=1"], seen
     assert not any("s3cret" in m for m in seen)

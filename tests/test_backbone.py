@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from hunyuan_mt import backbone as backbone_mod
+from hunyuan_mt.runtime import backbone as backbone_mod
 from hunyuan_mt.adapters.request import Pair
-from hunyuan_mt.backbone import Backbone, PromptRow, load_backbone
+from hunyuan_mt.runtime.backbone import Backbone, PromptRow, load_backbone
 from hunyuan_mt.config import GenerationConfig, ModelConfig
 from hunyuan_mt.errors import ConfigError, ModelUnavailable
 from hunyuan_mt.lora import BASE_SLOT
@@ -224,7 +224,7 @@ def test_over_long_row_is_refused_and_generation_stays_in_the_position_table(fre
 def test_many_services_share_one_backbone_load(tmp_path: Path, marian_dir: Path, marian_adapters: Path) -> None:
     """Service objects built by a UI, an API and a CLI call in one process load the backbone once."""
     from hunyuan_mt.config import load_config
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     model_dir = tmp_path / "service-model"
     shutil.copytree(marian_dir, model_dir)
@@ -254,7 +254,7 @@ def test_many_services_share_one_backbone_load(tmp_path: Path, marian_dir: Path,
 ])
 def test_attention_implementation_choice(requested: str, device: str, dtype: torch.dtype, flash: bool,
                                          supports: bool, expected: str | None) -> None:
-    from hunyuan_mt.backbone import choose_attn_implementation
+    from hunyuan_mt.runtime.backbone import choose_attn_implementation
 
     assert choose_attn_implementation(requested, device, dtype, flash_available=flash,
                                       model_supports_flash=supports) == expected

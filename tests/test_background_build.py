@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from hunyuan_mt import engine as engine_module
-from hunyuan_mt import int8_fbgemm, kernels, prebuild
+from hunyuan_mt.scheduler import admission
+from hunyuan_mt.quant import fbgemm as int8_fbgemm
+from hunyuan_mt import kernels
+from hunyuan_mt.service.translation import prebuild
 from hunyuan_mt.adapters.request import Pair
 from hunyuan_mt.config import EngineConfig, GenerationConfig, LimitsConfig
-from hunyuan_mt.engine import BatchEngine, Row
+from hunyuan_mt.scheduler.engine import BatchEngine, Row
 from tiny_models import UNGUARDED
 
 
@@ -107,7 +109,7 @@ def test_a_switch_waits_for_the_running_rows_and_a_row_keeps_its_tokens(engine: 
 def test_a_busy_engine_stops_admitting_to_make_the_switch(engine: BatchEngine,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows that keep arriving would keep the batch from ever draining: after UPGRADE_HOLD_S the queue waits."""
-    monkeypatch.setattr(engine_module, "UPGRADE_HOLD_S", 0.0)
+    monkeypatch.setattr(admission, "UPGRADE_HOLD_S", 0.0)
     applied = threading.Event()
     stop = threading.Event()
     running_at_switch: list[int] = []
@@ -147,9 +149,9 @@ def test_describe_says_how_far_the_build_is() -> None:
 @pytest.mark.timeout(900)
 def test_a_fresh_service_answers_eagerly_then_switches_to_the_step_built_beside(
         hunyuan_dir: Path, hunyuan_adapters: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import load_config
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     monkeypatch.setenv("HMT_AOT_CACHE", str(tmp_path / "aot"))  # nothing compiled yet, for the worker too
     kernels.decode_attention()  # built or loaded here, as after an earlier start: the worker compiles the step only
@@ -180,16 +182,16 @@ def test_a_fresh_service_answers_eagerly_then_switches_to_the_step_built_beside(
 
 
 def test_the_status_tab_says_what_decodes_and_how_far_the_build_is() -> None:
-    from hunyuan_mt.web.ui import _step_line
+    from hunyuan_mt.web.status_view import step_line
 
     building = {"build": {"state": "building", "done": 1, "total": 4, "seconds": 61.0, "parts": [
         {"name": "CPU kernels", "state": "done"}, {"name": "encode_cross (one row)", "state": "building"},
         {"name": "decoder_step", "state": "waiting"}, {"name": "encode_cross", "state": "waiting"}]}}
-    line = _step_line(building)
+    line = step_line(building)
     assert line.startswith("**Decode step:** eager, while the fast one is built")
     assert "1 of 4 parts done, 61 s so far; now: encode_cross (one row); then: decoder_step, encode_cross" in line
     done = {"build": {**building["build"], "state": "done", "done": 4}, "line": "full speed: built 4 of 4 parts in 281 s",
             "compiled_step": True}
-    assert _step_line(done) == "**Decode step:** full speed: built 4 of 4 parts in 281 s"
-    assert _step_line({"compiled_step": True}) == "**Decode step:** compiled for this CPU"
-    assert _step_line({}) == ""
+    assert step_line(done) == "**Decode step:** full speed: built 4 of 4 parts in 281 s"
+    assert step_line({"compiled_step": True}) == "**Decode step:** compiled for this CPU"
+    assert step_line({}) == ""

@@ -1,4 +1,4 @@
-"""Bad input end to end (issue 6, section 3): through the real HTTP server on 127.0.0.1 and the UI handlers.
+"""Bad input end to end: through the real HTTP server on 127.0.0.1 and the UI handlers.
 
 Every refusal is a clear 4xx with `{"error": message}` (no traceback, no path), and afterwards the server is
 healthy: `/health` is ok and the next good request gets its exact reference. Inputs that are odd but valid

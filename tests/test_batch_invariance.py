@@ -1,4 +1,4 @@
-"""Invariant 5 to the bit: a row's logits do not depend on the rows beside it (hunyuan_mt/invariant.py).
+"""Invariant 5 to the bit: a row's logits do not depend on the rows beside it (hunyuan_mt/quant/invariant.py).
 
 The GEMMs and reductions whose shapes follow the batch (LoRA's A and B sides, the attention's scores and softmax)
 are checked one by one against the row computed alone, then the whole step on the shipped demo model, where MKL's
@@ -13,10 +13,10 @@ import random
 import pytest
 import torch
 
-from hunyuan_mt import invariant
+from hunyuan_mt.quant import invariant
 from hunyuan_mt.adapters.registry import AdapterRegistry
 from hunyuan_mt.adapters.request import Pair
-from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.runtime.backbone import PromptRow
 from hunyuan_mt.config import PROJECT_ROOT, CacheConfig, ModelConfig
 from hunyuan_mt.decode.kvcache import _NEG, _attend, _blocked
 from hunyuan_mt.decode.marian import _encoder_attention
@@ -114,7 +114,7 @@ def test_demo_rows_beside_others_have_the_logits_they_have_alone(quantization: s
     alone, to the bit. Before the padding in `invariant` every row differed at its first step (int8: by up to
     0.15 in a logit) and 1 of 48 held-out sentences changed."""
     from hunyuan_mt.adapters.cache import AdapterCache
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
 
     backbone = Backbone.load_uncached(ModelConfig(path=str(DEMO), warmup=False, quantization=quantization,
                                                   compile="false", cpu_threads=2))

@@ -20,7 +20,7 @@ from peft import PeftModel
 import tiny_models
 from hunyuan_mt.adapters import cache as cache_mod
 from hunyuan_mt.adapters.request import Pair
-from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.runtime.backbone import PromptRow
 from hunyuan_mt.config import GenerationConfig
 from hunyuan_mt.errors import AdapterNotFound, AdapterUnusable, Busy
 
@@ -76,7 +76,7 @@ def marian(fresh_backbone, marian_dir: Path):
 @pytest.fixture(scope="module")
 def references(marian_dir: Path, marian_adapters: Path) -> dict[str | None, str]:
     """Each adapter's output for ROW, computed on a separate model through plain PEFT (independent of the cache)."""
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import ModelConfig
 
     bb = Backbone.load_uncached(ModelConfig(path=str(marian_dir), warmup=False))
@@ -219,7 +219,7 @@ def test_only_the_named_files_mapping_is_given_back(tmp_path: Path) -> None:
     """An anonymous tensor, or one mapped from another file, is never advised (its pages would be lost)."""
     import safetensors.torch
 
-    from hunyuan_mt import heap
+    from hunyuan_mt.host import heap
 
     first, second = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
     safetensors.torch.save_file({"w": torch.arange(300_000, dtype=torch.float32)}, str(first))

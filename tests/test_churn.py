@@ -1,4 +1,4 @@
-"""Isolation under churn (issue 6, section 4; invariants 2, 3 and 5).
+"""Isolation under churn (invariants 2, 3 and 5).
 
 200 concurrent mixed requests (direct, pivot, batch and identity) over 13 pairs, with 3 slots and one pin, through
 the real REST server on 127.0.0.1. Every response equals its sequential reference (computed one request at a

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import hunyuan_mt.service as service_mod
+import hunyuan_mt.service.translation as service_mod
 from hunyuan_mt import cli
-from hunyuan_mt.backbone import Backbone, load_backbone
+from hunyuan_mt.runtime.backbone import Backbone, load_backbone
 from hunyuan_mt.config import PROJECT_ROOT
 
 
@@ -171,7 +171,7 @@ def test_library_warnings_stay_out_of_the_output_unless_verbose(config_file: Pat
     script = tmp_path / "noisy.py"
     script.write_text(
         "import sys, warnings\n"
-        "import hunyuan_mt.service as service\n"
+        "import hunyuan_mt.service.translation as service\n"
         "from hunyuan_mt import cli\n"
         "real = service.TranslationService.translate\n"
         "def noisy(self, *a, **k):\n"

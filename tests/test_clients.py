@@ -16,7 +16,7 @@ from deep_translator.exceptions import AuthorizationException
 from gradio_client import Client, handle_file
 from libretranslatepy import LibreTranslateAPI
 
-from hunyuan_mt import prompts
+from hunyuan_mt.text import prompts
 from hunyuan_mt.web.doctranslate import translate_upload
 from sample_docs import docx_structure, make_docx
 from seams import memory_in

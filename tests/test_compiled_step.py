@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from hunyuan_mt.adapters.request import Pair
-from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.runtime.backbone import PromptRow
 from hunyuan_mt.config import GenerationConfig
 from hunyuan_mt.decode import Sequence
 from row_logits import assert_rows_as_alone  # tests/ is on sys.path
@@ -40,7 +40,7 @@ def _compiled_backbone(marian_dir: Path, marian_adapters: Path, quantization: st
     from hunyuan_mt.decode.compiled import CompiledEncoder, CompiledStep
     from hunyuan_mt.adapters.cache import AdapterCache
     from hunyuan_mt.adapters.registry import AdapterRegistry
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import CacheConfig, ModelConfig
 
     # Two threads, as the CPU profile runs: eager forwards of few rows would drop to one, and a compiled graph is
@@ -256,9 +256,9 @@ def test_compile_setting_reads_yaml_booleans_and_refuses_others() -> None:
 
 
 def test_the_service_compiles_only_when_it_warms_up(marian_dir: Path, marian_adapters: Path) -> None:
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import load_config
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     cfg = load_config(None, {"model.path": str(marian_dir), "model.warmup": False, "tm.enabled": False,
                              "model.quantization": "int8",

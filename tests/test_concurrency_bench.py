@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hunyuan_mt.backbone import Backbone
+from hunyuan_mt.runtime.backbone import Backbone
 from hunyuan_mt.config import load_config
-from hunyuan_mt.service import TranslationService
+from hunyuan_mt.service.translation import TranslationService
 
 
 def test_run_mix_batches_threads_and_keeps_every_answer(marian_dir: Path, marian_adapters: Path) -> None:

@@ -1,4 +1,4 @@
-"""A confidence for every translated segment (issue 47 item 2): the mean log-probability of the tokens the model
+"""A confidence for every translated segment: the mean log-probability of the tokens the model
 took, from its own distribution at each step, as bergamot-translator's quality estimate. It must be what
 transformers' scores say for the same tokens, a row's own alone or in any batch, and come back through the REST
 API beside LibreTranslate's fields."""
@@ -11,7 +11,7 @@ import httpx
 import pytest
 import torch
 
-from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.runtime.backbone import PromptRow
 from hunyuan_mt.config import GenerationConfig
 from hunyuan_mt.decode import Sequence
 from hunyuan_mt.lora import BASE_SLOT
@@ -154,7 +154,7 @@ def test_the_openai_client_gets_logprobs_per_token_when_it_asks(live_server: Liv
 
 
 def test_the_pages_line_names_the_sentences_to_check_first() -> None:
-    from hunyuan_mt.service import TranslationResult
+    from hunyuan_mt.service.translation import TranslationResult
     from hunyuan_mt.web.ui import _info_line
 
     def line(confidences: list[float | None]) -> str:
@@ -214,9 +214,9 @@ def test_review_below_one_marks_even_a_segment_whose_confidence_rounds_to_one(we
     import dataclasses
 
     from hunyuan_mt.documents.base import ORIGIN_MODEL, ORIGIN_MODEL_SURE
-    from hunyuan_mt.service import _Job
+    from hunyuan_mt.service.results import TextJob
 
-    job = _Job(None, None, [None], ["Abra el archivo."], [0], scored=True, logprob={0: -1e-7})
+    job = TextJob(None, None, [None], ["Abra el archivo."], [0], scored=True, logprob={0: -1e-7})
     assert job.confidences() == [1.0]
     cfg = web_service.cfg
     for review_below, origin in ((1.0, ORIGIN_MODEL), (0.5, ORIGIN_MODEL_SURE)):

@@ -10,9 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hunyuan_mt.backbone import Backbone, PromptRow
+from hunyuan_mt.runtime.backbone import Backbone, PromptRow
 from hunyuan_mt.config import load_config
-from hunyuan_mt.service import TranslationService
+from hunyuan_mt.service.translation import TranslationService
 from web_server import serve
 
 CONTEXT = "The File menu of a text editor."
@@ -98,7 +98,7 @@ def test_glossary_terms_go_into_the_terminology_prompt_and_stay_enforced(hy_serv
     """glossary.mode prompt: a direct route's segment lists its terms as the HY-MT1.5 card's terminology template
     (the source keeps its words); an output that lost a term is translated again with sentinels, so the answer
     holds it; a pivot route, whose first hop has no terms in the pivot language, takes the visible form."""
-    from hunyuan_mt.glossary import Glossary
+    from hunyuan_mt.text.glossary import Glossary
 
     service, prompts = hy_service
     service.cfg.glossary.mode = "prompt"

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from hunyuan_mt.adapters.request import Pair
-from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.runtime.backbone import PromptRow
 from hunyuan_mt.config import GenerationConfig
 from hunyuan_mt.decode import CausalBatch, Sequence
 from hunyuan_mt.decode.static import EagerReplay, StaticCausalBatch

@@ -11,10 +11,10 @@ import torch
 
 from hunyuan_mt.adapters.registry import AdapterRegistry
 from hunyuan_mt.adapters.request import Pair
-from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.runtime.backbone import PromptRow
 from hunyuan_mt.lora import BASE_SLOT
 from hunyuan_mt.config import PROJECT_ROOT, GenerationConfig, load_config
-from hunyuan_mt.masking import protect, restore
+from hunyuan_mt.text.masking import protect, restore
 
 DEMO = PROJECT_ROOT / "models" / "demo"
 ADAPTERS = PROJECT_ROOT / "adapters"
@@ -51,7 +51,7 @@ SPAN_TEXTS = [
 
 @pytest.fixture(scope="module")
 def demo_backbone():
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import ModelConfig
 
     torch.set_num_threads(1)

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from hunyuan_mt.detect import Detection, detect, get_detector
+from hunyuan_mt.text.detect import Detection, detect, get_detector
 
 SENTENCES = {
     "en": "The weather is nice today, so we are going to the park.",

@@ -16,7 +16,7 @@ import pytest
 from ebooklib import epub
 from lxml import etree
 
-from hunyuan_mt import masking
+from hunyuan_mt.text import masking
 from hunyuan_mt.config import LimitsConfig
 from hunyuan_mt.documents.ebook import EpubDocument, read_epub
 from hunyuan_mt.errors import InvalidInput, UnsupportedDocument

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from hunyuan_mt import masking
+from hunyuan_mt.text import masking
 from hunyuan_mt.config import LimitsConfig
 from hunyuan_mt.documents.base import needs_translation
 from hunyuan_mt.documents.opendocument import OpenDocument, read_odp, read_ods, read_odt

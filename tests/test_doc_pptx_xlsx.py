@@ -27,7 +27,7 @@ from pptx.enum.shapes import MSO_SHAPE_TYPE
 from pptx.oxml.ns import qn
 from pptx.util import Inches
 
-from hunyuan_mt import masking
+from hunyuan_mt.text import masking
 from hunyuan_mt.config import LimitsConfig
 from hunyuan_mt.documents.base import needs_translation
 from hunyuan_mt.documents.presentation import PPTX_MEDIA_TYPE, read_presentation

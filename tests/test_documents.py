@@ -497,7 +497,7 @@ def test_html_lang_alt_title_and_placeholder_are_translated_urls_and_code_kept()
 def test_a_glossary_term_the_tagged_translation_moved_out_of_its_element_lands_in_it():
     from hunyuan_mt.documents import translate_keeping_markup
     from hunyuan_mt.documents.base import ORIGIN_MODEL, ORIGIN_MODEL_SURE
-    from hunyuan_mt.glossary import parse_terms
+    from hunyuan_mt.text.glossary import parse_terms
 
     doc = read_document(b"<p>Open the <b>file</b> now.</p>", "a.html", LIMITS)
     glossary = parse_terms({"file": "archivo"}, 10)
@@ -521,7 +521,7 @@ def test_a_glossary_term_the_tagged_translation_moved_out_of_its_element_lands_i
     assert (kept.aligned, kept.unsure) == (1, 1) and origins[doc.segments[0]] == ORIGIN_MODEL
 
 
-#: A model that copies what stands between sentinels (issue 47: "Pulse **Save** para mantener su *changes*"), but
+#: A model that copies what stands between sentinels (found by hand: "Pulse **Save** para mantener su *changes*"), but
 #: translates the same sentence without markup, and the words alone.
 _WORDS = {"Save": "Guardar", "changes": "Cambios", "GIMP": "GIMP",
           "Click Save to keep your changes.": "Pulse Guardar para mantener sus cambios.",
@@ -644,7 +644,7 @@ def test_translate_document_sends_repeats_once_and_passes_progress():
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Bad uploads (issue 6, section 3): each a typed error with a readable message.
+# Bad uploads: each a typed error with a readable message.
 
 
 def test_unsupported_extension_lists_supported_ones():
@@ -1070,7 +1070,7 @@ def test_yaml_strings_are_translated_with_comments_anchors_and_quotes_kept():
 
 
 def test_placeholders_of_i18n_files_are_single_spans():
-    from hunyuan_mt.masking import protect
+    from hunyuan_mt.text.masking import protect
 
     assert protect("{{count}} files selected").spans == ["{{count}}"]
     assert protect("Hello, %{name}!").spans == ["%{name}"]
@@ -1172,7 +1172,7 @@ def test_xliff_external_entities_are_never_read():
 def test_pieces_redone_for_their_markup_are_neither_billed_nor_detected_again():
     """A document whose markup came back out of order is translated again piece by piece: that second call keeps
     the language detected on the whole document and is not charged a second time."""
-    from hunyuan_mt.languages import LANGUAGES
+    from hunyuan_mt.text.languages import LANGUAGES
     from hunyuan_mt.web.doctranslate import translate_upload
 
     class Service:

@@ -22,14 +22,14 @@ import torch
 
 import tiny_models
 from hunyuan_mt.adapters.request import Pair
-from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.runtime.backbone import PromptRow
 from hunyuan_mt.config import EngineConfig, GenerationConfig, LimitsConfig
 from hunyuan_mt.decode import Sequence as DecodeSequence
 from hunyuan_mt.decode.guard import LoopGuard
-from hunyuan_mt.engine import BatchEngine, Row, StepRecord
+from hunyuan_mt.scheduler.engine import BatchEngine, Row, StepRecord
 from hunyuan_mt.lora import BASE_SLOT
 from hunyuan_mt.errors import AdapterUnusable, Busy, Cancelled, InputTooLarge, OutOfMemory
-from hunyuan_mt.ticket import Ticket
+from hunyuan_mt.scheduler.ticket import Ticket
 from tiny_models import UNGUARDED
 
 TEXTS = ["Hello world, how are you today?", "Open the file, save the document.", "Hola mundo.",
@@ -182,7 +182,7 @@ def test_a_row_queued_while_the_last_rows_finish_starts_without_waiting_for_the_
     """The loop's slot poll (rows waiting for slots held elsewhere) must not swallow a submit's wake-up: a request
     that arrived while the batch's last rows finished waited out the poll (10 ms, here a minute) before its
     prefill. The engine is held right after the batch drained, the row is submitted there, then it goes on."""
-    from hunyuan_mt import engine as engine_module
+    from hunyuan_mt.scheduler import engine as engine_module
 
     monkeypatch.setattr(engine_module, "SLOT_POLL_S", 60.0)
     drained, go = threading.Event(), threading.Event()
@@ -205,7 +205,7 @@ def test_a_drained_batch_trims_what_it_left_only_past_the_slack_unless_memory_is
         marian_dir: Path, marian_adapters: Path, make_engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """The pages a lone request freed stay for the next one (heap.trim_if_grown's slack); in light mode (memory
     pressure) every drained batch gives back what it can."""
-    from hunyuan_mt import engine as engine_module
+    from hunyuan_mt.scheduler import engine as engine_module
 
     asked: list[int] = []
     monkeypatch.setattr(engine_module.heap, "trim_if_grown", lambda slack: asked.append(slack) or False)
@@ -468,7 +468,7 @@ def test_out_of_memory_single_row_fails_alone(arch: str, model_and_adapters, mak
 
 
 def test_cpu_allocator_error_counts_as_oom() -> None:
-    from hunyuan_mt.engine import is_oom
+    from hunyuan_mt.scheduler.engine import is_oom
 
     assert is_oom(torch.OutOfMemoryError("x"))
     assert is_oom(RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"))
@@ -587,9 +587,9 @@ def test_beam_search_runs_whole_batches_equal_alone(hunyuan_dir: Path, hunyuan_a
 def test_pivot_second_hop_joins_the_running_batch(marian_dir: Path, marian_adapters: Path) -> None:
     """A pivot's second hop is submitted when its first hop is answered, and enters the batch while a long row
     of another request is still decoding."""
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import load_config
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     cfg = load_config(overrides={
         "model.path": str(marian_dir), "model.warmup": False, "cache.adapters_dir": str(marian_adapters),

@@ -24,11 +24,11 @@ from typing import Any
 import httpx
 import pytest
 
-from hunyuan_mt.callers import Caller
+from hunyuan_mt.scheduler.callers import Caller
 from hunyuan_mt.config import Config, LimitsConfig, ServerConfig
 from hunyuan_mt.documents import RenderedDocument
 from hunyuan_mt.errors import RateLimited
-from hunyuan_mt.shares import Share, TimeBudget
+from hunyuan_mt.scheduler.shares import Share, TimeBudget
 from hunyuan_mt.web.auth import AccessPolicy
 from bench.flood import Flood
 from web_server import LiveServer, serve, with_server
@@ -79,7 +79,7 @@ def assert_key_unaffected(seconds: list[float]) -> None:
 
 
 def page_call(base: str, address: str, text: str, client: httpx.Client | None = None) -> httpx.Response:
-    """Join the page's queue for a translation through Gradio's call API (what curl and the issue's flood use)."""
+    """Join the page's queue for a translation through Gradio's call API (what curl and bench/flood.py use)."""
     body = {"data": [text, "en", "es", "", ""]}
     if client is not None:
         return client.post("/ui/gradio_api/call/translate", json=body)
@@ -595,7 +595,7 @@ def test_a_time_budget_charges_refusals_and_says_when_it_frees() -> None:
 
 
 def test_a_caller_back_before_its_wait_is_answered_after_the_rest_of_it() -> None:
-    from hunyuan_mt.shares import RefusalPace
+    from hunyuan_mt.scheduler.shares import RefusalPace
 
     now = [0.0]
     pace = RefusalPace(max_s=2.0, clock=lambda: now[0])

@@ -1,4 +1,4 @@
-"""Fault containment end to end (issue 6, section 2; invariant 6).
+"""Fault containment end to end (invariant 6).
 
 A broken adapter (corrupt or truncated safetensors, trained for another base model, deleted or replaced while
 cached, unreadable) fails only its own pair, through the service and over HTTP (status + `{"error": message}`),

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hunyuan_mt.masking import protect
+from hunyuan_mt.text.masking import protect
 
 #: (text, the file-like tokens it holds)
 FILES = [

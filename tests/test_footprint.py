@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hunyuan_mt import footprint
-from hunyuan_mt.backbone import Backbone, PromptRow
+from hunyuan_mt.host import footprint
+from hunyuan_mt.runtime.backbone import Backbone, PromptRow
 from hunyuan_mt.config import GenerationConfig, ModelConfig
 from hunyuan_mt.errors import ModelUnavailable
 
@@ -33,7 +33,7 @@ def test_estimate_counts_int8_linears_float_embeddings_and_a_tied_copy(hunyuan_d
     vocab, hidden = shapes["model.embed_tokens.weight"]
     tied = footprint.estimate(hunyuan_dir, int8=True, tied_output=True)
     assert tied.resident == found.resident + vocab * hidden + vocab * 4
-    # A decoder-only model's table in int8 (int8_embedding.py), shared with the tied projection's rows.
+    # A decoder-only model's table in int8 (quant/embedding.py), shared with the tied projection's rows.
     table = footprint.estimate(hunyuan_dir, int8=True, int8_table=True)
     assert table.resident == found.resident - 4 * vocab * hidden + vocab * hidden + vocab * 4
     assert footprint.estimate(hunyuan_dir, int8=True, tied_output=True, int8_table=True).resident == table.resident

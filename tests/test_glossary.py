@@ -17,11 +17,11 @@ from gradio_client.exceptions import AppError
 
 from bench.markup import tag_sequence
 from hunyuan_mt import cli
-from hunyuan_mt.backbone import Backbone
+from hunyuan_mt.runtime.backbone import Backbone
 from hunyuan_mt.config import Config, GlossaryConfig
 from hunyuan_mt.errors import InvalidInput
-from hunyuan_mt.glossary import GlossaryStore, parse_terms
-from hunyuan_mt.masking import protect, restore
+from hunyuan_mt.text.glossary import GlossaryStore, parse_terms
+from hunyuan_mt.text.masking import protect, restore
 from web_server import ADMIN_KEY, LiveServer, serve
 
 UI_TERMS = "# stored list\nSave\tGuardar\nSave as\tGuardar como\nfile\tarchivo\n"
@@ -178,7 +178,7 @@ def test_the_page_takes_a_glossary(glossary_server: LiveServer, tmp_path: Path) 
 
 
 def test_cli_glossary_from_a_file_or_an_id(tmp_path: Path, capsys, web_cfg: Config, monkeypatch) -> None:
-    import hunyuan_mt.service as service_mod
+    import hunyuan_mt.service.translation as service_mod
 
     terms = tmp_path / "terms.txt"
     terms.write_text("file = expediente\n", encoding="utf-8")

@@ -40,7 +40,7 @@ def test_profile_is_the_documented_setup() -> None:
 
 @no_cuda
 def test_backbone_refuses_without_cuda_when_the_profile_requires_it() -> None:
-    from hunyuan_mt.backbone import load_backbone
+    from hunyuan_mt.runtime.backbone import load_backbone
 
     with pytest.raises(ModelUnavailable) as info:
         load_backbone(load_config("hunyuan-mt-7b", {"model.require_cuda": "true"}).model)

@@ -1,4 +1,4 @@
-"""When freed heap memory goes back to the system (hunyuan_mt/heap.py): after a batch that left much behind, not
+"""When freed heap memory goes back to the system (hunyuan_mt/host/heap.py): after a batch that left much behind, not
 after every batch (the next request would page-fault what the last one handed back)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from hunyuan_mt import heap
+from hunyuan_mt.host import heap
 
 MB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""Hostile input (issue 49): what a reader refuses at its caps, at once, and what it parses in time linear in its
+"""Hostile input: what a reader refuses at its caps, at once, and what it parses in time linear in its
 input. Each test states the cap it checks and the message a client gets."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hunyuan_mt.errors import InputTooLarge
 from web_server import LiveServer
 
 LIMITS = LimitsConfig()
-#: Each attack of issue 49's list 1 is answered in seconds at the issue's size and at 10× (bench/hostile.py: 0.1 to
+#: Each attack of bench/hostile.py is answered in seconds at its size and at 10× (bench/hostile.py: 0.1 to
 #: 1.1 s through the server); a reader gone quadratic again took 8 s to minutes. The bound stops such a case and
 #: fails it, instead of letting it run into the suite's global timeout.
 ATTACK_BOUND = pytest.mark.timeout(20)
@@ -25,7 +25,7 @@ def _nested(depth: int, inner: str = "Open the file.") -> bytes:
 @ATTACK_BOUND
 def test_html_nested_past_the_depth_cap_is_refused_where_a_deep_but_sane_page_is_read() -> None:
     """20,000 nested elements took 8 s to read, each tag rescanning the open ones; past MAX_DEPTH the reader now
-    stops at the first tag too deep, saying where and what the cap is, at the issue's size and at 10×. A page just
+    stops at the first tag too deep, saying where and what the cap is, at bench/hostile.py's size and at 10×. A page just
     under the cap is read whole."""
     document = read_html(_nested(MAX_DEPTH - 10), "deep.html", LIMITS)
     assert document.segments == ["Open the file."]
@@ -62,7 +62,7 @@ def _one_at_a_time(result: str, span: str, masked_source: str, index: int) -> st
     the oracle the linear `masking.restore` is compared with."""
     import re
 
-    from hunyuan_mt import masking
+    from hunyuan_mt.text import masking
 
     tail = masked_source.split(masking.sentinel(index), 1)[1] if masking.sentinel(index) in masked_source else ""
     trail_match = re.search(r"[.!?。！？:：…]+\s*$", result)
@@ -84,7 +84,7 @@ def test_dropped_codes_are_put_back_in_linear_time_where_they_were_before() -> N
     punctuation; translations with and without it, with trailing spaces, empty)."""
     import random
 
-    from hunyuan_mt import masking
+    from hunyuan_mt.text import masking
 
     rng = random.Random(7)
     words = ["Open", "the", "file", "now", "数据", "ok"]
@@ -135,7 +135,7 @@ def test_an_element_with_too_many_attributes_is_refused_before_anything_copies_t
                                             rf"is {MAX_ATTRIBUTES}$"):
         read_document(xliff(40_000), "bad.xlf", LIMITS)
     with pytest.raises(InputTooLarge, match=r"^bad.xlf: an element carries 400001 attributes"):
-        read_document(xliff(400_000), "bad.xlf", LIMITS)  # 10× the issue's 430 KB
+        read_document(xliff(400_000), "bad.xlf", LIMITS)  # 10× bench/hostile.py's 430 KB
 
 
 @ATTACK_BOUND

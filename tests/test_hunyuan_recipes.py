@@ -1,4 +1,4 @@
-"""Each Hunyuan family's card, followed through the real files' shape (hunyuan_mt/prompts.py, RECIPES).
+"""Each Hunyuan family's card, followed through the real files' shape (hunyuan_mt/text/prompts.py, RECIPES).
 
 The stand-in models keep the published config.json's vocabulary, tied embeddings, norm, RoPE and query/key-norm
 settings (docs/HUNYUAN_CPU.md, "The shapes we use") with 2 layers of width 32, and a byte-level tokenizer with the
@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hunyuan_mt import prompts
-from hunyuan_mt.backbone import Backbone, PromptRow
+from hunyuan_mt.text import prompts
+from hunyuan_mt.runtime.backbone import Backbone, PromptRow
 from hunyuan_mt.config import GenerationConfig, ModelConfig, load_config
 from hunyuan_mt.errors import ConfigError, ModelUnavailable
 from tiny_models import _CORPUS
@@ -243,7 +243,7 @@ def test_the_familys_chat_template_is_used_and_logged_when_the_profile_asks(smal
                                          ("hunyuan-mt-7b", large_dir, "hunyuan-7b")):
         bare = _without_template(folder, tmp_path / f"{profile}-bare")
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="hunyuan_mt.backbone"):
+        with caplog.at_level(logging.WARNING, logger="hunyuan_mt.runtime.backbone"):
             family = _load(profile, bare, chat_template="family")
         assert f"has no chat template (chat_template.jinja): using the {family.recipe.name} family's {chat_format} " \
                "chat format" in caplog.text

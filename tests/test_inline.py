@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hunyuan_mt import inline, prompts
-from hunyuan_mt.masking import protect
+from hunyuan_mt.text import inline, prompts
+from hunyuan_mt.text.masking import protect
 
 
 def test_markup_indices_are_the_spans_that_were_sentinels() -> None:
@@ -83,7 +83,7 @@ def test_formatted_prompt_is_the_cards_template() -> None:
 
 
 def test_a_formatted_row_gets_the_template_through_the_backbone(fresh_backbone, hunyuan_dir, marian_dir) -> None:
-    from hunyuan_mt.backbone import PromptRow
+    from hunyuan_mt.runtime.backbone import PromptRow
 
     backbone = fresh_backbone(hunyuan_dir, prompt="hy-mt1.5", quantization="none")
     assert backbone.markup_form == "tags"
@@ -102,9 +102,9 @@ def test_a_formatted_row_gets_the_template_through_the_backbone(fresh_backbone, 
 
 @pytest.fixture(scope="module")
 def hy_service(hunyuan_dir, hunyuan_adapters):
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import load_config
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     cfg = load_config(overrides={
         "model.path": str(hunyuan_dir), "model.warmup": False, "model.prompt": "hy-mt1.5", "model.markup": "auto",

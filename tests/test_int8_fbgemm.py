@@ -1,4 +1,4 @@
-"""int8 weights through fbgemm (hunyuan_mt/int8_fbgemm.py): a row's output is its own, AVX2's pairwise int16
+"""int8 weights through fbgemm (hunyuan_mt/quant/fbgemm.py): a row's output is its own, AVX2's pairwise int16
 products never saturate, fused layers compute what their parts compute, and the packed weights follow their
 layers."""
 
@@ -9,8 +9,8 @@ import gc
 import pytest
 import torch
 
-from hunyuan_mt import int8_fbgemm
-from hunyuan_mt.int8_fbgemm import FbgemmLinear, fbgemm_linear
+from hunyuan_mt.quant import fbgemm as int8_fbgemm
+from hunyuan_mt.quant.fbgemm import FbgemmLinear, fbgemm_linear
 
 pytestmark = pytest.mark.skipif(not int8_fbgemm.available(), reason="this torch build has no fbgemm")
 
@@ -118,7 +118,7 @@ def test_a_move_that_keeps_the_handle_registers_nothing(monkeypatch) -> None:
 def test_fbgemm_is_the_faster_kernel_where_torch_int_mm_is_a_loop() -> None:
     """What the probe measures here decides the shipped kernel; on an AVX2-only CPU torch._int_mm has no kernel
     and fbgemm must win by far (on AVX-512 either may)."""
-    from hunyuan_mt.int8 import gemm_speed
+    from hunyuan_mt.quant.int8 import gemm_speed
 
     speed = gemm_speed(torch.get_num_threads())
     if torch.backends.cpu.get_cpu_capability() != "AVX2":
@@ -130,13 +130,13 @@ def test_a_model_too_large_for_the_caches_gets_a_packed_kernel_unless_one_is_pin
     """int8.kernel_for: the probe's choice for a small model (the demo), a prepacked weight (qgemm with AVX-512
     VNNI, else fbgemm) for one whose int8 weights exceed LARGE_MODEL_BYTES (decode steps bound by reading them),
     the pinned kernel always."""
-    from hunyuan_mt import int8
+    from hunyuan_mt.quant import int8
 
     probe = int8.GemmSpeed(int8_us=10.0, float32_us=40.0, capability="AVX512", fbgemm_us=30.0)
     assert probe.kernel == "int_mm"
     assert int8.kernel_for(probe, 13 * 2**20) == "int_mm"
     large = int8.LARGE_MODEL_BYTES + 1
-    from hunyuan_mt import int8_packed
+    from hunyuan_mt.quant import packed as int8_packed
 
     vnni = int8_packed.available() and int8_packed.isa() == "avx512_vnni"   # tests/test_qgemm.py
     assert int8.kernel_for(probe, large) == ("qgemm" if vnni else "fbgemm" if int8_fbgemm.available() else "int_mm")

@@ -19,8 +19,8 @@ import pytest
 from hunyuan_mt.config import JobsConfig
 from hunyuan_mt.documents import RenderedDocument
 from hunyuan_mt.errors import Busy, Cancelled, RateLimited
-from hunyuan_mt.jobs import DocumentJobs, JobHasNoResult, JobNotFound, JobNotReady
-from hunyuan_mt.ticket import Ticket
+from hunyuan_mt.service.jobs import DocumentJobs, JobHasNoResult, JobNotFound, JobNotReady
+from hunyuan_mt.scheduler.ticket import Ticket
 from seams import eventually, hold, leases
 from web_server import LiveServer
 

@@ -11,7 +11,8 @@ import random
 import pytest
 import torch
 
-from hunyuan_mt import int8_fbgemm, kernels
+from hunyuan_mt.quant import fbgemm as int8_fbgemm
+from hunyuan_mt import kernels
 from hunyuan_mt.decode.kvcache import _NEG, _attend
 
 NEG = _NEG[torch.float32]
@@ -158,7 +159,7 @@ def test_float16_keys_and_values_give_what_float32_gives_on_the_same_values(op) 
 def test_the_kv_cache_setting_picks_float16_for_int8_weights(marian_dir, fresh_backbone, op) -> None:
     """model.kv_cache auto: float16 under int8 weights, the model's dtype under float32 ones; the cache a batch
     fills is in that dtype, and its tokens are the float32 cache's."""
-    from hunyuan_mt.backbone import PromptRow
+    from hunyuan_mt.runtime.backbone import PromptRow
     from hunyuan_mt.config import GenerationConfig, ModelConfig
     from hunyuan_mt.errors import ConfigError
     from hunyuan_mt.lora import BASE_SLOT
@@ -280,7 +281,7 @@ def test_moving_rows_refuses_what_would_depend_on_the_order_of_copies(move) -> N
 def test_a_finished_row_leaves_the_marian_cache_at_once(marian_dir, fresh_backbone) -> None:
     """With the kernel a compaction is cheaper than a step of a finished row riding along, so a Marian batch
     compacts as soon as a row finishes (other architectures wait for a quarter of the rows, as before)."""
-    from hunyuan_mt.backbone import PromptRow
+    from hunyuan_mt.runtime.backbone import PromptRow
     from hunyuan_mt.config import GenerationConfig
     from hunyuan_mt.decode import Sequence
     from hunyuan_mt.lora import BASE_SLOT

@@ -3,8 +3,8 @@
 import pytest
 
 from hunyuan_mt.errors import UnsupportedLanguage
-from hunyuan_mt import prompts
-from hunyuan_mt.languages import LANGUAGES, normalize_code
+from hunyuan_mt.text import prompts
+from hunyuan_mt.text.languages import LANGUAGES, normalize_code
 
 
 def hunyuan_prompt(text: str, src: str, tgt: str) -> str:

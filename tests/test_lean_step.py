@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from hunyuan_mt.adapters.request import Pair
-from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.runtime.backbone import PromptRow
 from hunyuan_mt.config import EngineConfig, GenerationConfig, LimitsConfig
 from hunyuan_mt.decode import Sequence
 from hunyuan_mt.lora import BASE_SLOT
@@ -241,7 +241,7 @@ def test_a_step_reuses_its_lora_terms_until_the_rows_or_the_slots_change(marian_
 def test_int8_linear_is_close_to_float32_and_each_row_is_its_own() -> None:
     """Close to the float32 layer, and a row's output is exactly what it is alone, however large its neighbours
     (torch's GEMM alone would quantize all rows on the largest one's scale)."""
-    from hunyuan_mt.int8 import Int8Linear
+    from hunyuan_mt.quant.int8 import Int8Linear
 
     torch.manual_seed(0)
     linear = torch.nn.Linear(64, 48)
@@ -261,8 +261,8 @@ def test_int8_backbone_keeps_its_spec_and_serves_adapters(marian_dir: Path, mari
                                                           make_cache, kernel: str) -> None:
     """Every Linear becomes int8 (the kernel configured), the adapters validate against the same shapes, and a
     batch of rows on three adapters (LoRA on top) translates."""
-    from hunyuan_mt.int8 import Int8Linear
-    from hunyuan_mt.int8_fbgemm import FbgemmLinear
+    from hunyuan_mt.quant.int8 import Int8Linear
+    from hunyuan_mt.quant.fbgemm import FbgemmLinear
 
     fp32 = fresh_backbone(marian_dir)
     bb = fresh_backbone(marian_dir, quantization="int8", int8_kernel=kernel)
@@ -284,9 +284,9 @@ def test_int8_projection_takes_lora_a_into_its_gemm(marian_dir: Path, adapters: 
     """Over int8 weights A's columns ride in the base GEMM: the LoRA term stays close to the one with x @ A in
     float32, rows on the bare backbone get the base output bit for bit, and the widened weight is built once per
     set of slots in use, not at every admission."""
-    from hunyuan_mt import invariant
+    from hunyuan_mt.quant import invariant
     from hunyuan_mt.decode.dense import Projection, project
-    from hunyuan_mt.int8 import int8_linear
+    from hunyuan_mt.quant.int8 import int8_linear
     from hunyuan_mt.lora.grouped import GroupedLoRA
 
     bb = fresh_backbone(marian_dir, quantization="int8", int8_kernel="int_mm")
@@ -381,7 +381,7 @@ def test_float32_projections_run_packed_for_onednn(marian_dir: Path, fresh_backb
 
 
 def test_int8_is_refused_off_the_cpu_with_the_reason() -> None:
-    from hunyuan_mt.backbone import _quantization_config
+    from hunyuan_mt.runtime.backbone import _quantization_config
     from hunyuan_mt.config import ModelConfig
     from hunyuan_mt.errors import ConfigError
 
@@ -398,7 +398,7 @@ def test_int8_is_refused_off_the_cpu_with_the_reason() -> None:
 
 
 def _gemm_speed(int8_us: float, fbgemm_us: float | None = None) -> "object":
-    from hunyuan_mt.int8 import GemmSpeed
+    from hunyuan_mt.quant.int8 import GemmSpeed
 
     return GemmSpeed(int8_us=int8_us, float32_us=100.0, capability="TEST", fbgemm_us=fbgemm_us)
 
@@ -416,9 +416,9 @@ def test_auto_quantization_takes_the_faster_int8_kernel_only_where_it_beats_floa
     """`model.quantization: auto` (the CPU profile's default) times both int8 kernels against float32 at load: on
     a CPU without AVX-512 torch._int_mm is a plain loop, ~25× slower, and fbgemm carries int8 there. What runs, and
     why, is what info() (and so /status and the metrics) reports."""
-    from hunyuan_mt import int8
-    from hunyuan_mt.int8 import Int8Linear
-    from hunyuan_mt.int8_layer import Int8Layer
+    from hunyuan_mt.quant import int8
+    from hunyuan_mt.quant.int8 import Int8Linear
+    from hunyuan_mt.quant.layer import Int8Layer
 
     monkeypatch.setattr(int8, "gemm_speed", lambda threads=None: _gemm_speed(int8_us, fbgemm_us))
     bb = fresh_backbone(marian_dir, quantization="auto")
@@ -438,7 +438,7 @@ def test_auto_quantization_takes_the_faster_int8_kernel_only_where_it_beats_floa
 def test_int8_kernel_can_be_pinned_and_is_checked(marian_dir: Path, fresh_backbone, monkeypatch) -> None:
     """`model.int8_kernel` pins the kernel whatever the probe prefers (reproducing a run, or comparing the two), and
     refuses one the torch build lacks with a message that says what to set."""
-    from hunyuan_mt import int8
+    from hunyuan_mt.quant import int8
     from hunyuan_mt.config import ModelConfig
     from hunyuan_mt.errors import ConfigError
 
@@ -458,10 +458,10 @@ def test_int8_kernel_can_be_pinned_and_is_checked(marian_dir: Path, fresh_backbo
 
 def test_int8_asked_for_on_a_slow_cpu_runs_and_says_so(marian_dir: Path, fresh_backbone, monkeypatch,
                                                         caplog) -> None:
-    from hunyuan_mt import int8
+    from hunyuan_mt.quant import int8
 
     monkeypatch.setattr(int8, "gemm_speed", lambda threads=None: _gemm_speed(2300.0, 140.0))
-    with caplog.at_level("WARNING", logger="hunyuan_mt.backbone"):
+    with caplog.at_level("WARNING", logger="hunyuan_mt.runtime.backbone"):
         bb = fresh_backbone(marian_dir, quantization="int8")
     assert bb.info()["quantization"] == "int8" and bb.int8_kernel == "fbgemm"  # the faster of two slow ones
     assert "int8 through fbgemm takes 1.4× float32's time" in bb.info()["quantization_note"]
@@ -469,7 +469,7 @@ def test_int8_asked_for_on_a_slow_cpu_runs_and_says_so(marian_dir: Path, fresh_b
 
 
 def test_auto_quantization_is_float_off_the_cpu_or_off_float32() -> None:
-    from hunyuan_mt.backbone import resolve_quantization
+    from hunyuan_mt.runtime.backbone import resolve_quantization
     from hunyuan_mt.config import ModelConfig
 
     auto = ModelConfig(quantization="auto")
@@ -479,8 +479,8 @@ def test_auto_quantization_is_float_off_the_cpu_or_off_float32() -> None:
 
 
 def test_the_int8_speed_probe_times_every_kernel() -> None:
-    from hunyuan_mt import int8_fbgemm
-    from hunyuan_mt.int8 import gemm_speed
+    from hunyuan_mt.quant import fbgemm as int8_fbgemm
+    from hunyuan_mt.quant.int8 import gemm_speed
 
     speed = gemm_speed(torch.get_num_threads())
     assert speed.int8_us > 0 and speed.float32_us > 0 and speed.capability
@@ -495,7 +495,7 @@ def test_the_probe_lets_kernels_take_turns_and_drops_one_twenty_times_slower() -
     first call takes 20× float32's warm call is not called again (torch._int_mm's plain loop)."""
     import time
 
-    from hunyuan_mt import int8
+    from hunyuan_mt.quant import int8
 
     calls: list[str] = []
     kernels = {"float32": lambda: calls.append("f"), "fbgemm": lambda: calls.append("g"),
@@ -506,7 +506,7 @@ def test_the_probe_lets_kernels_take_turns_and_drops_one_twenty_times_slower() -
 
 
 def test_the_probe_times_one_thread_and_gives_the_threads_back(monkeypatch) -> None:
-    from hunyuan_mt import int8
+    from hunyuan_mt.quant import int8
 
     seen: list[int] = []
     before = torch.get_num_threads()
@@ -523,7 +523,7 @@ def test_the_probe_times_one_thread_and_gives_the_threads_back(monkeypatch) -> N
 # ---------------------------------------------------------------------------------------------------- threads
 
 def test_default_threads_follow_the_openmp_runtime(monkeypatch) -> None:
-    from hunyuan_mt import cpu
+    from hunyuan_mt.host import cpu
 
     monkeypatch.setattr(cpu, "usable_cores", lambda: 4)
     monkeypatch.setattr(cpu, "intel_openmp_loaded", lambda: True)
@@ -568,7 +568,7 @@ def test_a_forward_gets_threads_by_its_size(marian_dir: Path, fresh_backbone) ->
 # ---------------------------------------------------------------------------------------------------- scheduling
 
 def _engine(marian_dir: Path, marian_adapters: Path, fresh_backbone, make_cache, **engine):
-    from hunyuan_mt.engine import BatchEngine
+    from hunyuan_mt.scheduler.engine import BatchEngine
 
     bb = fresh_backbone(marian_dir)
     cache = make_cache(bb, marian_adapters, slots=3)
@@ -578,7 +578,7 @@ def _engine(marian_dir: Path, marian_adapters: Path, fresh_backbone, make_cache,
 
 def test_a_lone_request_on_an_idle_engine_starts_at_once(marian_dir: Path, marian_adapters: Path, fresh_backbone,
                                                          make_cache) -> None:
-    from hunyuan_mt.engine import Row
+    from hunyuan_mt.scheduler.engine import Row
 
     engine = _engine(marian_dir, marian_adapters, fresh_backbone, make_cache, max_wait_ms=3000)
     try:
@@ -594,7 +594,7 @@ def test_an_idle_engine_waits_for_a_submit_under_way(marian_dir: Path, marian_ad
                                                      make_cache) -> None:
     """A row queued while another caller is still tokenizing waits for it (max_wait_ms), so both share the first
     prefill."""
-    from hunyuan_mt.engine import Row
+    from hunyuan_mt.scheduler.engine import Row
 
     engine = _engine(marian_dir, marian_adapters, fresh_backbone, make_cache, max_wait_ms=3000)
     try:
@@ -631,7 +631,7 @@ def test_a_backlog_joins_in_groups(marian_dir: Path, marian_adapters: Path, fres
                                    join_min: int) -> None:
     """More rows waiting than the batch holds: they enter once join_min_rows fit (with 1, one by one as rows
     finish), and every row still gets its own output."""
-    from hunyuan_mt.engine import Row
+    from hunyuan_mt.scheduler.engine import Row
 
     engine = _engine(marian_dir, marian_adapters, fresh_backbone, make_cache, max_rows=4, join_min_rows=join_min,
                      max_wait_ms=0)

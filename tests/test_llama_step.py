@@ -12,7 +12,7 @@ import torch
 
 import tiny_models
 from hunyuan_mt.adapters.request import Pair
-from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.runtime.backbone import PromptRow
 from hunyuan_mt.config import GenerationConfig
 from hunyuan_mt.decode import CausalBatch, LlamaBatch, Sequence, TokenPicker
 from hunyuan_mt.decode.llama import lean_note
@@ -143,7 +143,7 @@ def test_mixed_rows_have_the_logits_they_have_alone(weights: str, hunyuan_dir: P
     """Invariant 5 for the lean decoder-only step: rows of three adapters (ranks 8 and 4) and the bare backbone,
     joining at different steps, get at every step the logits each gets alone, to the bit: float32, int8 (the
     probe's kernel, and our qgemm) and qgemm's 4-bit weights."""
-    from hunyuan_mt import int8_packed
+    from hunyuan_mt.quant import packed as int8_packed
 
     if weights in ("qgemm", "int4") and not int8_packed.available():
         pytest.skip("the CPU kernels cannot be built here")
@@ -224,8 +224,8 @@ def test_int8_token_table_shares_the_tied_projection_and_serves_both_forwards(mo
     copy; within a row's quantization step of the float table), or else the checkpoint's own rows read from
     its file (fbgemm and qgemm pack their weights; exactly the float table); and transformers' forward
     over the same modules picks the lean step's greedy tokens."""
-    from hunyuan_mt.int8 import Int8Linear
-    from hunyuan_mt.int8_embedding import FileTable, Int8Embedding
+    from hunyuan_mt.quant.int8 import Int8Linear
+    from hunyuan_mt.quant.embedding import FileTable, Int8Embedding
 
     backbone = fresh_backbone(model_dir, quantization="int8", int8_kernel=kernel)
     table = backbone.model.get_input_embeddings()
@@ -258,7 +258,7 @@ def test_int8_siblings_are_one_layer_the_step_and_the_model_forward_share(hunyua
     the lean step multiplies by the fused layer itself, and transformers' forward (beam search) runs it once per
     group, each part reading its own columns of what the layers computed apart."""
     from hunyuan_mt.decode.dense import Projection
-    from hunyuan_mt.int8_layer import Int8Layer, Int8Part
+    from hunyuan_mt.quant.layer import Int8Layer, Int8Part
 
     backbone = fresh_backbone(hunyuan_dir, quantization="int8")
     inner = backbone.model.model
@@ -331,7 +331,7 @@ def compiled_hunyuan(hunyuan_dir: Path, all_module_adapters: Path):
     step (the step takes vectors)."""
     from hunyuan_mt.adapters.cache import AdapterCache
     from hunyuan_mt.adapters.registry import AdapterRegistry
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import CacheConfig, ModelConfig
 
     threads = torch.get_num_threads()
@@ -415,9 +415,9 @@ def test_over_qgemm_weights_both_lora_sides_run_in_qgemm(hunyuan_dir: Path, all_
     GMAC/s on an AVX2 core, a quarter of qgemm's rate): A as one packed weight of every slot's columns, B one per
     projection. The term stays close to the float32 one, a row on the bare backbone gets nothing added, a row's term
     is the same bits alone and beside rows of other adapters, and each adapter is quantized once."""
-    from hunyuan_mt import int8_packed
+    from hunyuan_mt.quant import packed as int8_packed
     from hunyuan_mt.decode.dense import Projection
-    from hunyuan_mt.int8_packed import PackedBase
+    from hunyuan_mt.quant.packed import PackedBase
     from hunyuan_mt.lora.grouped import GroupedLoRA
 
     if not int8_packed.available():

@@ -1,4 +1,4 @@
-"""Long segments never fail a document or a text (issue 24): a segment over what the model can take is cut at its
+"""Long segments never fail a document or a text: a segment over what the model can take is cut at its
 best boundary (clause, comma, space), and a run with no boundary (a checksum, a base64 key, 300 letters without a
 space) comes back unchanged. Each of these was refused with 413 before, for the whole document. And the link to a
 translated document is percent-encoded, so curl and urllib fetch it whatever the file's name."""
@@ -13,7 +13,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from hunyuan_mt.segment import split_text
+from hunyuan_mt.text.segment import split_text
 from web_server import LiveServer
 
 MD5S = " ".join(hashlib.md5(str(i).encode()).hexdigest() for i in range(12))

@@ -16,7 +16,7 @@ from peft import PeftModel
 import tiny_models
 from hunyuan_mt.adapters.registry import AdapterRegistry, read_adapter
 from hunyuan_mt.adapters.request import Pair
-from hunyuan_mt.backbone import PromptRow
+from hunyuan_mt.runtime.backbone import PromptRow
 from hunyuan_mt.config import GenerationConfig
 from hunyuan_mt.lora import BASE_SLOT, SlotLoRA, SlotMapping, prepare
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hunyuan_mt.masking import Protected, protect, restore, sentinel_tokens
+from hunyuan_mt.text.masking import Protected, protect, restore, sentinel_tokens
 
 
 @pytest.mark.parametrize(

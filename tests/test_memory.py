@@ -9,8 +9,8 @@ import pytest
 
 from hunyuan_mt.adapters.request import Pair
 from hunyuan_mt.config import EngineConfig, GenerationConfig, LimitsConfig, MemoryConfig
-from hunyuan_mt.engine import BatchEngine, Row
-from hunyuan_mt.memory import LIGHT, NORMAL, MemoryMonitor, MemoryPolicy, MemoryReading, quantized_kv_support
+from hunyuan_mt.scheduler.engine import BatchEngine, Row
+from hunyuan_mt.runtime.pressure import LIGHT, NORMAL, MemoryMonitor, MemoryPolicy, MemoryReading, quantized_kv_support
 from tiny_models import UNGUARDED
 
 GiB = 1024 ** 3

@@ -1,4 +1,4 @@
-"""Documents are read in helper processes under a deadline (issue 49): a parse past `limits.parse_timeout_s`, one
+"""Documents are read in helper processes under a deadline: a parse past `limits.parse_timeout_s`, one
 whose client left and one under a stopping server are each stopped, their helper killed (no CPU spent for nobody),
 and the next upload is read by a fresh helper. The errors a reader raises come back as they were raised.
 
@@ -180,7 +180,7 @@ def test_a_saved_job_whose_reader_the_stop_killed_is_run_again_at_the_next_start
     must leave the job for the next start (as a job whose engine closed under it), not fail it."""
     from hunyuan_mt.config import JobsConfig
     from hunyuan_mt.documents import RenderedDocument
-    from hunyuan_mt.jobs import DocumentJobs, JobSpec
+    from hunyuan_mt.service.jobs import DocumentJobs, JobSpec
     from hunyuan_mt.store import Store
 
     runs: list[str] = []

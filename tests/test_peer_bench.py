@@ -15,7 +15,7 @@ def test_ctranslate2_translates_like_our_float32_engine(tmp_path: Path) -> None:
 
     from bench.peer import PAIR, convert, ct2_translate
     from hunyuan_mt.config import PROJECT_ROOT, load_config
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     translator = ctranslate2.Translator(str(convert(PAIR, tmp_path)), device="cpu", compute_type="float32",
                                         intra_threads=1)

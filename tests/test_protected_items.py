@@ -1,4 +1,4 @@
-"""Nothing in the source vanishes (issue 24): emoji, symbols and bullets, prices, key names and shortcuts, numbers,
+"""Nothing in the source vanishes: emoji, symbols and bullets, prices, key names and shortcuts, numbers,
 URLs, e-mail addresses, paths, file names and inline code come back exactly as often as they went in, in every
 direction the service reaches, on a corpus written for this test (tests/data/protected_items.tsv, 160 strings in
 en, es, de, fr and zh). `python -m bench.protected` measured why they are masked as spans rather than put back
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bench.protected import read_corpus
-from hunyuan_mt.masking import protect
+from hunyuan_mt.text.masking import protect
 
 ROWS = read_corpus()
 LANGS = ("en", "es", "de", "fr", "zh")

@@ -1,4 +1,4 @@
-"""Our 8-bit and 4-bit GEMM (hunyuan_mt/kernels/qgemm.cpp, hunyuan_mt/int8_packed.py): the packed layout round
+"""Our 8-bit and 4-bit GEMM (hunyuan_mt/kernels/qgemm.cpp, hunyuan_mt/quant/packed.py): the packed layout round
 trips; the product is the exact integer arithmetic the docstring describes; a row's result is the same bits alone,
 in any batch (panels of 16 rows, tiles of 4) and on any thread count; and the AVX-512 VNNI, AVX2 and plain C++
 paths give the same bits on this CPU (each path is run in a process of its own, capped by HMT_QGEMM_ISA)."""
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hunyuan_mt import int8, int8_packed
-from hunyuan_mt.int8_packed import Packed4Linear, PackedLinear
+from hunyuan_mt.quant import int8, packed as int8_packed
+from hunyuan_mt.quant.packed import Packed4Linear, PackedLinear
 
 pytestmark = pytest.mark.skipif(not int8_packed.available(), reason="the CPU kernels cannot be built here")
 
@@ -90,7 +90,7 @@ def test_a_row_gets_the_same_bits_alone_in_any_batch_and_on_any_thread_count(bit
 
 _PROBE = """
 import json, sys, torch
-from hunyuan_mt import int8_packed
+from hunyuan_mt.quant import packed as int8_packed
 out = {"isa": int8_packed.isa(), "y": []}
 for bits, (rows, inner, n) in json.loads(sys.argv[1]):
     gen = torch.Generator().manual_seed(rows + inner)

@@ -12,7 +12,7 @@ import pytest
 import tiny_models
 from hunyuan_mt.adapters import registry as registry_mod
 from hunyuan_mt.adapters.registry import AdapterRegistry, read_adapter
-from hunyuan_mt.peft_format import BackboneSpec
+from hunyuan_mt.lora.peft_format import BackboneSpec
 from hunyuan_mt.adapters.request import AdapterRequest, Pair
 from hunyuan_mt.errors import AdapterNotFound, AdapterUnusable, UnsupportedLanguage
 

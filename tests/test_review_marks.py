@@ -15,9 +15,9 @@ from lxml import etree
 
 from hunyuan_mt.documents import read_document, translate_document
 from hunyuan_mt.documents.base import ORIGIN_MEMORY, ORIGIN_MODEL, ORIGIN_MODEL_SURE
-from hunyuan_mt.masking import protect
-from hunyuan_mt.punctuation import tidy
-from hunyuan_mt.review import UNCHANGED_CONFIDENCE, unchanged
+from hunyuan_mt.text.masking import protect
+from hunyuan_mt.text.punctuation import tidy
+from hunyuan_mt.text.review import UNCHANGED_CONFIDENCE, unchanged
 
 COPIED = "Hello {name}, welcome back!"
 
@@ -34,9 +34,9 @@ def test_unchanged_compares_the_words_outside_protected_spans(source: str, trans
 
 
 def test_a_copy_is_never_confident_whatever_the_threshold(web_service: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hunyuan_mt.service import _Job
+    from hunyuan_mt.service.results import TextJob
 
-    job = _Job(None, None, [None], ["Hello {name}"], [0], scored=True, logprob={0: -0.01}, unchanged={0})
+    job = TextJob(None, None, [None], ["Hello {name}"], [0], scored=True, logprob={0: -0.01}, unchanged={0})
     assert job.confidences() == [UNCHANGED_CONFIDENCE]
     cfg = web_service.cfg
     monkeypatch.setattr(cfg, "quality", dataclasses.replace(cfg.quality, review_below=0.0))

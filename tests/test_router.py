@@ -10,7 +10,7 @@ import tiny_models
 from hunyuan_mt.adapters.registry import AdapterRegistry
 from hunyuan_mt.config import RoutingConfig
 from hunyuan_mt.errors import UnreachablePair, UnsupportedLanguage
-from hunyuan_mt.router import Router
+from hunyuan_mt.scheduler.router import Router
 
 PAIRS = ("en2es", "es2en", "en2de", "de2en", "zh2en", "en2fr")
 
@@ -21,7 +21,7 @@ def spec(marian_dir: Path):
 
 
 def tiny_models_spec(model_dir: Path):
-    from hunyuan_mt.backbone import Backbone
+    from hunyuan_mt.runtime.backbone import Backbone
     from hunyuan_mt.config import ModelConfig
 
     return Backbone.load_uncached(ModelConfig(path=str(model_dir), warmup=False)).spec

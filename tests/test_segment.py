@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hunyuan_mt.segment import pysbd_language, split_text
+from hunyuan_mt.text.segment import pysbd_language, split_text
 
 LAYOUTS = [
     ("Hello Mr. Smith.  How are you?It is 3.5 km. Ok!   ", "en"),

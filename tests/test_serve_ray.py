@@ -90,7 +90,7 @@ class HoldingReplica(TranslatorReplica):
 def _no_detector_warmup() -> Callable[[], None]:
     """Skip the service's background lingua warm-up (seconds of CPU per process on a 2-core machine): the one
     `auto` test loads it on first use instead. Detection results are the same either way. Returns the original."""
-    import hunyuan_mt.service as service_module
+    import hunyuan_mt.service.translation as service_module
 
     original = service_module.start_detector
     service_module.start_detector = lambda: None
@@ -154,9 +154,9 @@ def settings(profile: Path) -> ServeSettings:
 @pytest.fixture(scope="module")
 def reference(settings: ServeSettings) -> Any:
     """The single-process service on the same profile: what every replica's answer must equal."""
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
-    import hunyuan_mt.service as service_module
+    import hunyuan_mt.service.translation as service_module
 
     original = _no_detector_warmup()
     try:
@@ -430,7 +430,7 @@ def test_http_ingress_is_the_libretranslate_api_and_names_the_replica(cluster: A
                                           "confidence": want.confidence}
     assert want.alternatives
     # A glossary crosses it too, for texts and documents: the replica enforces the same terms.
-    from hunyuan_mt.glossary import parse_terms
+    from hunyuan_mt.text.glossary import parse_terms
 
     terms = {"world": "planeta"}
     r = httpx.post(f"{url}/translate", json={"q": "Hello world, how are you today?", "source": "en", "target": "es",

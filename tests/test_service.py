@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from hunyuan_mt.adapters.request import Pair
-from hunyuan_mt.backbone import Backbone, PromptRow
+from hunyuan_mt.runtime.backbone import Backbone, PromptRow
 from hunyuan_mt.config import load_config
-from hunyuan_mt.engine import Row
+from hunyuan_mt.scheduler.engine import Row
 from hunyuan_mt.errors import InputTooLarge, InvalidInput, UnreachablePair, UnsupportedLanguage
-from hunyuan_mt.service import TranslationResult, TranslationService
+from hunyuan_mt.service.translation import TranslationResult, TranslationService
 
 
 def make_service(model_dir: Path, adapters: Path, **overrides) -> TranslationService:
@@ -184,15 +184,15 @@ def test_alternatives_on_a_pivot_vary_the_last_hop(svc: TranslationService) -> N
 
 
 def test_alternatives_of_a_text_put_each_sentences_kth_output_in_place() -> None:
-    from hunyuan_mt.segment import split_text
-    from hunyuan_mt.service import _alternatives, _Job
+    from hunyuan_mt.text.segment import split_text
+    from hunyuan_mt.service.results import TextJob, alternatives_of
 
     layout = split_text("One. Two.\nThree.", "en")
-    job = _Job(plan=None, layout=layout, protected=[None] * 3, current=["Uno.", "Dos.", "Tres."], todo=[0, 1, 2],
+    job = TextJob(plan=None, layout=layout, protected=[None] * 3, current=["Uno.", "Dos.", "Tres."], todo=[0, 1, 2],
                nbest={0: ["Uno.", "Un.", "Uno!", "Un."], 1: ["Dos.", "Dos!"], 2: ["Tres."]})
-    assert _alternatives(job, 3) == ["Un. Dos!\nTres.", "Uno! Dos.\nTres."]
-    assert _alternatives(job, 1) == ["Un. Dos!\nTres."]
-    assert _alternatives(job, 0) == []
+    assert alternatives_of(job, 3) == ["Un. Dos!\nTres.", "Uno! Dos.\nTres."]
+    assert alternatives_of(job, 1) == ["Un. Dos!\nTres."]
+    assert alternatives_of(job, 0) == []
 
 
 @pytest.mark.parametrize("value", [-1, 4, True, 1.5, "2"])
@@ -274,7 +274,7 @@ def test_decoder_only_service_routes(hsvc: TranslationService) -> None:
 
 
 def test_get_service_is_process_wide(marian_dir: Path, marian_adapters: Path, monkeypatch) -> None:
-    import hunyuan_mt.service as service_mod
+    import hunyuan_mt.service.translation as service_mod
 
     monkeypatch.setattr(service_mod, "_service", None)
     cfg = load_config(overrides={"model.path": str(marian_dir), "model.warmup": False,
@@ -305,7 +305,7 @@ def test_ready_only_after_the_first_request_of_every_kind_ran(marian_dir: Path, 
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """With warm-up on, the service is ready only once warmup.py has run detection, every pinned pair and a pivot
     route through pinned adapters (de → en → es here); its requests stay out of the counts."""
-    import hunyuan_mt.service as service_mod
+    import hunyuan_mt.service.translation as service_mod
 
     release = threading.Event()
     real = service_mod.warm_service
@@ -343,7 +343,7 @@ def test_closing_during_warm_up_is_no_failure(marian_dir: Path, marian_adapters:
     the user asked for, not a warm-up bug worth a traceback."""
     import logging
 
-    import hunyuan_mt.service as service_mod
+    import hunyuan_mt.service.translation as service_mod
 
     release, finished = threading.Event(), threading.Event()
     real = service_mod.warm_service
@@ -358,17 +358,17 @@ def test_closing_during_warm_up_is_no_failure(marian_dir: Path, marian_adapters:
     monkeypatch.setattr(service_mod, "warm_service", held)
     service = make_service(marian_dir, marian_adapters, **{"model.warmup": True, "model.compile": "off",
                                                            "cache.pinned": ["en2es"]})
-    with caplog.at_level(logging.INFO, logger="hunyuan_mt.service"):
+    with caplog.at_level(logging.INFO, logger="hunyuan_mt.service.translation"):
         service.close()
         release.set()
         assert finished.wait(60) and service._warm.wait(60)
-    records = [r for r in caplog.records if r.name == "hunyuan_mt.service" and "warm-up" in r.getMessage()]
+    records = [r for r in caplog.records if r.name == "hunyuan_mt.service.translation" and "warm-up" in r.getMessage()]
     assert records and all(r.levelno == logging.INFO for r in records), [r.getMessage() for r in records]
     assert records[-1].getMessage().startswith("warm-up stopped: the service is closing")
 
 
 def test_warm_up_says_why_a_kind_was_not_warmed(marian_dir: Path, marian_adapters: Path) -> None:
-    from hunyuan_mt.warmup import warm_service
+    from hunyuan_mt.service.warmup import warm_service
 
     service = make_service(marian_dir, marian_adapters, **{"cache.pinned": ["en2es"], "tm.enabled": False})
     try:

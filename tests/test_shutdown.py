@@ -120,8 +120,8 @@ def test_a_killed_server_takes_the_detector_helper_with_it(app: AppProcess) -> N
 
 
 def test_a_stopping_server_leaves_a_stuck_request_thread_behind_after_its_wait() -> None:
-    """A request thread still in a slow parse kept a SIGTERM'd server in `threading._shutdown` until it was killed
-    (issue 49). After its wait the server exits without it; a thread that ends in time is simply waited for."""
+    """A request thread still in a slow parse kept a SIGTERM'd server in `threading._shutdown` until it was killed.
+    After its wait the server exits without it; a thread that ends in time is simply waited for."""
     import threading
 
     import app as entry

@@ -11,7 +11,7 @@ from hunyuan_mt.adapters.cache import lru_slots
 from hunyuan_mt.adapters.request import Pair
 from hunyuan_mt.config import CacheConfig, MemoryConfig
 from hunyuan_mt.errors import Busy
-from hunyuan_mt.memory import MemoryMonitor, MemoryPolicy, MemoryReading
+from hunyuan_mt.runtime.pressure import MemoryMonitor, MemoryPolicy, MemoryReading
 
 PAIRS = ["en2es", "es2en", "en2de", "de2en", "en2fr", "fr2en", "en2zh", "zh2en"]
 

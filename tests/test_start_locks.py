@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from hunyuan_mt import locks
+from hunyuan_mt.host import locks
 from hunyuan_mt.errors import StoreUnavailable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ def test_a_live_holder_is_named_once_and_waited_for_up_to_the_bound(tmp_path: Pa
     lock = tmp_path / "thing.lock"
     holder = _spawn(f"""
         import time
-        from hunyuan_mt.locks import owned_lock
+        from hunyuan_mt.host.locks import owned_lock
         with owned_lock({str(lock)!r}, "building a thing", 5):
             open({str(tmp_path / 'held')!r}, "w").close()
             time.sleep(60)
@@ -76,7 +76,7 @@ def test_a_live_holder_is_named_once_and_waited_for_up_to_the_bound(tmp_path: Pa
         while not (tmp_path / "held").exists():
             assert time.monotonic() < deadline and holder.poll() is None
             time.sleep(0.02)
-        with caplog.at_level(logging.INFO, logger="hunyuan_mt.locks"):
+        with caplog.at_level(logging.INFO, logger="hunyuan_mt.host.locks"):
             with pytest.raises(locks.LockTimeout) as info:
                 with locks.owned_lock(lock, "building a thing", 0.6):
                     pass

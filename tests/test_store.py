@@ -87,7 +87,7 @@ def test_a_database_that_cannot_be_opened_is_one_clear_line(tmp_path: Path) -> N
 
 def test_a_legacy_tm_folder_is_imported_once_with_its_provenance(tmp_path: Path) -> None:
     from hunyuan_mt.store.schema import memory_entries
-    from hunyuan_mt.tm import TranslationMemory
+    from hunyuan_mt.store.tm import TranslationMemory
 
     legacy = tmp_path / "tm"
     legacy.mkdir()
@@ -282,10 +282,10 @@ def test_a_job_killed_mid_way_finishes_after_a_restart_with_no_segment_lost_or_s
 
 def test_a_keyed_job_restored_from_the_store_is_still_its_keys_alone_and_the_key_is_not_stored(
         tmp_path: Path) -> None:
-    from hunyuan_mt.callers import Caller
+    from hunyuan_mt.scheduler.callers import Caller
     from hunyuan_mt.config import JobsConfig, LimitsConfig, ServerConfig
     from hunyuan_mt.documents import RenderedDocument
-    from hunyuan_mt.jobs import DocumentJobs, JobSpec
+    from hunyuan_mt.service.jobs import DocumentJobs, JobSpec
     from hunyuan_mt.web.auth import AccessPolicy
 
     def runner(spec: JobSpec, upload: object, checkpoint: object) -> object:

@@ -17,7 +17,7 @@ import requests
 
 from hunyuan_mt.config import JobsConfig, StoreConfig
 from hunyuan_mt.documents import RenderedDocument
-from hunyuan_mt.jobs import Checkpoint, DocumentJobs, JobSpec
+from hunyuan_mt.service.jobs import Checkpoint, DocumentJobs, JobSpec
 from hunyuan_mt.store import Store
 from postgres import postgres_server, fresh_database
 from web_server import LiveServer, free_port, serve
@@ -53,8 +53,8 @@ def test_processes_starting_together_migrate_a_postgres_database_once(database: 
 @pytest.fixture()
 def two_servers(live_server: LiveServer, database: str) -> Iterator[tuple[LiveServer, LiveServer]]:
     """Two servers, each its own service and memory, over one PostgreSQL database: replicas on two machines."""
-    from hunyuan_mt.backbone import Backbone
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.runtime.backbone import Backbone
+    from hunyuan_mt.service.translation import TranslationService
 
     cfg = dataclasses.replace(live_server.cfg, store=StoreConfig(url=database))
     # A backbone each: a service takes its backbone's slot layers over (one service per backbone).

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hunyuan_mt.service import TranslationResult
+from hunyuan_mt.service.translation import TranslationResult
 from seams import eventually, hold, leases
 from web_server import WEB_BACKEND, LiveServer
 

@@ -12,8 +12,8 @@ from gradio_client import Client, handle_file
 
 from hunyuan_mt import cli
 from hunyuan_mt.errors import InvalidInput
-from hunyuan_mt.masking import protect
-from hunyuan_mt.tm import read_rows
+from hunyuan_mt.text.masking import protect
+from hunyuan_mt.store.tm import read_rows
 from seams import memory_in
 from web_server import ADMIN_KEY, LiveServer
 
@@ -186,7 +186,7 @@ def test_rest_answers_memory_matches_as_suggestions(memory_server: LiveServer) -
     assert exact == {"translatedText": "El disco está lleno.", "memorySegments": 1, "confidence": 1.0}  # no suggestion beside a hit
 
 
-#: Issue 47's near-exact set: (memory source, memory target, query, what the answer must be). Each query differs
+#: The near-exact set: (memory source, memory target, query, what the answer must be). Each query differs
 #: from its entry only in case, closing punctuation, whitespace, numbers or placeholders.
 NEAR_EXACT = [
     ("Open the file.", "Abra el archivo.", "Open the file", "Abra el archivo"),
@@ -322,7 +322,7 @@ def test_a_pairs_memory_exports_as_tmx_that_imports_back(memory_server: LiveServ
 
 
 def test_spanish_opening_marks_follow_the_querys_closing_one() -> None:
-    from hunyuan_mt.tm import with_closing_of
+    from hunyuan_mt.store.tm import with_closing_of
 
     assert with_closing_of("¡Bienvenido!", "Welcome?", "es") == "¿Bienvenido?"
     assert with_closing_of("¡Bienvenido!", "Welcome.", "es") == "Bienvenido."
@@ -337,7 +337,7 @@ def test_a_tmx_export_says_who_made_each_entry_and_when(tmp_path: Path) -> None:
     import xml.etree.ElementTree as ElementTree
 
     from hunyuan_mt.store import Correction, Provenance
-    from hunyuan_mt.tm import SHIPPED_CREATOR, tmx_bytes
+    from hunyuan_mt.store.tm import SHIPPED_CREATOR, tmx_bytes
 
     shipped = tmp_path / "shipped"
     shipped.mkdir()

@@ -1,4 +1,4 @@
-"""The token table's forms with int8 weights (`int8_embedding`): mapped from the checkpoint, or int8 rows."""
+"""The token table's forms with int8 weights (`quant.embedding`): mapped from the checkpoint, or int8 rows."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from hunyuan_mt.int8_embedding import FileTable, Int8Embedding, file_table, quantize_embeddings
+from hunyuan_mt.quant.embedding import FileTable, Int8Embedding, file_table, quantize_embeddings
 
 
 def test_a_bfloat16_table_is_read_as_it_is_and_found_under_another_prefix(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from hunyuan_mt.config import PROJECT_ROOT
-from hunyuan_mt.tokens import PromptTokens
+from hunyuan_mt.text.tokens import PromptTokens
 
 from tiny_models import build_tokenizer
 

@@ -12,7 +12,7 @@ from hunyuan_mt import cli
 from hunyuan_mt.adapters.registry import AdapterRegistry
 from hunyuan_mt.adapters.request import Pair
 from hunyuan_mt.errors import InvalidInput
-from hunyuan_mt.train import TrainOptions, _encode_example, read_pairs, train_adapter
+from hunyuan_mt.training.train import TrainOptions, _encode_example, read_pairs, train_adapter
 
 PAIRS = [("Save as", "Guardar como"), ("Delete file", "Eliminar archivo"), ("Settings", "Configuración"),
          ("Open", "Abrir"), ("Close", "Cerrar"), ("New folder", "Nueva carpeta"), ("Print", "Imprimir"),
@@ -109,7 +109,7 @@ def test_cli_end_to_end_on_tiny_marian(tmp_path: Path, marian_dir: Path, fresh_b
 def test_decoder_only_uses_the_serving_prompt(tmp_path: Path, hunyuan_dir: Path, fresh_backbone) -> None:
     backbone = fresh_backbone(hunyuan_dir, device="cpu")
     input_ids, labels = _encode_example(backbone, "en", "es", "Copy %s", "Copiar %s", max_length=512)
-    from hunyuan_mt.backbone import PromptRow
+    from hunyuan_mt.runtime.backbone import PromptRow
 
     prompt = backbone.prompt_text(PromptRow("Copy ⟦0⟧", "en", "es"))
     prompt_ids = backbone.tokenizer(prompt, add_special_tokens=False)["input_ids"]

@@ -1,4 +1,4 @@
-"""Issue 47's list of defects found by hand, each pinned by a test that failed before its fix: over HTTP on the
+"""Defects found by hand, each pinned by a test that failed before its fix: over HTTP on the
 live server with the clients people use (httpx, curl, libretranslatepy), or on the part that was wrong."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import pytest
 from hunyuan_mt.config import JobsConfig
 from hunyuan_mt.documents import RenderedDocument, read_document
 from hunyuan_mt.errors import Cancelled, InvalidInput, UnreachablePair
-from hunyuan_mt.jobs import DocumentJobs, JobHasNoResult, JobNotReady
-from hunyuan_mt.masking import protect
-from hunyuan_mt.segment import split_text
-from hunyuan_mt.ticket import Ticket
+from hunyuan_mt.service.jobs import DocumentJobs, JobHasNoResult, JobNotReady
+from hunyuan_mt.text.masking import protect
+from hunyuan_mt.text.segment import split_text
+from hunyuan_mt.scheduler.ticket import Ticket
 from seams import memory_in
 from web_server import LiveServer
 
@@ -57,11 +57,11 @@ def test_an_auto_detected_job_is_checked_against_the_language_found() -> None:
 
     class Service:
         def detect(self, text: str) -> list[Any]:
-            from hunyuan_mt.detect import Detection
+            from hunyuan_mt.text.detect import Detection
             return [Detection("de", 0.9)]
 
         def languages(self) -> list[Any]:
-            from hunyuan_mt.service import LanguageInfo
+            from hunyuan_mt.service.translation import LanguageInfo
             return [LanguageInfo("de", "German", "Deutsch", ["en"]), LanguageInfo("en", "English", "English", ["de"])]
 
     assert check_document_route(Service(), "auto", "en", ["Öffnen Sie die Datei."]) == "de"
@@ -179,7 +179,7 @@ def test_other_roots_are_left_alone(name: str, text: str) -> None:
 
 def test_a_memory_imported_by_another_process_is_used_without_a_restart(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    import hunyuan_mt.tm as tm
+    import hunyuan_mt.store.tm as tm
 
     server = memory_in(tmp_path)
     server.preload(["en2es"], fuzzy=True)

@@ -17,7 +17,7 @@ import gradio as gr
 import pytest
 
 from hunyuan_mt.web.doctranslate import document_runner
-from hunyuan_mt.jobs import DocumentJobs
+from hunyuan_mt.service.jobs import DocumentJobs
 from hunyuan_mt.web.metrics import WebMetrics
 from hunyuan_mt.web.ui import build_ui
 from seams import eventually, hold

@@ -1,4 +1,4 @@
-"""The page tells the truth, in Chromium (issue 24): an error takes the previous result and its route line away,
+"""The page tells the truth, in Chromium: an error takes the previous result and its route line away,
 swap from Auto-detect says one sentence, an over-long text is refused rather than cut, a rate limit reads as a
 sentence, a file name shows as itself, and the language lists offer only what the model reaches."""
 
@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from hunyuan_mt.languages import LANGUAGES
+from hunyuan_mt.text.languages import LANGUAGES
 from page_steps import choose, options, upload_document
 from web_server import WEB_BACKEND, LiveServer, serve, with_server
 

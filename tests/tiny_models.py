@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from hunyuan_mt.languages import LANGUAGES
+from hunyuan_mt.text.languages import LANGUAGES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -106,7 +106,7 @@ def web_cfg(request: pytest.FixtureRequest) -> Config:
 
 @pytest.fixture(scope="session")
 def web_service(web_cfg: Config) -> Any:
-    from hunyuan_mt.service import TranslationService
+    from hunyuan_mt.service.translation import TranslationService
 
     return TranslationService(web_cfg)
 

@@ -37,18 +37,18 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 import cachetools
 
-from .. import heap
+from ..host import heap
 from ..config import CacheConfig
 from ..errors import AdapterUnusable, Busy, ModelUnavailable, TranslationError
 from ..lora import BASE_SLOT, PreparedAdapter, SlotLoRA, prepare
-from ..peft_format import AdapterWeights
+from ..lora.peft_format import AdapterWeights
 from .registry import AdapterRegistry, fingerprint_of, read_adapter
 from .request import Pair
 
 if TYPE_CHECKING:
     import torch
 
-    from ..backbone import Backbone
+    from ..runtime.backbone import Backbone
 
 log = logging.getLogger(__name__)
 

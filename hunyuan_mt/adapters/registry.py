@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 
 from ..errors import AdapterNotFound, AdapterUnusable, TranslationError
-from ..peft_format import LORA_KEY, AdapterWeights, BackboneSpec, configured_rank, peft_targets
+from ..lora.peft_format import LORA_KEY, AdapterWeights, BackboneSpec, configured_rank, peft_targets
 from .request import AdapterRequest, Pair
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UnsupportedLanguage
-from ..languages import normalize_code
+from ..text.languages import normalize_code
 
 #: Longest pair name looked at; anything longer is refused before any parsing (hostile input).
 _MAX_NAME = 24

@@ -326,7 +326,7 @@ class AotFunction:
         if compiled and not self.build:
             raise AotNotBuilt(f"{self.label}: no compiled package {path.name} on disk")
         if compiled:
-            from ..locks import owned_lock
+            from ..host.locks import owned_lock
 
             with owned_lock(path.with_suffix(".lock"), f"compiling {self.label}", COMPILE_WAIT_S, log):
                 # Whoever held the lock before may have written it meanwhile.

@@ -39,7 +39,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from .. import int8, int8_embedding, int8_fbgemm, int8_layer, invariant, kernels
+from ..quant import int8, embedding as int8_embedding, fbgemm as int8_fbgemm, layer as int8_layer, invariant
+from .. import kernels
 from ..lora import grouped
 from . import dense, kvcache, llama, marian
 from .aot import AotFunction, AotMismatch, AotNotBuilt, is_marked

@@ -22,11 +22,11 @@ import torch
 from torch import nn
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .. import invariant
-from ..int8 import Int8Linear, int8_linear, weight_and_bias
-from ..int8_fbgemm import FbgemmBase, FbgemmLinear, fbgemm_linear, linear_op
-from ..int8_packed import PackedBase, PackedLinear, qgemm_linear
-from ..int8_layer import Int8Layer, Int8Part, stacked_bias
+from ..quant import invariant
+from ..quant.int8 import Int8Linear, int8_linear, weight_and_bias
+from ..quant.fbgemm import FbgemmBase, FbgemmLinear, fbgemm_linear, linear_op
+from ..quant.packed import PackedBase, PackedLinear, qgemm_linear
+from ..quant.layer import Int8Layer, Int8Part, stacked_bias
 from ..lora.grouped import GroupedLoRA, LoRATensors, add_low_rank, apply_lora
 from ..lora.mapping import SlotMapping
 from ..lora.slots import SlotLinear
@@ -157,7 +157,7 @@ def _fused(bases: list[nn.Module]) -> tuple[torch.Tensor | None, torch.Tensor | 
 
 
 def _whole_of(bases: list[nn.Module]) -> Int8Layer | None:
-    """The fused int8 layer `bases` are, in order, every part of (`int8_layer.fuse_siblings` made it at load), or
+    """The fused int8 layer `bases` are, in order, every part of (`quant.layer.fuse_siblings` made it at load), or
     None."""
     if not all(isinstance(b, Int8Part) and b.whole is bases[0].whole for b in bases):
         return None

@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from .. import invariant, kernels
+from ..quant import invariant
+from .. import kernels
 
 
 #: The additive mask value for a column a row must not see: large and finite, so a query that sees no column at
@@ -84,8 +85,8 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
       GEMMs are float16/bfloat16 (a GPU) the softmax runs in float32 as usual.
     - The GEMM with the values adds exact zeros for the masked columns, but where the row's own columns sit among
       the GEMM's columns (its offset in a right-aligned cache) changes how MKL groups the sum on AVX-512/AMX CPUs:
-      119 of 150 random cases differed on an Intel Xeon with AMX (2026-12-05; the same test passed on the AMD AVX2
-      box of earlier sessions). Eager, on the
+      119 of 150 random cases differed on an Intel Xeon with AMX (2026-12-05; the same test passed on an AMD AVX2
+      box). Eager, on the
       CPU, that product runs in float64: each term is exact there (two float32 factors), and the sums of a few
       hundred terms round back to the same float32 in any grouping (0 of 150 differed). The compiled step's one-
       row product is a reduction per output in column order, the same whatever the offset.

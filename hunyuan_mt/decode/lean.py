@@ -19,7 +19,7 @@ class LeanBatch(RunningBatch):
     with `length` columns in use (`self.cache`, None when empty)."""
 
     #: (parent module name, sibling layers) the step multiplies in one GEMM: with int8 weights the backbone fuses
-    #: them at load (`int8_layer.fuse_siblings`) so that the model keeps one copy.
+    #: them at load (`quant.layer.fuse_siblings`) so that the model keeps one copy.
     FUSED: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import kernels
-from ..int8_embedding import FileTable, Int8Embedding
-from ..int8_embedding import embed as embed_tokens
+from ..quant.embedding import FileTable, Int8Embedding
+from ..quant.embedding import embed as embed_tokens
 from .batch import PrefillPiece, Sequence
 from .dense import Projection, project
 from .lean import LeanBatch
@@ -53,7 +53,7 @@ _WIDE_MODEL = 1024
 
 #: A wide model's prefill runs its rows in groups of at most this many (padded) tokens, and a longer prompt in
 #: pieces of this many, each a forward of its own (`engine.prefill_chunk_tokens` sets another). fbgemm's int8 GEMM
-#: at the 1.8B's shapes ran at 735-758 GOPS for 64-256 rows of tokens and 556 for 1,024 (BENCHMARKS.md, issue 46),
+#: at the 1.8B's shapes ran at 735-758 GOPS for 64-256 rows of tokens and 556 for 1,024 (BENCHMARKS.md, bench/hunyuan_cpu.py),
 #: and 16 prompts of 60 tokens prefilled in 6.2 s two at a time against 7.1-8.4 s all at once. The engine runs a
 #: decode step of the live rows between two forwards, so a long prompt stalls them a piece at a time.
 _PREFILL_TOKENS = 128

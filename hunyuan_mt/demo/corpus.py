@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..masking import SENTINEL, protect, protect_pair
-from ..segment import split_text
+from ..text.masking import SENTINEL, protect, protect_pair
+from ..text.segment import split_text
 from .sources import Entry, is_offensive
 
 LANGS = ("es", "de", "fr", "zh")

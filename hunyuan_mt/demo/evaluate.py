@@ -17,7 +17,7 @@ import torch
 from peft import PeftModel
 from transformers import PreTrainedTokenizerFast
 
-from ..masking import protect, restore
+from ..text.masking import protect, restore
 
 BASE = "__base__"
 

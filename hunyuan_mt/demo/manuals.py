@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..masking import SENTINEL, WORD
+from ..text.masking import SENTINEL, WORD
 
 #: Elements whose text is one block. A list item, definition term or table cell that holds paragraphs is not a
 #: block of its own: its paragraphs are.
@@ -100,7 +100,7 @@ def page_tagged_blocks(path: Path) -> list[tuple[tuple[tuple[str, str], ...], st
 
     from ..documents.encoding import decode_text
     from ..documents.htmlpage import INLINE_KEEP_TAGS, INLINE_TAGS, HtmlDocument
-    from ..inline import space_markup
+    from ..text.inline import space_markup
 
     blocks: list[tuple[tuple[tuple[str, str], ...], str] | None] = []
     for element in _block_elements(path):

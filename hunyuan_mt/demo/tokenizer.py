@@ -13,7 +13,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from ..masking import sentinel_tokens
+from ..text.masking import sentinel_tokens
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
 

@@ -27,7 +27,7 @@ from typing import Sequence
 
 from rapidfuzz import fuzz
 
-from .. import masking
+from ..text import masking
 
 _CJK_CHAR = r"[\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff]"
 #: One Chinese/Japanese/Korean character, a word of a spaced script, or a run of anything else (spaces, marks).

@@ -59,7 +59,7 @@ def check_zip(data: bytes, filename: str, limits: LimitsConfig, kind: str) -> No
     outside = next((info.filename for info in infos if _escapes(info.filename)), None)
     if outside is not None:
         # The translated package is written back member by member: a "../" name (or an absolute one) would reach
-        # whoever unpacks the download with a naive tool (issue 49). No real package has one.
+        # whoever unpacks the download with a naive tool. No real package has one.
         raise UnsupportedDocument(f"{filename}: the package holds a file named {outside[:80]!r}, which points "
                                   "outside the package; such a package is refused")
     total = sum(info.file_size for info in infos)
@@ -80,7 +80,7 @@ def _escapes(name: str) -> bool:
 
 def _plain_mode(external_attr: int) -> int:
     """The member's attributes with its Unix type made a plain file (or kept a folder): a symlink flag copied into
-    the download would make an unpacker create a link (issue 49); permissions and DOS bits stay."""
+    the download would make an unpacker create a link; permissions and DOS bits stay."""
     mode = external_attr >> 16
     if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
         mode = stat.S_IFREG | 0o644

@@ -10,7 +10,7 @@ from pathlib import PurePath
 from typing import Any, Sequence
 
 from ..errors import InputTooLarge, InvalidInput
-from ..masking import char_class
+from ..text.masking import char_class
 from ..config import LimitsConfig
 
 
@@ -61,7 +61,7 @@ def output_filename(filename: str, ext: str, target: str | None) -> str:
 
 #: Combining marks in a row that a text may carry: 30 is Unicode's stream-safe limit (UAX #15), which no language
 #: needs to exceed. "a" followed by 4,999 accents was cut into five segments, the model made one "á" of the first
-#: 1,000 characters, and the answer came back 4,001 characters long (issue 49).
+#: 1,000 characters, and the answer came back 4,001 characters long (tests/test_hostile_input.py).
 MAX_MARK_RUN = 30
 
 
@@ -90,7 +90,7 @@ def check_segment_limits(filename: str, segments: Sequence[str], limits: LimitsC
 
 
 #: Attributes one XML element may carry. lxml copies and looks up attributes one at a time, each against the ones
-#: already there: 40,000 on one XLIFF element held every other client for 18-24 s (issue 49; 20,000 took 3.4 s to
+#: already there: 40,000 on one XLIFF element held every other client for 18-24 s (bench/hostile.py; 20,000 took 3.4 s to
 #: read here).
 MAX_ATTRIBUTES = 256
 

@@ -45,7 +45,7 @@ from urllib.parse import unquote
 from ebooklib import epub
 from lxml import etree
 
-from .. import masking
+from ..text import masking
 from ..config import LimitsConfig
 from ..errors import InvalidInput, UnsupportedDocument
 from .archive import check_zip, rewrite_zip

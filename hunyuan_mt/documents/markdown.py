@@ -13,7 +13,7 @@ import re
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from .. import masking
+from ..text import masking
 from ..config import LimitsConfig
 from .base import Document, RenderedDocument, TextTemplate, needs_translation, output_filename, trim_span
 from .encoding import DecodedText, decode_text

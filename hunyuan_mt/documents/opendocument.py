@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from .. import masking
+from ..text import masking
 from ..config import LimitsConfig
 from ..errors import InvalidInput, UnsupportedDocument
 from .archive import check_zip, rewrite_zip

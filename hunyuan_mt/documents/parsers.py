@@ -2,7 +2,7 @@
 
 A reader is Python and C (lxml, pypdf, ruamel) that runs as long as its input makes it run. In the server's process
 nothing can stop it: a client that left, a deadline that passed or a SIGTERM all waited for it, and lxml held the
-GIL meanwhile, so every other request waited too (issue 49: an XLIFF element with 40,000 attributes held every
+GIL meanwhile, so every other request waited too (bench/hostile.py: an XLIFF element with 40,000 attributes held every
 client for 18-24 s). The caps in each reader bound the algorithms we know of; this bounds the ones we do not.
 
 `DocumentParsers` keeps up to `limits.parse_workers` helper processes, started with spawn and warm (every reader's
@@ -40,8 +40,8 @@ from typing import Any, Hashable, Sequence
 
 from ..config import LimitsConfig, SharesConfig
 from ..errors import Busy, Cancelled, InputTooLarge, InvalidInput, ServerStopping, TranslationError
-from ..helpers import become_helper, main_not_rerun
-from ..shares import Share, TimeBudget
+from ..host.helpers import become_helper, main_not_rerun
+from ..scheduler.shares import Share, TimeBudget
 from .base import Document, RenderedDocument
 from .reader import read_document, render_layout, upload_name
 

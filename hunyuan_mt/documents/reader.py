@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from .. import masking
+from ..text import masking
 from ..config import LimitsConfig
 from ..errors import InputTooLarge, InvalidInput, UnsupportedDocument
-from ..glossary import Glossary, has_terms
+from ..text.glossary import Glossary, has_terms
 from . import alignment
 from .base import (ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, Document, RenderedDocument, check_not_empty,
                    check_segment_limits, plural)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from .. import masking
+from ..text import masking
 
 
 @dataclass(eq=False)

@@ -43,7 +43,7 @@ from openpyxl.cell.text import InlineFont
 from openpyxl.utils.exceptions import InvalidFileException
 from openpyxl.workbook.workbook import Workbook
 
-from .. import masking
+from ..text import masking
 from ..config import LimitsConfig
 from ..errors import InvalidInput, UnsupportedDocument
 from .archive import check_zip

@@ -22,13 +22,13 @@ from typing import Any
 
 from ..config import LimitsConfig
 from ..errors import InputTooLarge, InvalidInput, UnsupportedLanguage
-from ..languages import normalize_code
+from ..text.languages import normalize_code
 from .base import Document, RenderedDocument, needs_translation, output_filename, split_outer_whitespace
 from .encoding import decode_text
 
 _NOTE = "Only the string values were translated; keys, numbers and structure are kept."
 #: Containers nested inside each other, at most. Real catalogues nest a few levels; a parser or walker recursing
-#: through thousands ran out of stack (a 500 before, issue 49).
+#: through thousands ran out of stack (a 500 before; tests/test_hostile_input.py).
 MAX_NESTING = 200
 _INDENT = re.compile(r"^\{\s*\n([ \t]+)\S", re.M)
 _LOCALE_KEY = re.compile(r"^[a-z]{2,3}(?:[-_][A-Za-z]{2,4})?$")

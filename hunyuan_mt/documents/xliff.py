@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from .. import masking
+from ..text import masking
 from ..config import LimitsConfig
 from ..errors import InvalidInput
 from .base import (ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, ORIGIN_MODEL_SURE, Document, RenderedDocument, check_xml_caps,

@@ -1,7 +1,7 @@
 """CPU kernels of our own, built from C++ source on first use: `decode_attention`; `fbgemm_linear`, the int8 GEMM
-of `int8_fbgemm` called without Python in between (fbgemm_linear.cpp says why); `move_rows`, a running batch's
+of `quant.fbgemm` called without Python in between (fbgemm_linear.cpp says why); `move_rows`, a running batch's
 cache compaction in one call (move_rows.cpp); `qgemm`, the 8-bit and 4-bit weight GEMM of a large decoder-only
-model's steps (qgemm.cpp, `int8_packed`).
+model's steps (qgemm.cpp, `quant.packed`).
 
 A Marian decode step's attention (one new query per row, over the keys and values the rows have cached) is a pass
 over memory, and memory is what a CPU has least of: on the 2-core box ~9 GB/s, and the key/value slices a 64-row
@@ -108,9 +108,9 @@ def decode_attention() -> Any:
 
 
 def fbgemm_linear() -> Any:
-    """`torch.ops.hmt_cpu.fbgemm_linear(x, handle)`, what `int8_fbgemm`'s Python op computes, from C++, or None
+    """`torch.ops.hmt_cpu.fbgemm_linear(x, handle)`, what `quant.fbgemm`'s Python op computes, from C++, or None
     where the library cannot be built. Its packed weights are registered with `torch.ops.hmt_cpu.fbgemm_register
-    (handle, packed)` and dropped with `torch.ops.hmt_cpu.fbgemm_forget(key)` (`int8_fbgemm` does both)."""
+    (handle, packed)` and dropped with `torch.ops.hmt_cpu.fbgemm_forget(key)` (`quant.fbgemm` does both)."""
     return torch.ops.hmt_cpu.fbgemm_linear if _library() else None
 
 
@@ -123,7 +123,7 @@ def move_rows() -> Any:
 
 def qgemm() -> Any:
     """`torch.ops.hmt_cpu.qgemm(x, packed, scales, bias, n, bits, group)`: x [M, K] float32 times 8-bit or 4-bit
-    weights packed by `int8_packed` (qgemm.cpp), or None where the library cannot be built."""
+    weights packed by `quant.packed` (qgemm.cpp), or None where the library cannot be built."""
     return torch.ops.hmt_cpu.qgemm if _library() else None
 
 
@@ -195,7 +195,7 @@ def build_extension(name: str, sources: list[Path], folder: Path, cflags: list[s
     builds here, so torch's own `lock` file, if there is one, is a dead build's and is removed first."""
     from torch.utils import cpp_extension
 
-    from ..locks import owned_lock
+    from ..host.locks import owned_lock
 
     folder.mkdir(parents=True, exist_ok=True)
     with owned_lock(folder / "build.lock", f"building {name}", BUILD_WAIT_S, log):

@@ -3,7 +3,7 @@
 // Why our own GEMM. At HY-MT1.5-1.8B's shapes a decode step is bound by reading the weights (1.7 GB of int8 a
 // token): fbgemm's GEMM read them at ~14 GB/s of the box's 22.5 at one row, and at 16 rows it read them and then
 // computed instead of overlapping the two (2.2× the one-row time where the arithmetic allows ~1.2×; BENCHMARKS.md,
-// issue 46). Here each block of 64 output columns is read once from memory for a panel of up to 16 rows, chunk by
+// bench/qgemm.py). Here each block of 64 output columns is read once from memory for a panel of up to 16 rows, chunk by
 // chunk, and each chunk is multiplied, while it sits in registers, by 4 rows at a time (`vpdpbusd`: 64 byte
 // products an instruction), so the reading overlaps the whole panel's arithmetic; further panels read the block
 // again from the core's L2. And the same code reads 4-bit weights (half the bytes: the only way past int8's

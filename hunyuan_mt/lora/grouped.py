@@ -39,7 +39,7 @@ count, and in float32 that was the largest cost of mixing pairs: 8 pairs mixed 2
 (600 sentences, alternating; one pair 2.14/2.53/2.59 → 1.96/2.43/2.50 s), chrF int8 − float32 still within
 −0.36 … +0.31 on the 16 held-out sets (BENCHMARKS.md).
 
-Over qgemm's packed base (`int8_packed`, the kernel of models too large for the caches) both sides run in qgemm's
+Over qgemm's packed base (`quant.packed`, the kernel of models too large for the caches) both sides run in qgemm's
 8-bit kernel (`_stack_packed`): on an AVX2 core float32 GEMMs of a LoRA's shapes ([16, 2048] @ [2048, 384],
 [16, 128] @ [128, 2048]) ran at 6-11 GMAC/s, qgemm at ~4x that, and a 1.8B step of 16 rows over 8 adapters spent
 ~150 ms of one core's time in them. A is quantized per column and B per row (rank index), each adapter once and
@@ -63,10 +63,10 @@ import torch
 import torch.nn.functional as F
 from cachetools import LRUCache
 
-from .. import invariant
-from ..int8 import int8_linear, int8_matmul, quantize_columns, quantize_matrix_rows
-from ..int8_layer import symmetric
-from ..int8_packed import BLOCK, PackedBase, qgemm_linear
+from ..quant import invariant
+from ..quant.int8 import int8_linear, int8_matmul, quantize_columns, quantize_matrix_rows
+from ..quant.layer import symmetric
+from ..quant.packed import BLOCK, PackedBase, qgemm_linear
 from .mapping import BASE_SLOT, SlotMapping
 from .slots import SlotLinear
 

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
-from ..peft_format import AdapterWeights, lora_modules, lora_scale
+from .peft_format import AdapterWeights, lora_modules, lora_scale
 from .mapping import BASE_SLOT, SlotMapping
 from .slots import SlotLinear
 

@@ -137,7 +137,7 @@ class SlotMapping:
             return self._mask[1]
         # Two tensor calls, not six: the decode loop builds a mask whenever its rows change (under many clients
         # nearly every step), and each call gives the GIL up to whatever else runs (measured in BENCHMARKS.md,
-        # issue 19, 2026-12-02). A row indexes a table whose row u has ones in slot u's columns; the last row, zeros,
+        # 2026-12-02). A row indexes a table whose row u has ones in slot u's columns; the last row, zeros,
         # serves rows on no slot in `used` and the padding.
         position = {slot: i for i, slot in enumerate(used)}
         rows = [position.get(s, len(used)) for s in self._slots for _ in range(per_row)] + [len(used)] * padding

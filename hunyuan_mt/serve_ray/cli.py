@@ -193,7 +193,7 @@ def _require_local_cuda(profile: str) -> None:
 
 def _require_local_model(model: Any) -> None:
     """The profile's model folder (or a hub id already in the local cache) exists on this machine."""
-    from ..backbone import _missing_message, _model_source
+    from ..runtime.backbone import _missing_message, _model_source
 
     source = _model_source(model)
     if Path(source).is_dir():

@@ -21,9 +21,9 @@ from typing import Any, Callable, Sequence
 
 from ..adapters.request import Pair
 from ..config import Config
-from ..detect import Detection
+from ..text.detect import Detection
 from ..errors import Cancelled, InputTooLarge, InvalidInput, ReplicaUnavailable
-from ..languages import normalize_code
+from ..text.languages import normalize_code
 from .health import GroupHealth
 from .settings import ServeSettings, group_for, settings_from_args
 from .transport import rebuild_error
@@ -249,7 +249,7 @@ class RemoteService:
                         glossary: Any = None, ticket: Any = None, context: str | None = None) -> list[Any]:
         # `ticket` is not sent to the replica (an event does not cross processes): a text's rows decode to the
         # end there even when its client has gone away.
-        from ..service import TranslationResult
+        from ..service.translation import TranslationResult
 
         dicts = self._run(self.atranslate(texts, src, tgt, alternatives, glossary, context))
         self._served(*(d["replica"] for d in dicts))
@@ -288,7 +288,7 @@ class RemoteService:
         return [Detection(**d) for d in reply["detections"][0]]
 
     def languages(self) -> list[Any]:
-        from ..service import LanguageInfo
+        from ..service.translation import LanguageInfo
 
         reply = self._run(self.acall(self.settings.long_tail.name, "languages"))
         self._served(reply["replica"])

@@ -84,7 +84,7 @@ class TranslatorReplica:
 
     def _build_service(self, cfg: Any) -> Any:
         """One service per replica process (a subclass may wrap it, e.g. tests that hold a generate open)."""
-        from ..service import get_service
+        from ..service.translation import get_service
 
         return get_service(cfg)
 
@@ -227,6 +227,6 @@ def _replica_unique_id(ctx: Any) -> str:
 
 
 def _backbone_loads() -> int:
-    from .. import backbone
+    from ..runtime import backbone
 
     return backbone.LOAD_COUNT

@@ -108,7 +108,7 @@ def migrate(engine: Engine) -> str:
 
 @contextmanager
 def _migration_lock(engine: Engine) -> Iterator[None]:
-    from ..locks import LockTimeout, owned_lock
+    from ..host.locks import LockTimeout, owned_lock
 
     if engine.dialect.name == "postgresql":
         with engine.connect() as connection:

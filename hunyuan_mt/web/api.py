@@ -11,20 +11,16 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import json
 import logging
-import math
 import threading
 import time
-import uuid
-from typing import Any, AsyncIterator, Callable, Iterator, Protocol, Sequence
-from urllib.parse import quote
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -33,23 +29,23 @@ from .. import __version__
 from ..adapters.request import Pair
 from ..config import Config
 from ..documents import LISTED_EXTENSIONS
-from ..errors import (Cancelled, FeatureDisabled, InputTooLarge, InvalidInput, RateLimited, TranslationError,
-                      UnreachablePair, UnsupportedLanguage, http_status)
-from ..detect import Detection
-from ..documents import distinct_segments
+from ..errors import (FeatureDisabled, InputTooLarge, InvalidInput, RateLimited, TranslationError, UnreachablePair,
+                      UnsupportedLanguage, http_status)
+from ..text.detect import Detection
 from ..documents.parsers import DocumentParsers
-from ..glossary import Glossary, GlossaryStore
-from ..jobs import ENDED, DocumentJobs, JobSpec, JobView, check_job_id
-from .. import prompts
-from ..languages import LANGUAGES, normalize_code, served_codes
-from ..ticket import Ticket
+from ..text.glossary import Glossary, GlossaryStore
+from ..service.jobs import DocumentJobs
+from ..text.languages import LANGUAGES, normalize_code, served_codes
+from ..scheduler.ticket import Ticket
 from .auth import AccessPolicy, Caller, who
-from .doctranslate import check_document_route, document_runner, job_spec, jobs_store, translate_upload
-from .downloads import DownloadStore, attachment, safe_filename
+from .doctranslate import document_runner, jobs_store
+from .downloads import DownloadStore, attachment
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import RequestCounter, WebMetrics
+from .chat_api import ChatRoutes, openai_route
+from .document_api import DocumentRoutes
 from .requests import (FORM, JSON, MULTIPART, BodyLimitMiddleware, client_address, content_type, int_field,
-                       read_fields, text_field)
+                       read_fields, source_field, text_field, wait_disconnected)
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +56,6 @@ REST_THREADS = 64
 _JSON_OVERHEAD = 64 * 1024
 #: /frontend/settings: how long LibreTranslate's page waits after the last keystroke before it translates.
 FRONTEND_TIMEOUT_MS = 500
-#: Longest long poll (GET /v1/documents/<id>?wait=S), seconds.
-MAX_WAIT_S = 30.0
 
 #: Who the request being handled is charged to, once `_authorize` knows: `_call` holds that caller's share of the
 #: REST threads (`shares.requests`) for each blocking call it runs.
@@ -120,41 +114,7 @@ def detection_json(detection: Any) -> dict[str, Any]:
     return {"confidence": round(float(detection.confidence) * 100.0, 1), "language": detection.code}
 
 
-def resolve_model_id(model: str | None) -> tuple[str | None, str | None]:
-    """OpenAI `model` → (source or None, target or None): "es" names a target, "en2es"/"en-es" a pair.
-
-    Anything else (e.g. "hunyuan-mt") names neither; the Hunyuan prompt then has to say the target.
-    """
-    if not model:
-        return None, None
-    name = model.strip()
-    # Pair forms first: "en-es" is a pair here, although normalize_code would read it as a locale tag (en-ES).
-    if "2" in name:
-        try:
-            pair = Pair.parse(name)
-            return pair.src, pair.tgt
-        except InvalidInput:
-            pass
-    for sep in ("-", ":", "_", ">"):
-        # Try both splits: "en-zh-Hant" and "zh-Hant-en" each have one that parses.
-        for left, right in (name.split(sep, 1), name.rsplit(sep, 1)) if sep in name else ():
-            try:
-                return normalize_code(left), normalize_code(right)
-            except InvalidInput:
-                continue
-    try:
-        return None, normalize_code(name)
-    except InvalidInput:
-        return None, None
-
-
-def _source_field(fields: dict[str, Any]) -> str:
-    """`source`, with "auto" in any case (and a missing source) meaning detect."""
-    source = text_field(fields, "source", required=False, default="auto")
-    return "auto" if source.strip().lower() == "auto" else source
-
-
-class RestApi:
+class RestApi(ChatRoutes, DocumentRoutes):
     """Route handlers over one service; kept as a class so the handlers share the policy, store and metrics."""
 
     def __init__(self, service: TranslationServiceLike, cfg: Config, metrics: WebMetrics,
@@ -289,7 +249,7 @@ class RestApi:
                 # Browsers send a form's line breaks as CRLF; count and translate them as LF, as LibreTranslate
                 # does, so the character limit means the same whatever the encoding.
                 texts = ["\n".join(t.splitlines()) if "\r" in t else t for t in texts]
-            source = _source_field(fields)
+            source = source_field(fields)
             target = text_field(fields, "target")
             await self._check_codes(source, target)
             fmt = text_field(fields, "format", required=False, default="text")
@@ -440,162 +400,9 @@ class RestApi:
         finally:
             await request.close()
 
-    async def _read_upload(self, request: Request) -> tuple[Caller, bytes, str, str, str, Any, str | None]:
-        """A document upload's fields, checked: (caller, the file's bytes, its safe name, source, target,
-        glossary, context). The multipart spool is closed before this returns."""
-        try:
-            # A caller whose document reading is spent is told before its body is read: one that loops on its
-            # refusals then costs the server a header's worth each time, not a multipart parse.
-            self.parsers.check(self.policy.identify(self._api_key(request), client_address(request)).identity)
-            fields = await read_fields(request, allow=(MULTIPART,))
-            caller = self._authorize(request, fields)
-            upload = fields.get("file")
-            if not isinstance(upload, UploadFile):
-                raise InvalidInput("Invalid request: missing file parameter")
-            source = _source_field(fields)
-            target = text_field(fields, "target")
-            await self._check_codes(source, target)
-            glossary = self.glossaries.resolve(fields.get("glossary"), source, target)
-            # Beyond LibreTranslate: what the document is about, shaping every segment (the Hunyuan prompt's
-            # context); checked here, so a bad one is refused before a job exists, and charged once.
-            context = prompts.clean_context(fields.get("context"), self.cfg.limits.max_chars)
-            data = await upload.read(self.cfg.limits.max_file_bytes + 1)
-            if len(data) > self.cfg.limits.max_file_bytes:
-                raise InputTooLarge(f"File too large: more than {self.cfg.limits.max_file_bytes} bytes "
-                                    f"(limit {self.cfg.limits.max_file_bytes}).")
-            filename = safe_filename(upload.filename or "document.txt")
-        finally:
-            await request.close()  # removes python-multipart's spooled temp file
-        return caller, data, filename, source, target, glossary, context
-
-    async def translate_file(self, request: Request) -> JSONResponse:
-        caller, data, filename, source, target, glossary, context = await self._read_upload(request)
-        self.downloads.check_quota(caller)  # before any work: its link could not be kept
-        charge = functools.partial(self.policy.spend_chars, caller, context=context)
-        ticket = Ticket(background=True, owner=caller.identity)
-        rendered, _ = await self._watched(request, ticket, "file", functools.partial(
-            translate_upload, self.service, data, filename, source, target, self.cfg.limits, None, charge, glossary,
-            ticket, context, None, self.parsers.reader(lambda: ticket.cancelled, caller.identity),
-            self.cfg.quality.docx_comments))
-        owner = caller if self.policy.downloads_owned else None
-        token = self.downloads.put(rendered.data, rendered.filename, rendered.media_type, owner, caller)
-        # Starlette puts path parameters in as they are: a name with spaces or non-ASCII letters made a link that
-        # curl and urllib refuse. Percent-encoded, the route still receives the name decoded.
-        url = str(request.url_for("download_file", token=token,
-                                  filename=quote(safe_filename(rendered.filename), safe="")))
-        body: dict[str, Any] = {"translatedFileUrl": url}
-        if rendered.note:
-            body["note"] = rendered.note
-        return JSONResponse(body)
 
     # ------------------------------------------------------------------ document jobs
 
-    async def _upload(self, request: Request) -> tuple[Caller, bytes, Any, JobSpec]:
-        """A job's upload, read and checked: (caller, its bytes, the document read, what the job runs)."""
-        caller, data, filename, source, target, glossary, context = await self._read_upload(request)
-        # Read now: a file the server cannot take is refused here, not found out later as a failed job. A client
-        # that leaves meanwhile stops the read.
-        ticket = Ticket(background=True, owner=caller.identity)
-        document = await self._watched(request, ticket, "file", functools.partial(
-            self.parsers.read, data, filename, self.cfg.limits, lambda: ticket.cancelled, caller.identity))
-        target = normalize_code(target)
-        # ... and so is a pair no route serves (auto-detected now, on the document's first characters).
-        source = await self._call(check_document_route, self.service, source, target, document.segments)
-        return caller, data, document, job_spec(document.filename, source, target, glossary, context)
-
-    def _may(self, request: Request) -> Callable[[Any], bool]:
-        """Whether this request may see a job: its uploader's key, or its address for a job uploaded without one
-        (`AccessPolicy.may_fetch`, keyed_by_address=False)."""
-        key, address = self._api_key(request), client_address(request)
-        return lambda owner: self.policy.may_fetch(owner, key, address, keyed_by_address=False)
-
-    def _job_body(self, request: Request, view: JobView) -> dict[str, Any]:
-        body = view.to_dict()
-        if view.state == "done":
-            body["result_url"] = str(request.url_for("document_result", job_id=view.id))
-        return body
-
-    async def submit_document(self, request: Request) -> JSONResponse:
-        caller, data, document, spec = await self._upload(request)
-        self.jobs.check_quota(caller)  # before the characters are charged
-        self.policy.spend_chars(caller, sum(len(s) for s in document.segments), spec.context)
-        view = await self._call(self.jobs.submit_upload, spec, data, document, distinct_segments(document),
-                                caller if self.policy.downloads_owned else None, caller)
-        url = str(request.url_for("document_job", job_id=view.id))
-        return JSONResponse(self._job_body(request, view), status_code=202, headers={"Location": url})
-
-    async def document_job(self, request: Request, job_id: str) -> JSONResponse:
-        """A job's state; `?wait=S` holds the answer up to S seconds (at most 30) until it changes: a long poll."""
-        check_job_id(job_id)
-        wait = request.query_params.get("wait")
-        may = self._may(request)
-        if wait is None:
-            view = self.jobs.view(job_id, may)
-        else:
-            try:
-                seconds = float(wait)
-            except ValueError:
-                seconds = math.nan
-            if math.isnan(seconds):
-                raise InvalidInput(f"Invalid request: wait must be a number of seconds (at most {MAX_WAIT_S:g}).")
-            view = await self._long_poll(request, job_id, may, min(MAX_WAIT_S, max(0.0, seconds)))
-        return JSONResponse(self._job_body(request, view))
-
-    async def _long_poll(self, request: Request, job_id: str, may: Callable[[Any], bool], seconds: float) -> JobView:
-        """The job once it changes, or after `seconds`: awaited on the event loop (the job's listener wakes it),
-        holding no thread. Checked like every job route (another caller's job is a 404, before anything waits),
-        counted as a call (the rate limit) and within the caller's share of open polls (`shares.long_polls`,
-        429 with the seconds until its soonest poll ends). A client that leaves ends its poll."""
-        caller = self.policy.identify(self._api_key(request), client_address(request))
-        loop = asyncio.get_running_loop()
-        changed = asyncio.Event()
-        before, stop = self.jobs.watch(job_id, may, lambda: loop.call_soon_threadsafe(changed.set))
-        try:
-            if before.state in ENDED or seconds <= 0:
-                return before
-            self.policy.calls.hit(caller.identity)
-            ends = loop.time() + seconds
-            with self.policy.long_polls.hold(caller.identity, ends_at=time.monotonic() + seconds):
-                gone = asyncio.ensure_future(wait_disconnected(request))
-                try:
-                    while not gone.done():
-                        changed.clear()
-                        now = self.jobs.view(job_id, may)
-                        if now.state in ENDED or (now.state, now.done) != (before.state, before.done):
-                            return now
-                        left = ends - loop.time()
-                        if left <= 0:
-                            return now
-                        woken = asyncio.ensure_future(changed.wait())
-                        await asyncio.wait({woken, gone}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-                        woken.cancel()
-                finally:
-                    gone.cancel()
-            return self.jobs.view(job_id, may)
-        finally:
-            stop()
-
-    async def document_result(self, request: Request, job_id: str) -> Response:
-        check_job_id(job_id)
-        rendered = self.jobs.result(job_id, self._may(request))
-        return Response(rendered.data, media_type=rendered.media_type,
-                        headers={"Content-Disposition": attachment(safe_filename(rendered.filename))})
-
-    async def cancel_document(self, request: Request, job_id: str) -> JSONResponse:
-        check_job_id(job_id)
-        return JSONResponse(self._job_body(request, self.jobs.cancel(job_id, self._may(request))))
-
-    async def document_jobs(self, request: Request) -> JSONResponse:
-        return JSONResponse({"jobs": [self._job_body(request, v) for v in self.jobs.list(self._may(request))]})
-
-    async def download_file(self, request: Request, token: str, filename: str) -> Response:
-        stored = self.downloads.get(token)
-        # Someone else's file answers exactly as a missing one: the link's existence is not confirmed.
-        if stored is None or filename != stored.filename or not self.policy.may_fetch(
-                stored.owner, self._api_key(request), client_address(request)):
-            return JSONResponse({"error": "File not found or expired."}, status_code=404)
-        return Response(stored.data, media_type=stored.media_type,
-                        headers={"Content-Disposition": attachment(stored.filename)})
 
     # ------------------------------------------------------------------ service routes
 
@@ -701,203 +508,6 @@ class RestApi:
 
     # ------------------------------------------------------------------ OpenAI-compatible
 
-    def _chat_request(self, fields: dict[str, Any]) -> tuple[str, str, str, str]:
-        model = fields.get("model")
-        if not isinstance(model, str) or not model:
-            raise InvalidInput("Invalid request: missing model (a target such as 'es' or a pair such as 'en2es')")
-        messages = fields.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise InvalidInput("Invalid request: messages must be a non-empty list")
-        last_user = None
-        for message in reversed(messages):
-            if isinstance(message, dict) and message.get("role") == "user":
-                last_user = message
-                break
-        if last_user is None:
-            raise InvalidInput("Invalid request: no user message to translate")
-        content = last_user.get("content")
-        if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
-            texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-            if not all(isinstance(t, str) for t in texts):
-                # A number or an object where the text goes: the client's mistake, said as such (was a 500).
-                raise InvalidInput("Invalid request: a text part's 'text' must be a string")
-            content = "".join(texts)
-        if not isinstance(content, str) or not content.strip():
-            raise InvalidInput("Invalid request: the last user message has no text")
-        prompt_target, text = prompts.parse(content)
-        source, target = resolve_model_id(model)
-        target = target or prompt_target
-        if target is None:
-            raise InvalidInput(f"Unknown model {model[:40]!r}: use a target language ('es') or a pair ('en2es'); "
-                               f"see GET /v1/models")
-        return model, source or "auto", target, text
-
-    def _choices_asked(self, fields: dict[str, Any]) -> int:
-        """OpenAI's `n`: how many choices, 1 to limits.max_alternatives + 1 (they are the alternatives)."""
-        n = fields.get("n", 1)
-        top = self.cfg.limits.max_alternatives + 1
-        if n is None:
-            return 1
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= top:
-            raise InvalidInput(f"Invalid request: n must be a whole number from 1 to {top} (the translation and "
-                               f"up to {top - 1} alternatives, limits.max_alternatives).")
-        if n > 1 and fields.get("stream"):
-            raise InvalidInput("Invalid request: n > 1 cannot be streamed; ask without stream, or with n = 1.")
-        return n
-
-    async def chat_completions(self, request: Request) -> Response:
-        try:
-            fields = await read_fields(request, allow=(JSON,))
-        finally:
-            await request.close()
-        caller = self._authorize(request, fields)
-        model, source, target, text = self._chat_request(fields)
-        n = self._choices_asked(fields)
-        self.policy.check_chars([text])
-        self.policy.spend_chars(caller, len(text))
-        started = time.perf_counter()
-        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-        created = int(time.time())
-        ticket = Ticket(owner=caller.identity)
-        if fields.get("stream"):
-            stream = self.service.translate_stream(text, source, target, ticket=ticket)
-            # The first item comes once the request is checked and planned: a refusal is still an HTTP error,
-            # not an event inside a 200 stream.
-            try:
-                first = await self._call(next, stream)
-            except BaseException:
-                stream.close()
-                raise
-            chunks = _ChatChunks(completion_id, created, model)
-            return StreamingResponse(self._stream_events(request, stream, first, chunks, ticket, started),
-                                     media_type="text/event-stream")
-        results = await self._watched(request, ticket, "openai", functools.partial(
-            self.service.translate_batch, [text], source, target, alternatives=n - 1, ticket=ticket,
-            token_logprobs=fields.get("logprobs") is True))
-        self._observe(results, started, "openai")
-        result = results[0]
-        usage = {"prompt_tokens": len(text.split()), "completion_tokens": len(result.text.split())}
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        # n choices: the translation, then the beam search's other outputs (fewer when it finds fewer distinct).
-        contents = [result.text] + list(result.alternatives)[:n - 1]
-        choices: list[dict[str, Any]] = [
-            {"index": i, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
-            for i, content in enumerate(contents)]
-        if fields.get("logprobs") is True:
-            choices[0]["logprobs"] = _chat_logprobs(result)
-        return JSONResponse({
-            "id": completion_id, "object": "chat.completion", "created": created, "model": model,
-            "choices": choices, "usage": usage, "route": result.route_label,
-        })
-
-    async def _stream_events(self, request: Request, stream: Iterator[Any], first: Any, chunks: "_ChatChunks",
-                             ticket: Ticket, started: float) -> AsyncIterator[bytes]:
-        """Server-sent events for one streamed chat completion: each new piece of the translation as it grows.
-
-        A client that goes away cancels the rows: seen by a watcher at once (Starlette itself may only notice at
-        the next write, and none comes while the rows wait), or when Starlette closes this generator."""
-        async def watch() -> None:
-            await wait_disconnected(request)
-            ticket.cancel("client disconnected")
-
-        watcher = asyncio.ensure_future(watch())
-        finished = False
-        try:
-            yield chunks.chunk({"role": "assistant", "content": ""}, None)
-            item = first
-            while True:
-                if isinstance(item, str):
-                    piece = chunks.advance(item)
-                    if piece:
-                        yield chunks.chunk({"content": piece}, None)
-                else:
-                    self._observe([item], started, "openai")
-                    rest = chunks.advance(item.text)
-                    if rest:
-                        yield chunks.chunk({"content": rest}, None)
-                    yield chunks.chunk({}, "stop")
-                    yield b"data: [DONE]\n\n"
-                    finished = True
-                    return
-                # Abandoned when the client goes away: the thread returns at the engine's next step.
-                item = await self._call(next, stream, abandon_on_cancel=True)
-        except Cancelled:
-            return  # the watcher cancelled the rows: nobody is left to read an error
-        finally:
-            watcher.cancel()
-            if not finished:
-                ticket.cancel("client disconnected")
-                self.metrics.count_cancelled("openai-stream")
-
-    async def models(self) -> JSONResponse:
-        infos = await self._call(self.service.languages)
-        ids: list[str] = []
-        targets = sorted({t for info in infos for t in info.targets})
-        ids.extend(targets)
-        ids.extend(f"{info.code}2{t}" for info in infos for t in info.targets)
-        return JSONResponse({"object": "list", "data": [
-            {"id": model_id, "object": "model", "created": 0, "owned_by": "hunyuan-mt"} for model_id in ids]})
-
-
-def _chat_logprobs(result: Any) -> dict[str, Any]:
-    """OpenAI's `logprobs` for a chat translation: one entry per token of each sentence the model wrote (its last
-    hop's, the text each token adds, placeholders put back), the whitespace between sentences joined to the next
-    sentence's first token, so the entries' texts join into the message. A sentence without token scores that join
-    up (from the translation memory: log-probability 0.0; a repaired placeholder: its mean log-probability) is one
-    entry; one with no score at all (beam search) is left out, and so the texts no longer join up."""
-    content: list[dict[str, Any]] = []
-    cursor = 0
-    tokens = result.segment_tokens or [None] * len(result.segment_texts)
-    for text, confidence, pieces in zip(result.segment_texts, result.segment_confidences, tokens):
-        if confidence is None or not text.strip():
-            continue
-        found = result.text.find(text.strip(), cursor)
-        gap = result.text[cursor:found] if found >= 0 else ""
-        cursor = found + len(text.strip()) if found >= 0 else cursor
-        # A token that adds no text (the end of the sentence, half a character) is no entry.
-        entries = [(p, lp) for p, lp in pieces if p] if pieces else [(text.strip(), math.log(confidence))]
-        for n, (piece, logprob) in enumerate(entries):
-            piece = gap + piece.lstrip() if n == 0 else piece
-            content.append({"token": piece, "logprob": round(logprob, 6), "bytes": list(piece.encode()),
-                            "top_logprobs": []})
-    return {"content": content, "refusal": None}
-
-
-class _ChatChunks:
-    """OpenAI's chat.completion.chunk events for one completion, and the text already sent as deltas."""
-
-    def __init__(self, completion_id: str, created: int, model: str) -> None:
-        self.completion_id, self.created, self.model = completion_id, created, model
-        self.sent = ""
-
-    def chunk(self, delta: dict[str, Any], finish: str | None) -> bytes:
-        payload = {"id": self.completion_id, "object": "chat.completion.chunk", "created": self.created,
-                   "model": self.model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-        return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode("utf-8")
-
-    def advance(self, text: str) -> str:
-        """The part of `text` not sent yet. Deltas only append, so a text that no longer extends what was sent
-        (rare: the final clean-up changed an earlier word) sends nothing more, and is logged."""
-        if not text.startswith(self.sent):
-            log.warning("chat stream %s: the final text differs from what was streamed", self.completion_id)
-            return ""
-        piece, self.sent = text[len(self.sent):], text
-        return piece
-
-
-def _openai_path(path: str) -> bool:
-    """The OpenAI-compatible routes answer errors in OpenAI's shape; every other route (documents under /v1 too)
-    in LibreTranslate's."""
-    return path.startswith(("/v1/chat/", "/v1/models"))
-
-
-async def wait_disconnected(request: Request) -> None:
-    """Return once the client has gone away (its body already read: the next ASGI message is the disconnect)."""
-    while True:
-        message = await request.receive()
-        if message.get("type") == "http.disconnect":
-            return
-
 
 _TRANSLATE_SCHEMA = {
     "type": "object",
@@ -990,7 +600,7 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
     async def on_translation_error(request: Request, exc: TranslationError) -> JSONResponse:
         if isinstance(exc, RateLimited):
             exc = await paced(api.policy, _refused_caller(api, request), exc)
-        return error_response(exc, openai_style=_openai_path(request.url.path))
+        return error_response(exc, openai_style=openai_route(request.url.path))
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -1010,7 +620,7 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
     @app.exception_handler(Exception)
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(exc, openai_style=_openai_path(request.url.path))
+        return error_response(exc, openai_style=openai_route(request.url.path))
 
     app.add_api_route("/translate", api.translate, methods=["POST"], tags=["LibreTranslate"],
                       summary="Translate text", openapi_extra=_body_doc(_TRANSLATE_SCHEMA))
@@ -1103,4 +713,4 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
     return app
 
 
-__all__ = ["create_app", "error_response", "resolve_model_id", "RestApi", "LANGUAGES"]
+__all__ = ["create_app", "error_response", "RestApi", "LANGUAGES"]

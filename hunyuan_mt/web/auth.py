@@ -19,10 +19,10 @@ from typing import Callable
 
 from cachetools import TTLCache
 
-from ..callers import KEY_HASH, Caller, key_hash
+from ..scheduler.callers import KEY_HASH, Caller, key_hash
 from ..config import LimitsConfig, ServerConfig, SharesConfig
 from ..errors import InvalidInput, RateLimited, Unauthorized
-from ..shares import RefusalPace, Share
+from ..scheduler.shares import RefusalPace, Share
 
 #: Seconds of history the sliding windows keep.
 WINDOW_S = 60.0
@@ -173,8 +173,8 @@ class AccessPolicy:
         files `/translate_file` hands out (LibreTranslate's clients fetch `translatedFileUrl` without sending their
         key again); no for document jobs (`/v1/documents` and the page), whose clients send their key on every
         call: there the address fallback let any client behind the same proxy, NAT or share link list, download
-        and cancel another key's job (issue 49). A request that sends a key other than the uploader's is refused
-        from any address: the fallback is for clients that send no key at all."""
+        and cancel another key's job (tests/test_access.py). A request that sends a key other than the uploader's
+        is refused from any address: the fallback is for clients that send no key at all."""
         if owner is None:
             return True
         if api_key and (_matches(f"key:{api_key}", owner.identity) or _matches(key_hash(api_key), owner.identity)):

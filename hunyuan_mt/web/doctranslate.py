@@ -8,11 +8,11 @@ from ..config import Config, LimitsConfig
 from ..documents import Document, RenderedDocument, translate_document
 from ..documents.reader import Reader
 from ..errors import Cancelled, InvalidInput, UnreachablePair
-from ..languages import normalize_code
-from ..glossary import Glossary
-from ..jobs import Checkpoint, JobSpec, Runner, Work
+from ..text.languages import normalize_code
+from ..text.glossary import Glossary
+from ..service.jobs import Checkpoint, JobSpec, Runner, Work
 from ..store import Store
-from ..router import not_available
+from ..scheduler.router import not_available
 
 #: Characters of the document shown to the language detector; enough for a confident guess.
 _DETECT_SAMPLE = 2000

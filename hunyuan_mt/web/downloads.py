@@ -84,7 +84,7 @@ class DownloadStore:
         self._files: TTLCache[str, StoredFile] = TTLCache(max_files, ttl_s, timer=clock)
         self.max_bytes = max_bytes
         #: Links one caller may hold at once: 64 small uploads from one key pushed another key's link out before
-        #: its 15 minutes were up (issue 49); now the flooder is refused, before any work.
+        #: its 15 minutes were up; now the flooder is refused, before any work.
         self.per_caller = per_caller
         self._ttl_s = ttl_s
         self._clock = clock
@@ -126,7 +126,7 @@ class DownloadStore:
 
 def _where(path: str) -> str:
     """The file a path names, as the file route will open it: symlinks and ".." resolved, so another spelling of an
-    owned file (`/proc/self/root/tmp/…`, `/tmp/../tmp/…`) is still that file (issue 49)."""
+    owned file (`/proc/self/root/tmp/…`, `/tmp/../tmp/…`) is still that file (tests/test_access.py)."""
     return os.path.realpath(path)
 
 

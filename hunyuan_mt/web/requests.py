@@ -26,7 +26,7 @@ MAX_FIELDS = 200
 
 
 #: A body must arrive at BODY_MIN_RATE bytes a second after the first BODY_GRACE_S seconds: a client that trickles
-#: a byte now and then (slowloris) held a worker and its buffers for as long as it liked (issue 49). A 10 MiB
+#: a byte now and then (slowloris) held a worker and its buffers for as long as it liked. A 10 MiB
 #: upload at 16 KiB/s has 670 s.
 BODY_GRACE_S = 30.0
 BODY_MIN_RATE = 16 * 1024
@@ -215,3 +215,17 @@ async def _send_413(send: Send, size: int, cap: int) -> None:
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                             (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def wait_disconnected(request: Request) -> None:
+    """Return once the client has gone away (its body already read: the next ASGI message is the disconnect)."""
+    while True:
+        message = await request.receive()
+        if message.get("type") == "http.disconnect":
+            return
+
+
+def source_field(fields: dict[str, Any]) -> str:
+    """`source`, with "auto" in any case (and a missing source) meaning detect."""
+    source = text_field(fields, "source", required=False, default="auto")
+    return "auto" if source.strip().lower() == "auto" else source

@@ -72,7 +72,7 @@ def build_app(service: Any, cfg: Config) -> FastAPI:
     app.add_middleware(PageGate, policy=policy, owned=blocks.hmt_ui.owned,
                        queue=PageQueueShare(blocks, shares.page_calls), uploads=uploads)
     # The page's own routes take no key, so their bodies are capped like the API's: four 200 MB JSON bodies to its
-    # queue took the server from 2.3 to 4.4 GB and another client's call from 0.07 to 6.3 s (issue 49). Every
+    # queue took the server from 2.3 to 4.4 GB and another client's call from 0.07 to 6.3 s (bench/flood.py). Every
     # page request is small but an upload (Gradio's route and its older alias).
     json_cap, file_cap = body_caps(cfg.limits)
     app.add_middleware(BodyLimitMiddleware, limits={
@@ -95,7 +95,7 @@ class PageGate:
     - A translated document handed out by the page is served only to the address that asked for it (404 to any
       other, as if it did not exist)."""
 
-    #: Gradio's file route and its older alias (`/file/<path>`), which served the same files ungated (issue 49).
+    #: Gradio's file route and its older alias (`/file/<path>`), which served the same files ungated.
     FILES = (UI_PATH + "/gradio_api/file=", UI_PATH + "/gradio_api/file/")
     UPLOAD = UI_PATH + "/gradio_api/upload"
     #: Where the page's events enter Gradio's queue: its own page's route and the REST-like one of its API.
@@ -234,7 +234,7 @@ class QuietPagePolling(logging.Filter):
 
 class RedactKeys(logging.Filter):
     """Hides a key given in the query string (`?api_key=…`, as LibreTranslate clients may send it) in uvicorn's
-    access lines: the log is read by more people than hold the keys (issue 49)."""
+    access lines: the log is read by more people than hold the keys (tests/test_api.py)."""
 
     _KEY = re.compile(r"((?:^|[?&])(?:api_key|key|admin_key|status_key)=)[^&\s]*", re.I)
 

@@ -27,18 +27,19 @@ from typing import Any, Callable
 import gradio as gr
 import pandas as pd
 
-from .. import prompts
+from ..text import prompts
 from ..config import Config
 from ..documents import LISTED_EXTENSIONS, SUPPORTED_EXTENSIONS, distinct_segments
 from ..documents.parsers import DocumentParsers
 from ..errors import TranslationError
-from ..glossary import GlossaryStore
-from ..jobs import ENDED, DocumentJobs, JobNotFound, JobView
-from ..languages import LANGUAGES, normalize_code
-from ..ticket import Ticket
+from ..text.glossary import GlossaryStore
+from ..service.jobs import ENDED, DocumentJobs, JobNotFound, JobView
+from ..text.languages import LANGUAGES, normalize_code
+from ..scheduler.ticket import Ticket
 from .auth import AccessPolicy, who
 from .doctranslate import check_document_route, document_runner, job_spec, jobs_store
 from .downloads import OwnedPaths, safe_filename
+from .status_view import PLOT_WINDOW_S, adapters_frame, cache_markdown, count_of, overview_markdown, plots
 from .metrics import WebMetrics
 
 log = logging.getLogger(__name__)
@@ -542,9 +543,9 @@ class TranslatorUI:
         except TranslationError as exc:
             # Shown in place of the status (the tab polls every 2 s: a pop-up each time would be unusable).
             empty = {"history": []}
-            return (f"🔒 {exc.message}", _adapters_frame({}), "", *_plots(empty))
+            return (f"🔒 {exc.message}", adapters_frame({}), "", *plots(empty))
         status = self.service.status()
-        return (_overview_markdown(status), _adapters_frame(status), _cache_markdown(status), *_plots(status))
+        return (overview_markdown(status), adapters_frame(status), cache_markdown(status), *plots(status))
 
     def import_memory(self, key: str, pair: str, path: str | None) -> str:
         """Admin: a TSV or TMX file into the translation memory of `pair`."""
@@ -570,69 +571,6 @@ class TranslatorUI:
         parsed = _run(Pair.parse, pair or "")
         changed = _run(getattr(self.service, action), parsed)
         return f"{action} {parsed.key}: {'done' if changed else 'nothing to change'}."
-
-
-def _fmt_bytes(value: Any) -> str:
-    if not isinstance(value, (int, float)):
-        return "–"
-    return f"{value / 2**20:.0f} MiB"
-
-
-def _overview_markdown(status: dict[str, Any]) -> str:
-    backbone = status.get("backbone") or {}
-    memory = status.get("memory") or {}
-    latency = status.get("latency") or {}
-    engine = status.get("engine") or {}
-    lines = [
-        f"**Backbone:** {backbone.get('name', '?')} ({backbone.get('arch', '?')}) · "
-        f"**device** {backbone.get('device', '?')} · **dtype** {backbone.get('dtype', '?')}"
-        + (f" · **quantization** {backbone['quantization']}" if backbone.get("quantization") not in (None, "none")
-           else "")
-        + (f" ({backbone['int8_kernel']})" if backbone.get("int8_kernel") else ""),
-    ]
-    if backbone.get("quantization_note"):
-        # Why the weights run as they do when the service chose (model.quantization: auto) or warns.
-        lines.append(f"**Weights:** {backbone['quantization_note']}")
-    step = _step_line(status.get("full_speed") or {})
-    if step:
-        lines.append(step)
-    mem_line = f"**Memory:** RSS {_fmt_bytes(memory.get('rss_bytes'))}"
-    gpu = memory.get("gpu") or {}
-    if gpu:
-        mem_line += (f" · GPU {_fmt_bytes(gpu.get('allocated_bytes'))} allocated, "
-                     f"{_fmt_bytes(gpu.get('used_bytes'))} used of {_fmt_bytes(gpu.get('total_bytes'))}")
-    mode = memory.get("mode", "normal")
-    mem_line += f" · **mode** {'light (memory pressure)' if mode == 'light' else mode}"
-    if isinstance(memory.get("transitions"), int) and memory["transitions"]:
-        mem_line += f" ({memory['transitions']} transitions)"
-    lines.append(mem_line)
-    p50, p95 = latency.get("p50_ms"), latency.get("p95_ms")
-    if isinstance(p50, (int, float)) and isinstance(p95, (int, float)):
-        lines.append(f"**Latency:** p50 {p50:.0f} ms · p95 {p95:.0f} ms over "
-                     f"{_count(latency.get('count', 0), 'request')} · "
-                     f"**batches** {engine.get('batches', 0)}, mean {engine.get('mean_batch_rows') or 0} rows")
-    else:
-        lines.append("**Latency:** no translations yet")
-    return "\n\n".join(lines)
-
-
-def _step_line(full: dict[str, Any]) -> str:
-    """What decodes now: the fast step, or the eager one while the fast one is still being built (and how far)."""
-    build = full.get("build")
-    if build is not None and build.get("state") == "building":
-        parts = build.get("parts", [])
-        now = next((p["name"] for p in parts if p["state"] == "building"), None)
-        left = [p["name"] for p in parts if p["state"] == "waiting"]
-        doing = f"; now: {now}" if now else ""
-        waiting = f"; then: {', '.join(left)}" if left else ""
-        return (f"**Decode step:** eager, while the fast one is built for this CPU in the background ("
-                f"{build['done']} of {build['total']} parts done, {build['seconds']:.0f} s so far{doing}{waiting}). "
-                "It takes over by itself, between two requests.")
-    if full.get("line"):
-        return f"**Decode step:** {full['line']}"
-    if full.get("compiled_step"):
-        return "**Decode step:** compiled for this CPU"
-    return ""
 
 
 def _markdown_text(text: str) -> str:
@@ -677,14 +615,14 @@ def _info_line(result: Any, terms: Any, elapsed: float, review_below: float = 0.
     if result.memory_segments:
         near = f" ({result.memory_near_segments} near-exact: case or closing punctuation differed)" \
             if result.memory_near_segments else ""
-        parts.append(f"**From memory:** {result.memory_segments} of {_count(result.segments, 'segment')}{near}")
+        parts.append(f"**From memory:** {result.memory_segments} of {count_of(result.segments, 'segment')}{near}")
     if result.memory_matches:
         best = result.memory_matches[0]
         parts.append(f"**Memory suggestion ({best['score']:.0%}):** {_markdown_text(best['source'])} → "
                      f"{_markdown_text(best['target'])}")
     if terms is not None:
         # What was enforced in this text, not the size of the list.
-        parts.append(f"**Glossary:** {_count(result.glossary_terms, 'term')} applied, of {len(terms)}")
+        parts.append(f"**Glossary:** {count_of(result.glossary_terms, 'term')} applied, of {len(terms)}")
     return " · ".join(parts)
 
 
@@ -705,7 +643,7 @@ def _report(progress: Callable[..., Any], view: JobView) -> None:
     """A job's state on the page's progress bar: its segments done of all, and the time left."""
     if view.state == "queued":
         ahead = (view.queue_position or 1) - 1
-        waiting = f"Queued behind {_count(ahead, 'document')}" if ahead else "Queued"
+        waiting = f"Queued behind {count_of(ahead, 'document')}" if ahead else "Queued"
         progress(0.0, desc=f"{waiting} · {_time_left(view.seconds_remaining)}")
     else:
         progress((view.done, view.total), desc=f"Translating {view.filename} · {_time_left(view.seconds_remaining)}",
@@ -715,7 +653,7 @@ def _report(progress: Callable[..., Any], view: JobView) -> None:
 def _job_note(view: JobView, again: bool = False) -> str:
     """The note while a job runs: what it is, and that it does not need the page open."""
     source = "detected language" if view.source == AUTO else _english(view.source)
-    name = f"**{_markdown_text(view.filename)}** ({source} → {_english(view.target)}, {_count(view.total, 'segment')})"
+    name = f"**{_markdown_text(view.filename)}** ({source} → {_english(view.target)}, {count_of(view.total, 'segment')})"
     if again:
         return f"{name}, sent from this browser before the page was loaded: its progress is shown again here."
     return (f"{name}: it runs on the server. Reload or close this page and it goes on; open the page again in this "
@@ -725,131 +663,8 @@ def _job_note(view: JobView, again: bool = False) -> str:
 def _ended_note(view: JobView) -> str:
     name = f"**{_markdown_text(view.filename)}**"
     if view.state == "cancelled":
-        return f"Cancelled: {name} was not translated ({view.done} of {_count(view.total, 'segment')} were done)."
+        return f"Cancelled: {name} was not translated ({view.done} of {count_of(view.total, 'segment')} were done)."
     return f"{name} was not translated: {_markdown_text(view.error or 'the job failed.')}"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def _adapters_frame(status: dict[str, Any]) -> pd.DataFrame:
-    cache = status.get("cache") or {}
-    # The version serving each pair ("v1": as shipped; later ones trained from corrections, docs/CORRECTIONS.md).
-    versions = {pair: info.get("version") or "" for pair, info in (status.get("adapter_versions") or {}).items()}
-    rows = []
-    for entry in cache.get("resident") or []:
-        if entry.get("pinned"):
-            state = "pinned"
-        else:
-            # The cache names its slots ("slot0_"); show the number.
-            number = re.search(r"\d+", str(entry.get("slot") or ""))
-            state = f"slot {number.group()}" if number else "slot"
-        rows.append({"adapter": entry.get("key"), "state": state, "leases": entry.get("leases", 0)})
-    for key in cache.get("ram_tier") or []:
-        rows.append({"adapter": key, "state": "RAM tier", "leases": 0})
-    for key, reason in (cache.get("failed") or {}).items():
-        rows.append({"adapter": key, "state": f"failed: {reason}", "leases": 0})
-    for row in rows:
-        row["version"] = versions.get(str(row["adapter"]), "")
-    # The version last: clients of the /status endpoint read the first columns by position.
-    return pd.DataFrame(rows, columns=["adapter", "state", "leases", "version"])
-
-
-def _cache_markdown(status: dict[str, Any]) -> str:
-    cache = status.get("cache") or {}
-
-    def num(key: str) -> int:
-        value = cache.get(key)
-        return int(value) if isinstance(value, (int, float)) else 0
-
-    def ms(key: str) -> str:
-        value = cache.get(key)
-        return f"{value:.0f} ms" if isinstance(value, (int, float)) else "–"
-
-    misses = num("ram_hits") + num("disk_loads")
-    rate = cache.get("hit_rate")
-    rate_text = f"{rate:.0%}" if isinstance(rate, (int, float)) else "–"
-    return (f"**Hits** {num('hits') + num('pinned_hits')} (pinned {num('pinned_hits')}) · **misses** {misses} "
-            f"(RAM tier {num('ram_hits')}, disk {num('disk_loads')}) · **hit rate** {rate_text} · "
-            f"**pinned preloads** {num('pin_loads')} · "
-            f"**evictions** {num('evictions')} · **failures** {num('failures')} · **busy** {num('busy')}\n\n"
-            f"**Load time** p50 {ms('load_ms_p50')} · p95 {ms('load_ms_p95')} · **attach** p50 {ms('attach_ms_p50')}"
-            f" · **slots** {num('slots')} · **LRU (oldest first)** {', '.join(cache.get('lru_order') or []) or '–'}")
-
-
-#: The status plots show the last this many seconds: a fixed window, so the axes do not rescale as time passes.
-PLOT_WINDOW_S = 300
-
-
-def _history_frame(status: dict[str, Any], field: str, now: float | None = None) -> pd.DataFrame:
-    """status["history"] holds [unix time, latency ms, hit rate or None, kind] per request: the points of the plot
-    window, as clock times. The hit rate holds until the next request, so its line runs on to now. The latency
-    plot leaves documents out (`_plot_caption` counts them): a document of a minute beside texts of 50 ms would
-    press every text's point onto the axis."""
-    column = 1 if field == "latency_ms" else 2
-    now = time.time() if now is None else now
-    rows = []
-    for point in status.get("history") or []:
-        if field == "latency_ms" and _is_document(point):
-            continue
-        stamp, value = point[0], point[column]
-        if isinstance(value, (int, float)) and isinstance(stamp, (int, float)) and 0 <= now - stamp <= PLOT_WINDOW_S:
-            rows.append({"time": stamp, field: float(value)})
-    if field == "hit_rate" and rows:
-        rows.append({"time": now, field: rows[-1][field]})
-    frame = pd.DataFrame(rows[-400:], columns=["time", field])
-    frame["time"] = pd.to_datetime(frame["time"].astype("float64"), unit="s")
-    frame[field] = frame[field].astype("float64")
-    return frame
-
-
-def _plot_caption(frame: pd.DataFrame, field: str, documents: list[float] | None = None) -> str:
-    minutes = PLOT_WINDOW_S // 60
-    if field == "hit_rate":
-        if frame.empty:
-            return f"No requests in the last {minutes} minutes."
-        return f"Now {frame[field].iloc[-1]:.0%} of adapter uses found the adapter already loaded."
-    docs = ""
-    if documents:
-        docs = (f" {_count(len(documents), 'document')} left out of the plot, the longest "
-                f"{max(documents) / 1000:,.1f} s.")
-    if frame.empty:
-        return f"No text requests in the last {minutes} minutes.{docs}"
-    count = len(frame)
-    return (f"{_count(count, 'request')} in the last {minutes} minutes; slowest {frame[field].max():,.0f} ms.{docs}")
-
-
-def _is_document(point: list[Any]) -> bool:
-    return len(point) > 3 and point[3] == "document"
-
-
-def _document_latencies(status: dict[str, Any], now: float) -> list[float]:
-    return [float(p[1]) for p in status.get("history") or [] if _is_document(p)
-            and isinstance(p[0], (int, float)) and 0 <= now - p[0] <= PLOT_WINDOW_S]
-
-
-def _plots(status: dict[str, Any]) -> tuple[Any, Any]:
-    """The two plots as updates: the last PLOT_WINDOW_S seconds up to now (a fixed window: the axis moves with the
-    clock and never rescales to the data), and a caption that says what they show, or that there is nothing yet."""
-    now = time.time()
-    window = [now - PLOT_WINDOW_S, now]  # a temporal axis's limits are epoch seconds (Gradio scales them)
-    latency = _history_frame(status, "latency_ms", now)
-    hit_rate = _history_frame(status, "hit_rate", now)
-    # The latency axis ends on a round number above the slowest request, so no point sits on the frame's edge.
-    top = _nice_ceiling(float(latency["latency_ms"].max()) * 1.05) if not latency.empty else 100.0
-    documents = _document_latencies(status, now)
-    return (gr.update(value=latency, x_lim=window, y_lim=[0, top],
-                      caption=_plot_caption(latency, "latency_ms", documents)),
-            gr.update(value=hit_rate, x_lim=window, caption=_plot_caption(hit_rate, "hit_rate")))
-
-
-def _nice_ceiling(value: float) -> float:
-    """The smallest of 1, 2, 2.5, 5 × 10^k at or above `value` (axis ends that read well)."""
-    if value <= 0:
-        return 1.0
-    scale = 10 ** math.floor(math.log10(value))
-    return next(m * scale for m in (1, 2, 2.5, 5, 10) if m * scale >= value)
 
 
 def _glossary_field(elem_id: str) -> gr.Textbox:

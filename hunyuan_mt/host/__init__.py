@@ -1,0 +1,6 @@
+"""The machine the server runs on: torch's CPU threads (`cpu`), a backbone's memory read from its files before
+loading (`footprint`), freed heap pages handed back (`heap`), helper processes that die with the server
+(`helpers`) and file locks that die with their holder (`locks`).
+
+Imports nothing of the project but `errors`: every other package may import it.
+"""
