@@ -84,7 +84,10 @@ class Sampler:
 def churn_env(tmp_path_factory: pytest.TempPathFactory, marian_dir: Path) -> Iterator[RestEnv]:
     root = tmp_path_factory.mktemp("churn") / "adapters"
     tiny_models.make_adapters(marian_dir, root, pairs=PAIRS)
-    cfg = tiny_config(marian_dir, root, **{"cache.pinned": PINNED, "cache.slots": SLOTS, "cache.ram_tier": 4})
+    # The 200 requests come from one address to load the engine, not to test the callers' shares: the per-caller
+    # caps (128 connections, 8 requests at work, 32 while the server is idle) would refuse most of them.
+    cfg = tiny_config(marian_dir, root, **{"cache.pinned": PINNED, "cache.slots": SLOTS, "cache.ram_tier": 4,
+                                           "shares.requests": REQUESTS, "server.connections_per_address": 2 * REQUESTS})
     with rest_env(cfg) as env:
         yield env
 

@@ -149,8 +149,9 @@ def test_a_keyless_page_flood_gets_its_share_and_others_are_answered_at_once(web
 
 def test_one_keys_slow_calls_hold_its_share_of_the_rest_threads_not_all(web_service: Any, web_cfg: Config,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """REST calls run on 64 threads that every caller shares. kA's calls, held inside the service, take at most
-    `shares.requests` (8) of them: its further calls get 429 at once with the wait, and kB is answered meanwhile."""
+    """REST calls run on 64 threads that every caller shares. kA's calls, held inside the service, take its
+    `shares.requests` (8) and, while the pool is otherwise idle, borrow up to half of it (32 in all): its further
+    calls get 429 at once with the wait, and kB is answered meanwhile from the half never lent."""
     held_text = "Hold the first key's call inside the service."
     inside, release = threading.Semaphore(0), threading.Event()
     real = web_service.translate_batch
@@ -170,25 +171,25 @@ def test_one_keys_slow_calls_hold_its_share_of_the_rest_threads_not_all(web_serv
             codes.append(httpx.post(server.url + "/translate", json={**SENTENCE, "q": held_text}, timeout=60,
                                     headers={"Authorization": "Bearer kA"}))
 
-        threads = [threading.Thread(target=call, daemon=True) for _ in range(12)]
+        threads = [threading.Thread(target=call, daemon=True) for _ in range(40)]
         for thread in threads:
             thread.start()
         try:
-            for _ in range(8):
+            for _ in range(32):
                 assert inside.acquire(timeout=30)
             deadline = time.monotonic() + 10
-            while len(codes) < 4 and time.monotonic() < deadline:
+            while len(codes) < 8 and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert [r.status_code for r in codes] == [429] * 4
+            assert [r.status_code for r in codes] == [429] * 8
             assert "Too many requests at work: 8 at once allowed per caller" in codes[0].json()["error"]
             assert_truthful_wait(codes[0], 60)
-            assert server.app.state.api.policy.requests.held("key:kA") == 8
+            assert server.app.state.api.policy.requests.held("key:kA") == 32
             assert_key_unaffected(key_latencies(server))
         finally:
             release.set()
             for thread in threads:
                 thread.join(60)
-        assert sorted(r.status_code for r in codes) == [200] * 8 + [429] * 4
+        assert sorted(r.status_code for r in codes) == [200] * 32 + [429] * 8
 
 
 # ---------------------------------------------------------------------------------------------- 2. corrections
@@ -578,6 +579,27 @@ def test_a_share_refuses_past_its_size_with_the_nearest_end_and_frees_on_release
     share.acquire("other")  # another owner is not touched
     share.release("k", first)
     share.acquire("k")
+
+
+def test_a_share_over_a_pool_lends_an_idle_pools_first_half_and_never_the_rest() -> None:
+    """One application sending more requests at once than its share gets them while the pool is idle (16 clients
+    from one address got 429 for half of them on an idle server); borrowed holds stop at half the pool, so the
+    other half is always there for the other callers' own shares, and a caller over its share borrows nothing
+    then."""
+    share = Share(2, "requests at work", pool=8)
+    held = [share.acquire("a") for _ in range(4)]  # 2 of its own, 2 borrowed: half the pool
+    with pytest.raises(RateLimited) as refused:
+        share.acquire("a")
+    assert "2 at once allowed per caller (more only while the server is idle)" in refused.value.message
+    share.acquire("b")
+    share.acquire("b")  # b's own share, whatever a borrowed
+    with pytest.raises(RateLimited):
+        share.acquire("b")  # past its share while the pool is half used: nothing lent
+    share.release("a", held[0])
+    share.release("a", held[1])
+    with pytest.raises(RateLimited):
+        share.acquire("b")  # 4 of 8 in use: still no loan past half the pool
+    assert share.held("a") == 2 and share.held("b") == 2
 
 
 def test_a_time_budget_charges_refusals_and_says_when_it_frees() -> None:

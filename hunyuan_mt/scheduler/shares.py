@@ -42,25 +42,35 @@ class Share:
     `hold(owner, ends_at=None)` is a context manager; beyond the share it raises RateLimited before anything is
     held. Thread-safe; owners with nothing held are forgotten."""
 
-    def __init__(self, per_owner: int, what: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, per_owner: int, what: str, clock: Callable[[], float] = time.monotonic,
+                 pool: int = 0) -> None:
         self.per_owner = per_owner
         #: What is held, for the message ("requests at work", "long polls open").
         self.what = what
+        #: What every owner shares (the REST threads), or 0. With a pool, an owner past its share still gets a
+        #: hold while all holds together stay within half the pool: one application sending 16 requests at once
+        #: from one address got 429 for half of them on an idle server, while the other half of the pool is
+        #: always there for the other callers' shares.
+        self.pool = pool
         self._clock = clock
         self._lock = threading.Lock()
         self._owners: dict[Hashable, _Owner] = {}
         self._ids = 0
+        self._total = 0
 
     def acquire(self, owner: Hashable, ends_at: float | None = None) -> int:
         """Take one of the owner's share (a hold id for `release`), or raise RateLimited with the wait."""
         now = self._clock()
         with self._lock:
             state = self._owners.setdefault(owner, _Owner())
-            if self.per_owner > 0 and len(state.holds) >= self.per_owner:
+            over = self.per_owner > 0 and len(state.holds) >= self.per_owner
+            if over and not (self.pool > 0 and 2 * (self._total + 1) <= self.pool):
                 wait = self._wait(state, now)
-                raise RateLimited(f"Too many {self.what}: {self.per_owner} at once allowed per caller; retry in "
-                                  f"{wait} s.", wait)
+                idle = f" (more only while the server is idle)" if self.pool > 0 else ""
+                raise RateLimited(f"Too many {self.what}: {self.per_owner} at once allowed per caller{idle}; retry "
+                                  f"in {wait} s.", wait)
             self._ids += 1
+            self._total += 1
             state.holds[self._ids] = (now, ends_at)
             return self._ids
 
@@ -71,6 +81,7 @@ class Share:
             if state is None or hold not in state.holds:
                 return
             started, _ = state.holds.pop(hold)
+            self._total -= 1
             state.recent.append(now - started)
             if not state.holds:
                 # The durations stay while the owner is active; an owner with nothing held is not kept at all, so

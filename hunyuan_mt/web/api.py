@@ -37,7 +37,7 @@ from ..text.glossary import Glossary, GlossaryStore
 from ..service.jobs import DocumentJobs
 from ..text.languages import LANGUAGES, normalize_code, served_codes
 from ..scheduler.ticket import Ticket
-from .auth import AccessPolicy, Caller, who
+from .auth import REST_THREADS, AccessPolicy, Caller, who
 from .doctranslate import document_runner, jobs_store
 from .downloads import DownloadStore, attachment
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -49,9 +49,6 @@ from .requests import (FORM, JSON, MULTIPART, BodyLimitMiddleware, client_addres
 
 log = logging.getLogger(__name__)
 
-#: Worker threads for blocking service calls from REST routes. Their own pool, apart from the one the Gradio
-#: queue uses, so that a flood of slow REST calls cannot starve the UI (and the other way round).
-REST_THREADS = 64
 #: JSON bodies beyond this are refused before parsing; generous next to the character limit (UTF-8, escapes).
 _JSON_OVERHEAD = 64 * 1024
 #: /frontend/settings: how long LibreTranslate's page waits after the last keystroke before it translates.
@@ -582,6 +579,9 @@ def create_app(service: TranslationServiceLike, cfg: Config, metrics: WebMetrics
                               "adapter administration and metrics. The web UI is at /ui.")
     app.state.metrics = metrics
     app.state.api = api
+    # The connection caps and header deadline uvicorn_config reads (the REST app alone, as the Ray ingress without
+    # the page and the tests serve it, took the defaults whatever the config said).
+    app.state.server_config = cfg.server
 
     json_cap, file_cap = body_caps(cfg.limits)
     app.add_middleware(BodyLimitMiddleware, limits={

@@ -24,6 +24,10 @@ from ..config import LimitsConfig, ServerConfig, SharesConfig
 from ..errors import InvalidInput, RateLimited, Unauthorized
 from ..scheduler.shares import RefusalPace, Share
 
+#: Worker threads for blocking service calls from REST routes. Their own pool, apart from the one the Gradio
+#: queue uses, so that a flood of slow REST calls cannot starve the UI (and the other way round).
+REST_THREADS = 64
+
 #: Seconds of history the sliding windows keep.
 WINDOW_S = 60.0
 #: Distinct callers tracked at once; an idle caller's history expires after one window anyway.
@@ -95,7 +99,7 @@ class AccessPolicy:
         self.server = server
         self.shares = shares or SharesConfig()
         #: What one caller may hold at once: REST calls at work (on the REST threads), open long polls.
-        self.requests = Share(self.shares.requests, "requests at work")
+        self.requests = Share(self.shares.requests, "requests at work", pool=REST_THREADS)
         self.long_polls = Share(self.shares.long_polls, "long polls open")
         #: A caller refused again before its wait is over is answered after the rest of it (the edges await it).
         self.pace = RefusalPace()
