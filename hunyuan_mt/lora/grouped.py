@@ -219,18 +219,24 @@ class GroupedLoRA:
         b_scale = torch.cat([q[3] for q in quantized], dim=-1)
         return None, None, (a_q, a_scale), (b_q, b_scale)
 
+    def _kept(self, slot: int) -> tuple[Any, ...] | None:
+        """What was derived from the adapter `slot` holds (`_quantized`, `_packed_pieces`), kept by what the slot
+        holds (`SlotMapping.content`) for twice as many adapters as there are slots, or None; the table is new
+        whenever the layers' structure changes."""
+        if self._pieces is None or self._pieces_version != self.mapping.structure:
+            self._pieces, self._pieces_version = LRUCache(maxsize=2 * self._shape()[1]), self.mapping.structure
+        return self._pieces.get(self.mapping.content(slot))
+
     def _quantized(self, slot: int) -> tuple[torch.Tensor, ...]:
         """A of `slot` for every projection of the group, side by side [in, P·r], as int8 columns and their
         scales [P·r], and B as int8 rows [P, r, out] (P = 1: [r, out]) and their scales [P, r] ([r]). Quantized once
         per adapter (what the slot holds, `SlotMapping.content`) and kept for twice as many adapters as there are
         slots: a 3-slot LRU under many pairs writes a slot at nearly every admission, mostly with an adapter it
         held before."""
-        layers = self._slot_layers
-        if self._pieces is None or self._pieces_version != self.mapping.structure:
-            self._pieces, self._pieces_version = LRUCache(maxsize=2 * self._shape()[1]), self.mapping.structure
-        content = self.mapping.content(slot)
-        found = self._pieces.get(content)
+        found = self._kept(slot)
         if found is None:
+            layers = self._slot_layers
+            content = self.mapping.content(slot)
             a = torch.cat([layer.a_t[slot] for layer in layers], dim=1) if len(layers) > 1 else layers[0].a_t[slot]
             a = a.to(torch.float32)
             bs = [quantize_matrix_rows(layer.b_t[slot].to(torch.float32)) for layer in layers]
@@ -297,12 +303,10 @@ class GroupedLoRA:
         slot's pieces never depend on the other slots beside it: a row's result depends on its own adapter alone.
         B's row scales multiply h's columns (one per rank index), so they fold into A's column scales and B's
         columns keep a scale of one."""
-        layers = self._slot_layers
-        if self._pieces is None or self._pieces_version != self.mapping.structure:
-            self._pieces, self._pieces_version = LRUCache(maxsize=2 * self._shape()[1]), self.mapping.structure
-        content = self.mapping.content(slot)
-        found = self._pieces.get(content)
+        found = self._kept(slot)
         if found is None:
+            layers = self._slot_layers
+            content = self.mapping.content(slot)
             a = torch.stack([layer.a_t[slot].to(torch.float32) for layer in layers], dim=1)   # [in, P, r]
             inner, p, r = a.shape
             a_q, a_scale = symmetric(a, 0, _LEVELS)                                            # scales [P, r]
