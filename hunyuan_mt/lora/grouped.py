@@ -44,8 +44,9 @@ Over qgemm's packed base (`quant.packed`, the kernel of models too large for the
 [16, 128] @ [128, 2048]) ran at 6-11 GMAC/s, qgemm at ~4x that: the LoRA terms of a 1.8B step of 16 rows over 8
 adapters took 72.2 ms of one core's time in float32 and 30.4 ms in qgemm (bench/lora_terms.py). A is quantized per
 column and B per row (rank index), each adapter once and on its own, so that a row's term depends on its own slot
-alone; B's row scales fold into A's column scales, since both multiply h's columns. A step over qgemm is never compiled (`Backbone.compile_note`), so eager alone decides a
-row's bits; over fbgemm's base the compiled step multiplies the float32 term, and eager keeps it too.
+alone; B's row scales fold into A's column scales, since both multiply h's columns. A step over qgemm is never
+compiled (`Backbone.compile_note`), so eager alone decides a row's bits; over fbgemm's base the compiled step
+multiplies the float32 term, and eager keeps it too.
 
 The widened weight is one buffer per projection group, the base's columns copied in once, with room for the A
 columns of every slot; when the slots in use change, only their A columns are written (in × P·U·r bytes) and the
