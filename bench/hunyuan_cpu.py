@@ -177,7 +177,8 @@ def run_ours(model_dir: Path, adapters: Path, args: argparse.Namespace) -> dict[
                     break
                 batch.step()
         wall = time.perf_counter() - t
-        heap.trim_if_grown()   # as the service's decode loop does when its batch has drained
+        batch.release_idle()   # as the service's decode loop does when its batch has drained
+        heap.trim_if_grown()
         return wall
 
     generate([(ids, slots[0])], 2)  # warm-up: kernels built, first shapes seen

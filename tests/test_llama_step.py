@@ -450,6 +450,11 @@ def test_over_qgemm_weights_both_lora_sides_run_in_qgemm(hunyuan_dir: Path, all_
                 if row == 0:
                     assert torch.equal(ours[:1], alone[slot])  # x[0] alone on its slot: the same bits
         assert len(proj.lora._pieces) == 3  # one quantization per adapter, whatever the mixes
+        # A drained batch drops its stacks (LeanBatch.release_idle): stacked again from the kept pieces, alike.
+        proj.lora.release_stacks()
+        assert proj.lora._weights is None and len(proj.lora._pieces) == 3
+        with torch.inference_mode(), backbone.lora.mapping.use(slots):
+            assert torch.equal(proj.lora.add_to(x, torch.zeros(5, sum(proj.widths))), ours)
 
 
 def test_bfloat16_slots_halve_the_slots_and_keep_rows_their_own(hunyuan_dir: Path, all_module_adapters: Path,

@@ -143,6 +143,12 @@ class GroupedLoRA:
             st = self._state = _Stacked(key, self._stack(per_row, device, complete, padding))
         return st.tensors
 
+    def release_stacks(self) -> None:
+        """Forget the stacks of slots (`_stack`) and the last forward's tensors; what was derived per adapter
+        (`_kept`) stays, so stacking again copies and quantizes nothing new."""
+        self._state = None
+        self._weights = None
+
     def _stack(self, per_row: int, device: torch.device, complete: bool, padding: int) -> LoRATensors:
         mapping = self.mapping
         rank, _, dtype = self._shape()

@@ -443,7 +443,10 @@ class BatchEngine(Admission):
                 self._fail_everything(exc)
                 continue
             if not self._running and not self._queue:
-                # A drained batch that left much behind gives it back (heap.py); under memory pressure, any.
+                # A drained batch gives back what it kept only for speed, and the heap what that left behind
+                # (heap.py: when it is much); under memory pressure, any.
+                if self._batch is not None and not self._prefills:
+                    self._batch.release_idle()
                 heap.trim_if_grown(0 if self.light else heap.DRAIN_SLACK_BYTES)
             if not progressed:
                 # Every queued row waits for a slot that someone outside the running batch holds: poll, do not spin;
