@@ -115,6 +115,11 @@ def main(argv: list[str] | None = None) -> None:
         lines.append("")
         lines.append("16-row step ÷ 1-row step: " + ", ".join(
             f"{k} {results[k][16] / results[k][1]:.2f}×" for k in KINDS))
+    macs = sum(i * o for i, o in SHAPES) * args.layers + HEAD[0] * HEAD[1]  # a row's, whatever the bits
+    lines.append("")
+    lines.append("Multiply-adds per second, the step's weights from memory: " + "; ".join(
+        f"{m} rows " + ", ".join(f"{k} {m * macs / results[k][m] / 1e6:.0f}" for k in KINDS) for m in rows)
+        + " GMAC/s")
     write_results(args.out, {"cpu": cpu_line(), "threads": args.threads, "isa": int8_packed.isa(),
                              "layers": args.layers, "bytes": sizes,
                              "ms": {k: {str(m): round(v, 2) for m, v in r.items()} for k, r in results.items()}},

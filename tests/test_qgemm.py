@@ -21,7 +21,8 @@ pytestmark = pytest.mark.skipif(not int8_packed.available(), reason="the CPU ker
 
 #: (rows, inputs, outputs): one row; a tile and a half; two panels and a tail; widths that are not multiples of the
 #: 64-column superblock; a 4-bit width of three 128-input groups and one whose group is the whole width (40).
-SHAPES = [(1, 64, 24), (6, 128, 130), (37, 384, 200), (5, 40, 70), (16, 256, 64)]
+# (7, 44, 70): tiles of 4 and 3 rows over 11 steps of 4 inputs (an odd step at the chunk's end)
+SHAPES = [(1, 64, 24), (6, 128, 130), (37, 384, 200), (5, 40, 70), (16, 256, 64), (7, 44, 70)]
 
 
 def _layer(bits: int, inner: int, out: int, seed: int, bias: bool = True) -> PackedLinear:
