@@ -109,6 +109,29 @@ def test_a_stopping_server_stops_the_parse_in_progress_and_every_helper() -> Non
         pool.read(PAGE, "late.html")  # nothing is started for a stopped server
 
 
+_ENDS_WITHOUT_CLOSE = """
+from hunyuan_mt.config import LimitsConfig
+from hunyuan_mt.documents.parsers import DocumentParsers
+pool = DocumentParsers(LimitsConfig(parse_workers=2))
+pool.read(%r, "page.html")
+print(*pool.pids())
+"""
+
+
+def test_a_process_that_ends_without_closing_its_readers_ends_and_takes_them_along() -> None:
+    """A script or a benchmark's worker that never calls `close`: its helpers ignore SIGTERM (a Ctrl-C must not cut
+    a read), so multiprocessing's exit handler, which sends SIGTERM and then joins them, waited forever (a benchmark
+    worker hung for 15 minutes at exit). The readers' own exit handler kills them first."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _ENDS_WITHOUT_CLOSE % PAGE], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    pids = [int(pid) for pid in done.stdout.split()]
+    assert pids and _ended(pids)
+
+
 def test_a_helper_that_dies_is_an_error_of_that_upload_and_the_next_one_is_served(parsers: DocumentParsers) -> None:
     with pytest.raises(InvalidInput, match=r"^gone.txt: the reader stopped while reading it \(its process ended with "
                                            r"code 3\); the file was not translated$"):

@@ -28,12 +28,15 @@ object: one 900 KB PDF wrote 33,180 lines), then one line saying how many more t
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import multiprocessing
 import os
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any, Hashable, Sequence
@@ -121,6 +124,12 @@ class DocumentParsers:
         self._to_start = 0
         self._starter = threading.Thread(target=self._start_helpers, name="hmt-parsers", daemon=True)
         self._starter.start()
+        # A process that ends without `close` (a script, a benchmark's worker) must not wait for its helpers
+        # forever: multiprocessing's own exit handler stops them with SIGTERM, which they ignore (`become_helper`),
+        # then joins them, while each waits for this process to end. Ours runs first (handlers run last in, first
+        # out) and kills them.
+        self._at_exit = functools.partial(_close_at_exit, weakref.ref(self))
+        atexit.register(self._at_exit)
 
     @property
     def isolated(self) -> bool:
@@ -196,6 +205,7 @@ class DocumentParsers:
 
     def close(self) -> None:
         """Stop every helper at once (the server is stopping): calls in progress end with ServerStopping."""
+        atexit.unregister(self._at_exit)
         with self._lock:
             self._stopping = True
             idle, busy = list(self._idle), list(self._busy)
@@ -293,6 +303,12 @@ class DocumentParsers:
                 helper.kill()
                 helper.reap()
                 return
+
+
+def _close_at_exit(parsers: "weakref.ref[DocumentParsers]") -> None:
+    found = parsers()
+    if found is not None:
+        found.close()
 
 
 class _Helper:
