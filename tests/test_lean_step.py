@@ -478,6 +478,35 @@ def test_auto_quantization_is_float_off_the_cpu_or_off_float32() -> None:
     assert resolve_quantization(ModelConfig(quantization="4bit"), "cuda:0", torch.bfloat16) == ("4bit", "")
 
 
+def test_a_model_larger_than_the_caches_gets_int8_whatever_the_small_probe_says(tmp_path: Path, monkeypatch,
+                                                                                 caplog) -> None:
+    """The probe times GEMMs that fit the caches; a model whose steps read gigabytes is int8 under `auto`, and an
+    explicit int8 is not told to switch to float32 (the probe once read fbgemm at 40× float32 while a 1.8B loaded
+    on an AVX2-only Zen 3, and advised float32: 7 GB, several times slower). The demo keeps the probe's verdict."""
+    from hunyuan_mt.config import ModelConfig
+    from hunyuan_mt.quant import fbgemm as int8_fbgemm, int8
+    from hunyuan_mt.runtime.backbone import resolve_quantization
+
+    if not int8_fbgemm.available():
+        pytest.skip("no fbgemm in this torch build")
+    monkeypatch.setattr(int8, "gemm_speed", lambda threads=None: _gemm_speed(15000.0, 370.0))
+    large = tmp_path / "large"
+    large.mkdir()
+    with open(large / "model.safetensors", "wb") as f:
+        f.truncate(2 * int8.LARGE_MODEL_BYTES + 1)   # sparse: its size, not its bytes
+    with caplog.at_level("WARNING", logger="hunyuan_mt.runtime.backbone"):
+        chosen, note = resolve_quantization(ModelConfig(path=str(large), quantization="auto"), "cpu", torch.float32)
+        assert chosen == "int8" and note.startswith("auto: int8 (a model larger than the CPU's caches")
+        assert resolve_quantization(ModelConfig(path=str(large), quantization="int8"), "cpu", torch.float32) \
+            == ("int8", "")
+    assert not caplog.records
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "model.safetensors").write_bytes(b"0" * 1024)
+    chosen, note = resolve_quantization(ModelConfig(path=str(small), quantization="auto"), "cpu", torch.float32)
+    assert chosen == "none" and note.startswith("auto: float32 (")
+
+
 def test_the_int8_speed_probe_times_every_kernel() -> None:
     from hunyuan_mt.quant import fbgemm as int8_fbgemm
     from hunyuan_mt.quant.int8 import gemm_speed
