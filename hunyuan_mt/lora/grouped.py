@@ -57,6 +57,7 @@ for 192 requests), where the set changes at nearly every admission.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -67,7 +68,7 @@ from cachetools import LRUCache
 from ..quant import invariant
 from ..quant.int8 import int8_linear, int8_matmul, quantize_columns, quantize_matrix_rows
 from ..quant.layer import symmetric
-from ..quant.packed import BLOCK, PackedBase, qgemm_linear
+from ..quant.packed import BLOCK, GRID, PackedBase, pack, qgemm_linear
 from .mapping import BASE_SLOT, SlotMapping
 from .slots import SlotLinear
 
@@ -281,7 +282,6 @@ class GroupedLoRA:
         self._wide_holds = (key, views)
         return views
 
-
     def _stack_packed(self, used: tuple[int, ...]) -> tuple[Any, ...]:
         """(A as one qgemm weight of P·U·r columns, B as one qgemm weight per projection over U·r inputs, None,
         None) for the slots `used`: each slot's pieces (`_packed_pieces`) laid side by side in the kernel's layout,
@@ -306,8 +306,9 @@ class GroupedLoRA:
     def _packed_pieces(self, slot: int) -> tuple[Any, ...]:
         """`slot`'s A and B on qgemm's 8-bit grid (±63, stored with its offset), kept per adapter like `_quantized`:
         (A's columns [in/4, P, r, 4] as the kernel reads them, their scales [P, r] times B's row scales, B per
-        projection [column blocks, r/4, 64, 4]). A is quantized per column and B per row (rank index), so that a
-        slot's pieces never depend on the other slots beside it: a row's result depends on its own adapter alone.
+        projection as `quant.packed.pack` lays it out, [column blocks, r/4, 64, 4]). A is quantized per column and B
+        per row (rank index), so that a slot's pieces never depend on the other slots beside it: a row's result
+        depends on its own adapter alone.
         B's row scales multiply h's columns (one per rank index), so they fold into A's column scales and B's
         columns keep a scale of one."""
         found = self._kept(slot)
@@ -321,11 +322,8 @@ class GroupedLoRA:
             for layer in layers:
                 b_q, b_scale = symmetric(layer.b_t[slot].to(torch.float32), 1, _LEVELS)         # [r, out], [r]
                 b_scales.append(b_scale)
-                out = b_q.shape[1]
-                blocks = -(-out // BLOCK)
-                cols = F.pad(b_q.t().to(torch.int16) + _OFFSET, (0, 0, 0, blocks * BLOCK - out), value=_OFFSET)
-                b_blocks.append(cols.view(blocks, BLOCK, r // 4, 4).permute(0, 2, 1, 3).to(torch.uint8)
-                                .contiguous())
+                packed, _ = pack(b_q.t(), _unit_scales(b_q.shape[1]).view(-1, 1), 8)  # scales: `_stack_packed`
+                b_blocks.append(packed.view(-1, r // 4, BLOCK, 4))
             a_u8 = (a_q.to(torch.int16) + _OFFSET).to(torch.uint8).view(inner // 4, 4, p, r).permute(0, 2, 3, 1)
             found = self._pieces[content] = (a_u8.contiguous(), a_scale * torch.stack(b_scales), tuple(b_blocks))
         return found
@@ -405,17 +403,14 @@ def _add_int8(h: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None, layou
     return y
 
 
-#: qgemm's 8-bit grid (int8_packed: fbgemm's ±63) and the offset its packed bytes are stored with.
-_LEVELS, _OFFSET = 63, 64
-_UNIT_SCALES: dict[int, torch.Tensor] = {}
+#: qgemm's 8-bit grid (fbgemm's ±63) and the offset its packed bytes are stored with.
+_LEVELS, _OFFSET = GRID[8]
 
 
+@functools.cache
 def _unit_scales(n: int) -> torch.Tensor:
-    """Scales of one for n columns (B's row scales are folded into h), made once per width."""
-    found = _UNIT_SCALES.get(n)
-    if found is None:
-        found = _UNIT_SCALES[n] = torch.ones(n, dtype=torch.float32)
-    return found
+    """Scales of one for n columns (B's row scales are folded into h), made once per width and shared."""
+    return torch.ones(n, dtype=torch.float32)
 
 
 def _tensor_bytes(value: Any) -> int:

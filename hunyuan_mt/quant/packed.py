@@ -31,7 +31,7 @@ BLOCK = 64
 #: Inputs per 4-bit group where the width allows (else the largest multiple of 8 dividing it, up to this).
 GROUP = 128
 #: (levels, offset) per bit width: the symmetric grid's largest magnitude and what is added to store it unsigned.
-_GRID = {8: (63, 64), 4: (7, 8)}
+GRID = {8: (63, 64), 4: (7, 8)}
 
 
 def available() -> bool:
@@ -59,7 +59,7 @@ def group_for(in_features: int, bits: int) -> int:
 
 def quantize(weight: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(integer weight [out, in] on the symmetric grid of `bits`, float32 scales [out, groups], group)."""
-    levels, _ = _GRID[bits]
+    levels, _ = GRID[bits]
     out, inner = weight.shape
     group = group_for(inner, bits)
     q, scale = symmetric(weight.detach().to(torch.float32).reshape(out, inner // group, group), 2, levels)
@@ -69,7 +69,7 @@ def quantize(weight: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tenso
 def pack(q: torch.Tensor, scale: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel's (packed uint8 weight, scales [superblocks, groups, 64]) for `q` [out, in] and `scale`
     [out, groups]; the columns are padded to a multiple of 64 with zero weights."""
-    _, offset = _GRID[bits]
+    _, offset = GRID[bits]
     out, inner = q.shape
     padded = -(-out // BLOCK) * BLOCK
     u = torch.full((padded, inner), offset, dtype=torch.int16)
@@ -90,7 +90,7 @@ def pack(q: torch.Tensor, scale: torch.Tensor, bits: int) -> tuple[torch.Tensor,
 def unpack(packed: torch.Tensor, scales: torch.Tensor, out: int, inner: int, bits: int,
            group: int) -> tuple[torch.Tensor, torch.Tensor]:
     """`pack`'s inverse: (q [out, in] int8, scale [out, groups])."""
-    _, offset = _GRID[bits]
+    _, offset = GRID[bits]
     blocks = -(-out // BLOCK)
     u = packed.to(torch.int16)
     if bits == 8:

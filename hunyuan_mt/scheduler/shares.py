@@ -66,7 +66,7 @@ class Share:
             over = self.per_owner > 0 and len(state.holds) >= self.per_owner
             if over and not (self.pool > 0 and 2 * (self._total + 1) <= self.pool):
                 wait = self._wait(state, now)
-                idle = f" (more only while the server is idle)" if self.pool > 0 else ""
+                idle = " (more only while the server is idle)" if self.pool > 0 else ""
                 raise RateLimited(f"Too many {self.what}: {self.per_owner} at once allowed per caller{idle}; retry "
                                   f"in {wait} s.", wait)
             self._ids += 1
