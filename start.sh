@@ -13,13 +13,16 @@ if [ ! -x "$VPY" ]; then
   "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip
 fi
 
+# The checksum of the files' contents together: a stamp holds it, so that work is redone only when they change.
+checksum() { cat "$@" | sha256sum | cut -d' ' -f1; }
+
 # Reinstall only when a requirements file changed: the stamp holds their checksum. The files go to one pip run (one
 # resolve over all of them). --no-compile: pip would byte-compile every module of every wheel (torch, ray, gradio:
 # tens of thousands of files, minutes of CPU on 2 cores), where Python compiles the modules a process imports, once,
 # on first import.
 install() {
   local stamp=".venv/.installed-$1" files=("${@:2}") sum args=()
-  sum=$(cat "${files[@]}" | sha256sum | cut -d' ' -f1)
+  sum=$(checksum "${files[@]}")
   if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then
     echo "[start.sh] installing ${files[*]} (first run takes a few minutes)"
     for f in "${files[@]}"; do args+=(-r "$f"); done
@@ -53,7 +56,7 @@ ensure_package() {
 # never installed, again only when that file changes.
 fetch_libretranslate_tests() {
   local dir=.venv/cache/libretranslate stamp=.venv/.downloaded-libretranslate sum
-  sum=$(sha256sum tests/libretranslate.txt | cut -d' ' -f1)
+  sum=$(checksum tests/libretranslate.txt)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$sum" ]; then
     rm -rf "$dir"
     "$VPY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
@@ -73,7 +76,7 @@ if [ "${1:-}" = "test" ]; then
   beside=$!
   install test requirements.txt requirements-test.txt
   # What `./start.sh` alone needs is installed now too: its stamp says so, so it installs nothing more.
-  cat requirements.txt | sha256sum | cut -d' ' -f1 > .venv/.installed-runtime
+  checksum requirements.txt > .venv/.installed-runtime
   wait "$beside"
 else
   install runtime requirements.txt
