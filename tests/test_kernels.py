@@ -298,3 +298,17 @@ def test_a_finished_row_leaves_the_marian_cache_at_once(marian_dir, fresh_backbo
         finished = batch.pop_finished()
     assert [r.seq.tag for r in finished] == [0]
     assert sorted(r.seq.tag for r in batch.rows) == [1, 2, 3, 4] and batch.cache.rows == 4
+
+
+def test_another_environments_headers_get_a_build_folder_of_their_own(monkeypatch) -> None:
+    """Two checkouts with a .venv each share the cache folder: a library built against the other's headers is not
+    counted as built here (ninja would see a changed command and rebuild it in whichever process loaded first)."""
+    from torch.utils import cpp_extension
+
+    here = kernels._build_folder()
+    assert kernels._build_folder() == here
+    paths = cpp_extension.include_paths("cpu")
+    monkeypatch.setattr(cpp_extension, "include_paths", lambda device="cpu": ["/elsewhere/.venv/torch/include"]
+                        + paths[1:])
+    elsewhere = kernels._build_folder()
+    assert elsewhere != here and elsewhere.parent == here.parent

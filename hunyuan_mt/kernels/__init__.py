@@ -33,6 +33,7 @@ import hashlib
 import logging
 import os
 import sys
+import sysconfig
 import threading
 import time
 from pathlib import Path
@@ -182,10 +183,21 @@ def _ninja_on_path() -> Iterator[None]:
             os.environ["PATH"] = before
 
 
+def _toolchain() -> list[str]:
+    """What else goes into the compiler's command line: the compiler and the header folders of this torch and this
+    Python. Two checkouts with a .venv each share the cache folder but not these paths; with one folder for both,
+    torch's builder (ninja) saw a changed command and rebuilt the library each time the other checkout had built it
+    (a minute on 2 cores, inside whichever server or test loaded the kernels first)."""
+    from torch.utils import cpp_extension
+
+    return [os.environ.get("CXX", "c++"), *cpp_extension.include_paths("cpu"),
+            sysconfig.get_path("include", scheme="posix_prefix") or ""]
+
+
 def _build_folder() -> Path:
-    """Where the library for these sources, flags and torch is built (its name carries their digest)."""
-    digest = hashlib.sha256(repr(([src.read_bytes() for src in _SOURCES], _flags(), torch.__version__)).encode()
-                            ).hexdigest()[:12]
+    """Where the library for these sources, flags, toolchain and torch is built (its name carries their digest)."""
+    digest = hashlib.sha256(repr(([src.read_bytes() for src in _SOURCES], _flags(), _toolchain(),
+                                  torch.__version__)).encode()).hexdigest()[:12]
     return cache_folder("HMT_KERNEL_CACHE", "hunyuan-mt-kernels") / f"hmt_cpu_kernels_{digest}"
 
 
