@@ -297,6 +297,19 @@ def test_groups_short_of_gpus_or_a_custom_resource_are_refused_in_one_line() -> 
     assert not fit.fits and fit.message.startswith("no node of this Ray cluster has room for a replica of big")
 
 
+def test_the_local_node_is_known_before_ray_starts_it_where_the_flags_tell() -> None:
+    from hunyuan_mt.serve_ray.fit import local_node
+
+    cpu = [GroupSpec(name="tail", long_tail=True, ray_actor_options={"num_cpus": 0.5})]
+    gpu = [GroupSpec(name="hot", ray_actor_options={"num_cpus": 1, "num_gpus": 1})]
+    assert local_node(cpu, 2, None) == {"CPU": 2.0}
+    assert local_node(cpu, None, None) == {"CPU": float(os.cpu_count() or 1)}
+    assert local_node(gpu, 4, 0) == {"CPU": 4.0} and local_node(gpu, 4, 2) == {"CPU": 4.0, "GPU": 2.0}
+    assert local_node(gpu, 4, None) is None  # Ray counts the GPUs when it starts
+    booked = [GroupSpec(name="big", long_tail=True, ray_actor_options={"memory": 2**30})]
+    assert local_node(booked, 4, 0) is None  # Ray books a share of the memory free then
+
+
 def test_typed_errors_cross_the_ray_boundary_with_their_attributes() -> None:
     from hunyuan_mt.errors import Busy, RateLimited, UnreachablePair, http_status
     from hunyuan_mt.serve_ray.transport import error_payload, rebuild_error

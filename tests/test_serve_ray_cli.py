@@ -121,6 +121,7 @@ def test_groups_needing_gpus_on_a_cpu_node_are_refused_before_deploying(tmp_path
                        "hot 1 × 1 CPU + 1 GPU, tail 1 × 1 CPU + 1 GPU; use fewer --replicas, change the groups' "
                        "ray_actor_options, or join a bigger cluster with --address"]
     assert "starting" not in done.stdout  # nothing was deployed
+    assert "Started a local Ray instance" not in done.stderr  # refused before Ray started the node
 
 
 def test_sigint_and_sigterm_stop_serve_ray_even_when_sigint_was_inherited_ignored() -> None:

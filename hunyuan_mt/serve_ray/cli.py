@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import PROJECT_ROOT, parse_set_args
 from ..errors import ModelUnavailable, TranslationError
-from .fit import check_fit, node_capacities
+from .fit import check_fit, local_node, node_capacities
 from .health import group_replicas_running
 from .settings import DEFAULT_SERVE_CONFIG, read_serve_config
 
@@ -59,6 +59,11 @@ def run(args: argparse.Namespace) -> int:
             if profile.model.require_cuda:
                 _require_local_cuda(profile.name)
             _require_local_model(profile.model)
+            # Groups that can never fit the node about to start are refused before Ray starts it (15-20 s on 2
+            # cores for a refusal); the CPU sizing, and clusters joined with --address, are checked once it is up.
+            node = local_node(settings.groups, args.num_cpus, args.num_gpus)
+            if node is not None and not (fit := check_fit(settings.groups, [node])).fits:
+                raise TranslationError(fit.message)
     except TranslationError as exc:
         print(f"serve-ray: {exc.message}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ resource) is not shrunk, since a model that needs a GPU or its memory cannot sha
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -57,6 +58,19 @@ def node_capacities(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, float]
         resources = node.get("Resources") or {}
         out.append({k: float(v) for k, v in resources.items() if not k.startswith(_INTERNAL_PREFIXES)})
     return out
+
+
+def local_node(groups: Sequence[GroupSpec], num_cpus: float | None, num_gpus: int | None) -> dict[str, float] | None:
+    """The resources of the local node `ray.init` would start with these flags, before starting it, or None where
+    the groups ask for something only the started node can tell (GPUs without --num-gpus: Ray counts them; memory:
+    Ray books a share of what is free then). Custom resources: a local node started here has none."""
+    needs = [replica_needs(g) for g in groups]
+    if any("memory" in n for n in needs) or (num_gpus is None and any("GPU" in n for n in needs)):
+        return None
+    node = {"CPU": float(num_cpus if num_cpus is not None else (os.cpu_count() or 1))}
+    if num_gpus:
+        node["GPU"] = float(num_gpus)
+    return node
 
 
 def unplaced(groups: Sequence[GroupSpec], nodes: Sequence[Mapping[str, float]],
@@ -152,4 +166,4 @@ def _round_down(value: float) -> float:
     return round(math.floor(value / _STEP + 1e-6) * _STEP, 4)
 
 
-__all__ = ["Fit", "check_fit", "node_capacities", "replica_needs", "unplaced"]
+__all__ = ["Fit", "check_fit", "local_node", "node_capacities", "replica_needs", "unplaced"]
