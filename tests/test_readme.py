@@ -104,15 +104,16 @@ def test_readme_commands_run_as_shown(tmp_path: Path) -> None:
                               stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
-        while True:
-            assert server.poll() is None, (tmp_path / "start.log").read_text()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).json() == {"status": "ok"}:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "./start.sh never became healthy"
-            time.sleep(0.3)
+        with httpx.Client(timeout=10) as client:  # one client: each httpx.get builds a TLS context again
+            while True:
+                assert server.poll() is None, (tmp_path / "start.log").read_text()
+                try:
+                    if client.get(f"http://127.0.0.1:{port}/health").json() == {"status": "ok"}:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "./start.sh never became healthy"
+                time.sleep(0.3)
         curls = [(c, shown) for c, shown in commands if c.startswith("curl ")]
         assert curls
         for command, shown in curls:

@@ -40,14 +40,17 @@ class AppProcess:
 
     def wait_healthy(self, timeout: float = 180.0) -> None:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.output()
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=10).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        # One client for the whole wait: each httpx.get makes a client and its TLS context (certifi's bundle
+        # read again), which at 5 polls a second was most of this test process's CPU while the server started.
+        with httpx.Client(timeout=10) as client:
+            while time.monotonic() < deadline:
+                assert self.proc.poll() is None, self.output()
+                try:
+                    if client.get(f"http://127.0.0.1:{self.port}/health").status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.2)
         raise AssertionError("server never became healthy:\n" + self.output())
 
     def helpers(self) -> list[psutil.Process]:

@@ -81,6 +81,31 @@ def test_the_shipped_demo_memory_answers_frequent_ui_strings(tmp_path: Path) -> 
     assert memory.lookup("en", "es", protect("unknown error")) is not None
 
 
+def test_memories_on_the_same_shipped_file_read_it_once_and_keep_their_users_rows_apart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hunyuan_mt.store import tm
+
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (shipped / "en2es.tsv").write_text("Save\tGuardar\nThe disk is full.\tEl disco está lleno.\n", encoding="utf-8")
+    reads: list[Path] = []
+    real = tm.tsv_rows
+    monkeypatch.setattr(tm, "tsv_rows", lambda path: (reads.append(path), real(path))[1])
+    one, two = memory_in(tmp_path / "one", shipped), memory_in(tmp_path / "two", shipped)
+    assert one.lookup("en", "es", protect("Save")) == two.lookup("en", "es", protect("Save")) == "Guardar"
+    assert reads == [shipped / "en2es.tsv"]  # read once, for both
+    # A user's row in one memory (its own store) is its own: the other, and the file's entries, are unchanged.
+    one.add("en2es", [("Save", "Salvar"), ("Print", "Imprimir")])
+    assert one.lookup("en", "es", protect("Save")) == "Salvar" and one.lookup("en", "es", protect("Print"))
+    assert two.lookup("en", "es", protect("Save")) == "Guardar" and two.lookup("en", "es", protect("Print")) is None
+    three = memory_in(tmp_path / "three", shipped)
+    assert three.lookup("en", "es", protect("Save")) == "Guardar" and reads == [shipped / "en2es.tsv"]
+    # A file rewritten is read again.
+    (shipped / "en2es.tsv").write_text("Save\tGuardar archivo\n", encoding="utf-8")
+    assert memory_in(tmp_path / "four", shipped).lookup("en", "es", protect("Save")) == "Guardar archivo"
+    assert len(reads) == 2
+
+
 @pytest.fixture()
 def memory_server(live_server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveServer]:
     """The live server with a memory of its own (no shipped entries), swapped in for this test."""

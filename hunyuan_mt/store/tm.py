@@ -16,6 +16,7 @@ import logging
 import re
 import threading
 import time
+import weakref
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -122,6 +123,15 @@ class _Entries:
     _keys: list[str] | None = None
     _folded_keys: list[str] | None = None
     _words: dict[str, list[int]] | None = None
+    #: A memory file's entries as read (`_shipped_entries`), which every TranslationMemory of the process reading
+    #: that file uses: never changed in place (`writable` gives a copy to put the user's rows into).
+    shared: bool = False
+
+    def writable(self) -> "_Entries":
+        """These entries, or a copy of them where they are shared."""
+        if not self.shared:
+            return self
+        return _Entries(dict(self.exact), dict(self.folded), dict(self.spans))
 
     def put(self, source: str, target: str, spans: tuple[str, ...] | None = None) -> None:
         """`spans`: the entry's own numbers and placeholders, where known (the user's entries; the shipped ones are
@@ -269,6 +279,27 @@ class ImportResult:
     entries: int
 
 
+#: Memory files' entries by (path, mtime, size), kept while a TranslationMemory uses them: a process that builds
+#: more than one service (the tests, a reload) reads each file once, not 40k rows a pair each time (~0.3 s).
+_SHIPPED: "weakref.WeakValueDictionary[tuple[str, int, int], _Entries]" = weakref.WeakValueDictionary()
+_SHIPPED_LOCK = threading.Lock()
+
+
+def _shipped_entries(path: Path) -> _Entries:
+    """The entries of the memory file `path` as read, shared (see `_Entries.shared`)."""
+    stat = path.stat()
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    with _SHIPPED_LOCK:
+        found = _SHIPPED.get(key)
+        if found is None:
+            found = _Entries(shared=True)
+            # Stored masked: as trained, sentinels already numbered in the source's order.
+            found.put_shipped((source, target) for source, target in tsv_rows(path)
+                              if source.strip() and target.strip())
+            _SHIPPED[key] = found
+    return found
+
+
 class TranslationMemory:
     """Thread-safe. `lookup`/`match` is what the service asks for each segment; `add` is what imports do,
     `correct` what a correction does.
@@ -319,15 +350,20 @@ class TranslationMemory:
             if known[1] + len(fresh) == stamp[1]:
                 with self._lock:
                     if self._pairs.get(pair) is loaded and self._stamp.get(pair) == known:
-                        self._put_user(loaded, [(s, t) for _, s, t in fresh], self._user.setdefault(pair, {}))
+                        self._pairs[pair] = loaded.writable()
+                        self._put_user(self._pairs[pair], [(s, t) for _, s, t in fresh],
+                                       self._user.setdefault(pair, {}))
                         self._stamp[pair] = (max([known[0], *(i for i, _, _ in fresh)]), stamp[1])
                     return self._pairs[pair]
-        entries = _Entries()
-        for path in self._shipped_files(pair):
-            # Stored masked: as trained, sentinels already numbered in the source's order.
-            entries.put_shipped((source, target) for source, target in tsv_rows(path)
-                                if source.strip() and target.strip())
+        shipped = [_shipped_entries(path) for path in self._shipped_files(pair)]
         fresh = self.rows.since(pair)
+        if len(shipped) == 1 and not fresh:
+            entries = shipped[0]  # the file's entries alone: shared until a row of the user's comes
+        else:
+            entries = _Entries()
+            for part in shipped:
+                entries.exact.update(part.exact)
+                entries.folded.update(part.folded)
         user: dict[str, tuple[str, str]] = {}
         self._put_user(entries, [(s, t) for _, s, t in fresh], user)
         if entries:
