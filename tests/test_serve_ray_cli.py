@@ -143,3 +143,32 @@ def test_sigint_and_sigterm_stop_serve_ray_even_when_sigint_was_inherited_ignore
                           timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["stopped by SIGINT", "stopped by SIGTERM"]
+
+
+def test_without_an_address_serve_ray_starts_a_node_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--address` unset: a local node of its own (address "local"), never a cluster that another process on the
+    machine started (ray.init() without an address joins one, and fails when --num-cpus is given)."""
+    import argparse
+
+    import ray
+
+    from hunyuan_mt.serve_ray import cli
+
+    asked: list[dict] = []
+
+    class Stop(Exception):
+        pass
+
+    def init(**kw: object) -> None:
+        asked.append(kw)
+        raise Stop
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(os, "environ", dict(os.environ))  # run() sets PYTHONPATH for the workers it starts
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    for argv, expected in ((["--num-cpus", "2"], {"address": "local", "num_cpus": 2.0}),
+                           (["--address", "ray://head:10001"], {"address": "ray://head:10001"})):
+        with pytest.raises(Stop):
+            cli.run(parser.parse_args(argv))
+        assert asked.pop() == expected

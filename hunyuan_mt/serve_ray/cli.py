@@ -85,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(var, "1")
-    init: dict[str, Any] = {"address": args.address} if args.address else {}
+    # "local": a node of its own, as --address's help says. Without an address ray.init joins a cluster that another
+    # process on this machine started (a second serve-ray, a test's), and with --num-cpus given it then fails.
+    init: dict[str, Any] = {"address": args.address or "local"}
     if not args.address:
         if args.num_cpus is not None:
             init["num_cpus"] = args.num_cpus
