@@ -81,6 +81,12 @@ if [ "${1:-}" = "test" ]; then
 else
   install runtime requirements.txt
 fi
+# The install skips byte-compiling (--no-compile above) because Python writes the bytecode of what a process imports
+# on first import. Where PYTHONDONTWRITEBYTECODE is set (some images and CI runners set it) nothing is ever written,
+# and every process compiled torch's, transformers' and Gradio's modules again: importing the server's modules took
+# 19-20 s of CPU in a fresh .venv against 15-16 s with the bytecode there, for each of the ~200 processes the suite
+# and Ray start. The .venv is ours, so its bytecode is written.
+unset PYTHONDONTWRITEBYTECODE
 # torch's own OpenMP (libgomp) makes every parallel region of the engine's decode thread expensive; Intel's runtime
 # (the intel-openmp wheel in requirements.txt) does not, and only a preload replaces it (hunyuan_mt/host/cpu.py).
 IOMP="$PWD/.venv/lib/libiomp5.so"
