@@ -540,8 +540,11 @@ def test_ingress_serves_the_groups_that_are_up(cluster: Any, settings: ServeSett
     try:
         # Once a second, one reading a time: each serve.status() builds Serve's whole status in pydantic models,
         # ~0.3 s of CPU on 2 cores (ten readings a second took 45 s of CPU while the replicas started).
-        wait_until(lambda: (lambda up: up.get("tail") and up.get("ingress"))(group_replicas_running(name)),
-                   "the partial app's tail group and ingress", timeout=180, every=1.0)
+        def tail_and_ingress_up() -> bool:
+            up = group_replicas_running(name)
+            return bool(up.get("tail") and up.get("ingress"))
+
+        wait_until(tail_and_ingress_up, "the partial app's tail group and ingress", timeout=180, every=1.0)
         assert group_replicas_running(name).get("never", 0) == 0
         text = "Hello world, how are you today?"
         result = ingress.translate.remote([text], "en", "es").result()[0]
