@@ -199,9 +199,14 @@ class RoutingConfig:
     allow_base: bool = False
     #: Languages the auto-detector chooses among: "model" (those with adapters) or "all" (the whole table).
     detect_among: str = "model"
+    #: Whether this service detects languages itself (source "auto", /detect). serve-ray turns it off on the
+    #: replicas of every group but the long tail, which its ingress asks for every detection: each of them is then
+    #: spared the detector's helper process (lingua's models: ~420 MB resident, ~5 s of a core to load).
+    detect: bool = True
 
     def __post_init__(self) -> None:
         _check(self.detect_among in ("model", "all"), "routing.detect_among", "model or all", self.detect_among)
+        _check(isinstance(self.detect, bool), "routing.detect", "true or false", self.detect)
 
 
 @dataclass

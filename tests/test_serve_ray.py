@@ -254,7 +254,11 @@ def test_group_resources_become_ray_actor_options() -> None:
         GroupSpec(name="x", gpu_ids=[0], ray_actor_options={"num_gpus": 1})
     overrides = GroupSpec(name="h", pinned=["en2es"], slots=5, overrides={"engine.max_rows": 8}).config_overrides(
         {"engine.max_rows": 4, "routing.pivot": "en"})
-    assert overrides == {"engine.max_rows": 8, "routing.pivot": "en", "cache.pinned": ["en2es"], "cache.slots": 5}
+    assert overrides == {"engine.max_rows": 8, "routing.pivot": "en", "cache.pinned": ["en2es"], "cache.slots": 5,
+                         "routing.detect": False}
+    # The long tail detects for the ingress whatever the overrides say; another group only where its own ask.
+    assert GroupSpec(name="t", long_tail=True).config_overrides({"routing.detect": False})["routing.detect"] is True
+    assert GroupSpec(name="h", overrides={"routing.detect": True}).config_overrides({})["routing.detect"] is True
 
 
 def test_groups_that_ask_for_more_cpus_than_the_cluster_has_are_sized_to_fit() -> None:
@@ -377,6 +381,9 @@ def test_each_replica_loads_the_backbone_once_and_groups_hold_their_pins(cluster
         assert info["backbone_loads"] == 1
         expected = ["en2es", "es2en"] if info["group"] == "hot" else []
         assert sorted(info["cache"]["pinned"]) == expected
+        # The ingress asks the long tail for every detection: only its replicas have a detector (loaded on the
+        # first detection here, warm-up being off).
+        assert info["detector"] == ("off" if info["group"] == "hot" else "not loaded"), info
     # the two tail replicas run on the two simulated nodes (0.6 CPU each cannot share a 1-CPU node)
     assert len({i["node_id"] for i in found.values() if i["group"] == "tail"}) == 2
 

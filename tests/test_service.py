@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -378,5 +379,32 @@ def test_warm_up_says_why_a_kind_was_not_warmed(marian_dir: Path, marian_adapter
                                   "request loads its unpinned adapter)"]
         assert report.line().startswith("first request of every kind served in ")
         assert list(service.cache.lru_order()) == []  # nothing unpinned was loaded to warm up
+    finally:
+        service.close()
+
+
+def test_a_service_that_does_not_detect_never_starts_the_detector_and_says_so(
+        marian_dir: Path, marian_adapters: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """routing.detect: false (serve-ray's hot groups, whose detections the long tail makes): no detector helper is
+    started, the warm-up runs without it, and a source of "auto" is refused in one sentence instead of loading it."""
+    import hunyuan_mt.service.translation as service_mod
+    from hunyuan_mt.text import detect
+
+    started: list[int] = []
+    monkeypatch.setattr(service_mod, "start_detector", lambda: started.append(1))
+    monkeypatch.setattr(detect, "warm", lambda timeout=None: started.append(2))
+    service = make_service(marian_dir, marian_adapters, **{"model.warmup": True, "model.compile": "off",
+                                                           "routing.detect": False, "cache.pinned": ["en2es"]})
+    try:
+        assert service.wait_ready(120)
+        assert started == []
+        assert service.warmup is not None and "detection" not in service.warmup.ran
+        assert service.warmup.ran[1:] == ["en2es", "stream en2es"], service.warmup
+        refusal = "Language detection is off on this server (routing.detect: false); give the source language."
+        with pytest.raises(InvalidInput, match=re.escape(refusal)):
+            service.resolve_source("Hola amigo", "auto")
+        with pytest.raises(InvalidInput, match=re.escape(refusal)):
+            service.detect("Hola amigo")
+        assert service.resolve_source("Hola amigo", "es") == ("es", None)
     finally:
         service.close()

@@ -196,6 +196,8 @@ class TranslatorReplica:
         """Where this replica runs and what it holds: Ray's multiplexed ids and our cache's residents."""
         import ray
 
+        from ..text import detect
+
         stats = self.service.cache.stats()
         with self._evict_lock:
             evictions = list(self.ray_evictions)
@@ -206,7 +208,10 @@ class TranslatorReplica:
             cache={"resident": [asdict(r) for r in stats.resident], "lru_order": self.service.cache.lru_order(),
                    "pinned": self.service.cache.pinned(), "slots": self.service.cfg.cache.slots,
                    "disk_loads": stats.disk_loads, "evictions": stats.evictions},
-            backbone_loads=_backbone_loads())
+            backbone_loads=_backbone_loads(),
+            # "off" where the ingress never asks this group to detect (routing.detect), else whether it is loaded
+            # (it loads at start with model.warmup, else on the first detection).
+            detector="off" if not self.service.cfg.routing.detect else "ready" if detect.ready() else "not loaded")
 
     def _reply(self, **payload: Any) -> dict[str, Any]:
         payload["replica"] = self.replica_id

@@ -114,7 +114,8 @@ class TranslationService:
             # lingua's models take seconds to load and hold the GIL meanwhile: they load in a helper process, so
             # this process keeps serving while they and the first request of every kind run in the background; a
             # request before then may wait for them (see `ready`).
-            start_detector()
+            if cfg.routing.detect:
+                start_detector()
             threading.Thread(target=self._warm_up, name="hmt-warmup", daemon=True).start()
         else:
             self._warm.set()
@@ -190,7 +191,7 @@ class TranslationService:
         """Whether every request would now be served at steady speed: the language detector is loaded and the
         first request of every kind has run (warmup.py). Always True when warm-up is off (the CLI, tests):
         nothing is being loaded ahead then."""
-        return self._warm.is_set() and (not self.cfg.model.warmup or detector_ready())
+        return self._warm.is_set() and (not self.cfg.model.warmup or not self.cfg.routing.detect or detector_ready())
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until `ready` (Ray replicas do, so that Serve routes to a replica only once it is warm)."""
@@ -258,15 +259,24 @@ class TranslationService:
         demo) gets the guesses among every language, so the caller learns what it is rather than nothing. []
         only for a text with no letters."""
         text = self.clean_text(text)
+        self._check_detects()
         among = self.detect_among()
         found = detect_language(text, among=among, top=top)
         if not found and among is not None:
             found = detect_language(text, among=None, top=top)
         return found
 
+    def _check_detects(self) -> None:
+        if not self.cfg.routing.detect:
+            # serve-ray's ingress never asks such a replica to detect (the long tail does): reaching here is a
+            # caller that bypassed it, and it learns what to do instead of starting the detector after all.
+            raise InvalidInput("Language detection is off on this server (routing.detect: false); give the source "
+                               "language.")
+
     def resolve_source(self, text: str, src: Any) -> tuple[str, Detection | None]:
         """(source code, detection or None) for a cleaned text and a source that may be "auto"."""
         if isinstance(src, str) and src.strip().lower() == AUTO:
+            self._check_detects()
             among = self.detect_among()
             found = detect_language(text, among=among, top=1)
             if among is not None:

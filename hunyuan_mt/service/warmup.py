@@ -58,13 +58,14 @@ def warm_service(service: Any, detector_timeout_s: float = 300.0) -> WarmupRepor
     if service.tm.enabled and pairs:
         service.tm.preload(pairs, fuzzy=service.cfg.tm.fuzzy_threshold > 0)
         report.ran.append(f"memories of {len(pairs)} pairs")
-    try:
-        detect.warm(detector_timeout_s)
-        for text in DETECT_TEXTS:
-            service.resolve_source(text, "auto")
-        report.ran.append("detection")
-    except TranslationError as exc:
-        report.skipped.append(f"detection ({exc.message})")
+    if service.cfg.routing.detect:
+        try:
+            detect.warm(detector_timeout_s)
+            for text in DETECT_TEXTS:
+                service.resolve_source(text, "auto")
+            report.ran.append("detection")
+        except TranslationError as exc:
+            report.skipped.append(f"detection ({exc.message})")
     for pair in pinned:
         _translate(service, report, pair.key, pair.src, pair.tgt)
     if pinned:
