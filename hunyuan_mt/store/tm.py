@@ -168,17 +168,18 @@ class _Entries:
     def indexed(self) -> bool:
         return self._keys is not None
 
-    def index(self) -> None:
+    def index(self, words: dict[str, list[int]] | None = None) -> None:
         """Build the fuzzy lookup's word index if it is not there (about 0.2 s at 50k entries: the warm-up does
-        it, not a request)."""
+        it, not a request). `words`: the index of these very entries, as a cache file kept it (`_read_shipped`)."""
         if self._keys is not None and self._folded_keys is not None and self._words is not None:
             return
         keys = list(self.exact)
         folded = [key.casefold() for key in keys]
-        words: dict[str, list[int]] = {}
-        for i, key in enumerate(folded):
-            for word in set(_WORD.findall(key)):
-                words.setdefault(word, []).append(i)
+        if words is None:
+            words = {}
+            for i, key in enumerate(folded):
+                for word in set(_WORD.findall(key)):
+                    words.setdefault(word, []).append(i)
         self._keys, self._folded_keys, self._words = keys, folded, words
 
     def nearest(self, source: str, threshold: float) -> FuzzyMatch | None:
@@ -308,7 +309,7 @@ CACHED_ROWS = 10_000
 #: Cache files kept (the most recently written): one per memory file, so a folder of old models' is pruned.
 _CACHE_KEEP = 64
 #: Changes when what a cache file holds, or how its keys and index are made, changes.
-_CACHE_FORMAT = ("entries+index 1", _WORD.pattern, _FUZZY_WORDS)
+_CACHE_FORMAT = ("entries+index 1", _WORD.pattern)
 
 
 def _cache_file(path: Path, stat: os.stat_result) -> Path:
@@ -327,8 +328,7 @@ def _read_shipped(path: Path, stat: os.stat_result) -> _Entries:
     try:
         exact, folded, words = marshal.loads(zlib.decompress(cached.read_bytes()))
         entries = _Entries(exact, folded, shared=True)
-        keys = list(exact)
-        entries._keys, entries._folded_keys, entries._words = keys, [k.casefold() for k in keys], words
+        entries.index(words)
         return entries
     except FileNotFoundError:
         pass
