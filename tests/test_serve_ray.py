@@ -256,9 +256,10 @@ def test_group_resources_become_ray_actor_options() -> None:
         {"engine.max_rows": 4, "routing.pivot": "en"})
     assert overrides == {"engine.max_rows": 8, "routing.pivot": "en", "cache.pinned": ["en2es"], "cache.slots": 5,
                          "routing.detect": False}
-    # The long tail detects for the ingress whatever the overrides say; another group only where its own ask.
+    # The long tail detects for the ingress whatever the overrides say; another group only where they ask.
     assert GroupSpec(name="t", long_tail=True).config_overrides({"routing.detect": False})["routing.detect"] is True
     assert GroupSpec(name="h", overrides={"routing.detect": True}).config_overrides({})["routing.detect"] is True
+    assert GroupSpec(name="h").config_overrides({"routing.detect": True})["routing.detect"] is True
 
 
 def test_groups_that_ask_for_more_cpus_than_the_cluster_has_are_sized_to_fit() -> None:

@@ -79,8 +79,12 @@ class GroupSpec:
         out.update(self.overrides)
         out["cache.pinned"] = list(self.pinned)
         # The ingress asks the long tail for every detection: the other groups' replicas need no detector (its
-        # helper process holds ~420 MB and takes ~5 s of a core to load), unless their own overrides want one.
-        out["routing.detect"] = True if self.long_tail else bool(self.overrides.get("routing.detect", False))
+        # helper process holds ~420 MB and takes ~5 s of a core to load), unless the overrides ask for one (the
+        # config then checks the value, as any other).
+        if self.long_tail:
+            out["routing.detect"] = True
+        else:
+            out.setdefault("routing.detect", False)
         if self.slots is not None:
             out["cache.slots"] = self.slots
         return out
