@@ -13,12 +13,11 @@ import re
 import shlex
 import signal
 import subprocess
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
+from ports import wait_healthy
 from web_server import WEB_BACKEND, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,17 +102,7 @@ def test_readme_commands_run_as_shown(tmp_path: Path) -> None:
     server = subprocess.Popen(["./start.sh", "--port", str(port)], cwd=ROOT, env=env, stdout=log,
                               stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 300
-        with httpx.Client(timeout=10) as client:  # one client: each httpx.get builds a TLS context again
-            while True:
-                assert server.poll() is None, (tmp_path / "start.log").read_text()
-                try:
-                    if client.get(f"http://127.0.0.1:{port}/health").json() == {"status": "ok"}:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "./start.sh never became healthy"
-                time.sleep(0.3)
+        wait_healthy(port, server, (tmp_path / "start.log").read_text, "./start.sh", 300, every=0.3)
         curls = [(c, shown) for c, shown in commands if c.startswith("curl ")]
         assert curls
         for command, shown in curls:

@@ -17,6 +17,7 @@ import httpx
 import psutil
 import pytest
 
+from ports import wait_healthy
 from web_server import WEB_BACKEND, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,19 +40,7 @@ class AppProcess:
         self._reader.start()
 
     def wait_healthy(self, timeout: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout
-        # One client for the whole wait: each httpx.get makes a client and its TLS context (certifi's bundle
-        # read again), which at 5 polls a second was most of this test process's CPU while the server started.
-        with httpx.Client(timeout=10) as client:
-            while time.monotonic() < deadline:
-                assert self.proc.poll() is None, self.output()
-                try:
-                    if client.get(f"http://127.0.0.1:{self.port}/health").status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
-        raise AssertionError("server never became healthy:\n" + self.output())
+        wait_healthy(self.port, self.proc, self.output, "server", timeout)
 
     def helpers(self) -> list[psutil.Process]:
         return psutil.Process(self.proc.pid).children(recursive=True)
