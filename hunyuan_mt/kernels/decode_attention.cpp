@@ -10,7 +10,8 @@
 // head_dim in a fixed order, its softmax and weighted sum of values run over its own columns in column order from
 // its first one, and the columns skipped are ones whose weight is exactly zero.
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <ATen/cpu/vec/vec.h>
 #include <torch/library.h>

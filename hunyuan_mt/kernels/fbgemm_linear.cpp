@@ -9,7 +9,7 @@
 // weight up and calls fbgemm through the packed weight's own virtual method: the arithmetic is the same call as
 // the Python op's, so the results are the same to the bit (tests/test_kernels.py).
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/native/quantized/PackedParams.h>
 #include <torch/library.h>
 

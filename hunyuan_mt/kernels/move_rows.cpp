@@ -7,7 +7,7 @@
 // rows had finished, and finished rows rode along in the steps until then (4.6 % of the rows a 600-sentence run
 // computed). Here the copies are memcpy calls of each (row, head)'s first `used` columns, split over the threads.
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 

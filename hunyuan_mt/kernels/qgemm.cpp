@@ -26,7 +26,8 @@
 // vector is 16 columns × 4 k, what `vpdpbusd` takes against 4 bytes of x broadcast. 4-bit: [K/8][4][16][4], the
 // low nibble k..k+3 and the high nibble k+4..k+7 of an 8-k step.
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 #include <immintrin.h>
