@@ -210,6 +210,9 @@ def run_cold(spec: dict[str, Any]) -> dict[str, Any]:
     started_s = time.perf_counter() - t0
     result = service.translate(req.text, req.src, req.tgt)
     first_s = time.perf_counter() - t0
+    # Closed before the process ends: an exit while its warm-up thread was still in a forward aborted the process
+    # ("terminate called without an active exception") once no detector helper held the exit up.
+    service.close()
     return {"kind": "cold_ours", "imports_s": round(imports_s, 3), "first_s": round(first_s, 3),
             "service_init_s": round(started_s, 3), "backbone": service.backbone.info(),
             "since_process_start_s": round(time.perf_counter() - PROCESS_T0, 3), "rss_mb": round(rss_mb(), 1),
