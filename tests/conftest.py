@@ -182,29 +182,85 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=rank)
 
 
+# The process that builds the CPU kernels for the run (`_start_kernel_build`), named to the workers by its pid.
+_KERNEL_BUILD_PID = "HMT_TEST_KERNEL_BUILD_PID"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput") and not config.option.collectonly:
-        _build_kernels_once()
+        _start_kernel_build()
 
 
-def _build_kernels_once() -> None:
-    """The CPU kernels (hunyuan_mt/kernels), built once before any test runs, in the folder every test process and
-    every server it starts reads them from (`kernels.cache_folder`). Built on first use instead, on a fresh machine
-    the first test to decode built them (~40 s on 2 cores) while the other worker's first decoding test, and the
-    replicas of a Ray test, waited on the build's lock. Here both cores build them before the workers start. In a
-    process of its own: the test processes load them as a server does. Where they cannot be built, the tests that
-    need them say so, as before."""
+def _start_kernel_build() -> None:
+    """The CPU kernels (hunyuan_mt/kernels), built once for the run, in the folder every test process and every
+    server it starts reads them from (`kernels.cache_folder`). Built on first use instead, on a fresh machine the
+    first test to decode built them while the other worker's first decoding test, and the replicas of a Ray test,
+    waited on the build's lock. The build (one translation unit, one core) runs in a process of its own while the
+    workers start and collect on the other core; each worker waits for it before its first test
+    (`pytest_runtestloop`). Where they cannot be built, the tests that need them say so, as before."""
+    import subprocess
+    import sys
+
     from hunyuan_mt import kernels
 
     if kernels.built() or os.environ.get("HMT_CPU_KERNELS", "1").strip().lower() in ("0", "false", "off", "no"):
         return
-    import subprocess
+    print("conftest: building the CPU kernels once for the whole run, beside the workers' start", file=sys.stderr,
+          flush=True)
+    import tempfile
+
+    # Its stderr goes to a file, not a pipe: nobody reads a pipe until the run ends, and a full one would stop it.
+    log = tempfile.TemporaryFile("w+")
+    build = subprocess.Popen([sys.executable, "-c", "from hunyuan_mt import kernels; kernels.decode_attention()"],
+                             cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL, stderr=log,
+                             text=True)
+    build.log = log  # type: ignore[attr-defined]
+    os.environ[_KERNEL_BUILD_PID] = str(build.pid)  # the workers, started after this hook, inherit it
+    _KERNEL_BUILDS.append(build)
+
+
+_KERNEL_BUILDS: list[Any] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Before a process's first test: wait for the run's kernel build if it is still going (the controller's
+    child; a worker sees its pid only)."""
     import sys
     import time
 
+    from hunyuan_mt import kernels
+
+    pid = int(os.environ.get(_KERNEL_BUILD_PID) or 0)
+    if not pid or kernels.built() or session.config.pluginmanager.hasplugin("dsession"):
+        return  # nothing to wait for, or this is xdist's controller, which runs no test
     t0 = time.monotonic()
-    print("conftest: building the CPU kernels once for the whole run", file=sys.stderr, flush=True)
-    done = subprocess.run([sys.executable, "-c", "from hunyuan_mt import kernels; kernels.decode_attention()"],
-                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=900)
-    state = "built" if kernels.built() else f"not built (exit {done.returncode}): {done.stderr.strip()[-500:]}"
-    print(f"conftest: the CPU kernels: {state} in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    for build in _KERNEL_BUILDS:  # `-n 0`: this process started it
+        build.wait(900)
+    while not kernels.built() and _alive(pid) and time.monotonic() - t0 < 900:
+        time.sleep(0.1)
+    state = "built" if kernels.built() else "not built (the tests that need them say so)"
+    print(f"conftest: the CPU kernels: {state}, waited {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import sys
+
+    for build in _KERNEL_BUILDS:
+        build.wait(900)
+        build.log.seek(0)
+        err = build.log.read()
+        build.log.close()
+        if build.returncode:
+            print(f"conftest: the CPU kernels' build ended with exit {build.returncode}: {err.strip()[-500:]}",
+                  file=sys.stderr, flush=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether the build process still runs (a zombie, finished but not yet reaped by the controller, does not)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
