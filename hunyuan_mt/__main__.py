@@ -1,5 +1,5 @@
 """`python -m hunyuan_mt COMMAND ...` (see hunyuan_mt/cli.py)."""
 
-from .cli import main
+from .cli import run
 
-raise SystemExit(main())
+raise SystemExit(run())

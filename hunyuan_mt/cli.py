@@ -41,6 +41,20 @@ def _service(args: argparse.Namespace):
     return get_service(config_from(args))
 
 
+def run(argv: Sequence[str] | None = None) -> int:
+    """`main` for a process that ends after the command (`python -m hunyuan_mt`): the service the command built is
+    closed before the exit. With warm-up on (`--set model.warmup=true`) a translation finished while the warm-up
+    thread still ran; the exit shut the detector's pool under it, and that thread's traceback ("warm-up failed;
+    serving cold") came out under the translation. Closed first, the thread stops quietly. In process (tests, a
+    caller's own script) `main` leaves the process-wide service open for the next call."""
+    try:
+        return main(argv)
+    finally:
+        module = sys.modules.get("hunyuan_mt.service.translation")  # a command that built no service imports nothing
+        if module is not None:
+            module.close_service()
+
+
 # ---------------------------------------------------------------------------------------------------- translate
 
 

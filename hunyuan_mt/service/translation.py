@@ -854,6 +854,12 @@ _service: TranslationService | None = None
 _service_lock = threading.Lock()
 
 
+def close_service() -> None:
+    """Close the process-wide service if one was built (a one-shot command on its way out)."""
+    if _service is not None:
+        _service.close()
+
+
 def get_service(cfg: Config | None = None) -> TranslationService:
     """The process-wide service, built on first call (from `cfg`, or the default configuration)."""
     global _service
