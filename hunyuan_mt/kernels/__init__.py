@@ -15,10 +15,10 @@ benchmark 55 % of the self-attention columns read and 35 % of the cross-attentio
 bench.attention`, BENCHMARKS.md).
 
 The kernels are compiled with torch's extension builder (g++ and ninja, both already needed: inductor compiles
-the decode step with g++; ninja comes with requirements.txt), once per machine and source (one
-translation unit: ~12 s on 2 cores of an AVX-512 Xeon), then loaded from disk. Where they cannot be built (no compiler), or with `HMT_CPU_KERNELS=0`, `decode_attention()`
-returns None and the step attends with tensor operations, and `fbgemm_linear()` returns None and the int8 layers
-call fbgemm through Python: the same arithmetic, slower.
+the decode step with g++; ninja comes with requirements.txt), once per machine and source (one translation unit:
+~11 s on 2 cores of an AVX-512 Xeon), then loaded from disk. Where they cannot be built (no compiler), or with
+`HMT_CPU_KERNELS=0`, `decode_attention()` returns None and the step attends with tensor operations, and
+`fbgemm_linear()` returns None and the int8 layers call fbgemm through Python: the same arithmetic, slower.
 
 A server that must build them does so in the background while it serves (`prebuild.py`): it calls `defer()` first,
 so that asking for a kernel answers None at once instead of starting a build, and `activate()` once the build is
@@ -222,10 +222,10 @@ def build_extension(name: str, sources: list[Path], folder: Path, cflags: list[s
         copies.mkdir(exist_ok=True)
         for src in sources:
             _write_if_changed(copies / src.name, src.read_bytes())
-        # One translation unit that includes every source: each file spent ~6 of its ~7 s of g++ on torch's
-        # headers, so four units cost ~28 s of CPU where one costs ~9 (AVX-512 Xeon, 2 cores; the build runs
-        # beside a serving process, or before a test run's workers start). The files keep their own anonymous
-        # namespaces' names apart.
+        # One translation unit that includes every source: with ATen.h each file spent ~8 of its ~9 s of g++ on
+        # torch's headers, and four units took ~35 s of CPU where this one takes ~9 (AVX-512 Xeon; the build runs
+        # beside a serving process, or while a test run's workers start). The sources' anonymous namespaces become
+        # one here: a name defined in two of them fails the build (none is).
         unit = copies / f"{name}_all.cpp"
         _write_if_changed(unit, "".join(f'#include "{src.name}"\n' for src in sources).encode())
         with _ninja_on_path():
