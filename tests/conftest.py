@@ -136,13 +136,8 @@ def two_threads():
 # after the other: two local clusters and their Serve proxies on a 2-core machine would starve each other. A module
 # whose module fixtures compile a decode step runs whole on one worker too: spread over both, the second worker set
 # up the same fixture and sat waiting on the compile's lock (decode/aot.py) while the first compiled.
-# test_background_build.py's background worker compiles the tiny decoder-only model's step as test_llama_step.py's
-# fixture does, into a package folder of its own but through the same inductor cache: one after the other, the
-# second finds much of the first's work there (on an empty cache, 94 s of the two modules run apart against 75 s
-# one after the other, AVX-512 Xeon); side by side on two workers, both compiled everything.
 _ONE_WORKER = {"test_serve_ray.py": "ray", "test_serve_ray_cli.py": "ray",
-               "test_compiled_step.py": "compiled step", "test_llama_step.py": "llama step",
-               "test_background_build.py": "llama step"}
+               "test_compiled_step.py": "compiled step", "test_llama_step.py": "llama step"}
 
 
 def _one_worker_group(nodeid: str) -> str | None:
