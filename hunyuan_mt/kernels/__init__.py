@@ -41,6 +41,8 @@ from typing import Any, Iterator
 
 import torch
 
+from ..host.paths import cache_home
+
 log = logging.getLogger(__name__)
 
 _SOURCES = tuple(Path(__file__).with_name(name)
@@ -141,8 +143,7 @@ def compile_cache() -> Path:
     cores, after every reboot. Every entry point reaches this before its first compile (`cache_folder`)."""
     folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if not folder:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        folder = os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(base, "hunyuan-mt", "torchinductor")
+        folder = os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_home() / "torchinductor")
     return Path(folder)
 
 
