@@ -182,8 +182,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=rank)
 
 
-# The process that builds the CPU kernels for the run (`_start_kernel_build`), named to the workers by its pid.
+# The process that builds the CPU kernels for the run (`_start_kernel_build`), named to the workers by its pid; in
+# the process that started it, the process and the file its stderr goes to.
 _KERNEL_BUILD_PID = "HMT_TEST_KERNEL_BUILD_PID"
+_KERNEL_BUILD: tuple[Any, Any] | None = None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -200,6 +202,7 @@ def _start_kernel_build() -> None:
     (`pytest_runtestloop`). Where they cannot be built, the tests that need them say so, as before."""
     import subprocess
     import sys
+    import tempfile
 
     from hunyuan_mt import kernels
 
@@ -207,25 +210,20 @@ def _start_kernel_build() -> None:
         return
     print("conftest: building the CPU kernels once for the whole run, beside the workers' start", file=sys.stderr,
           flush=True)
-    import tempfile
-
     # Its stderr goes to a file, not a pipe: nobody reads a pipe until the run ends, and a full one would stop it.
     log = tempfile.TemporaryFile("w+")
     build = subprocess.Popen([sys.executable, "-c", "from hunyuan_mt import kernels; kernels.decode_attention()"],
                              cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL, stderr=log,
                              text=True)
-    build.log = log  # type: ignore[attr-defined]
     os.environ[_KERNEL_BUILD_PID] = str(build.pid)  # the workers, started after this hook, inherit it
-    _KERNEL_BUILDS.append(build)
-
-
-_KERNEL_BUILDS: list[Any] = []
+    global _KERNEL_BUILD
+    _KERNEL_BUILD = (build, log)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: pytest.Session) -> None:
-    """Before a process's first test: wait for the run's kernel build if it is still going (the controller's
-    child; a worker sees its pid only)."""
+    """Before a process's first test: wait for the run's kernel build if it is still going (under `-n 0` this
+    process's own child, which counts as gone once it has exited: `_alive`)."""
     import sys
     import time
 
@@ -235,8 +233,6 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     if not pid or kernels.built() or session.config.pluginmanager.hasplugin("dsession"):
         return  # nothing to wait for, or this is xdist's controller, which runs no test
     t0 = time.monotonic()
-    for build in _KERNEL_BUILDS:  # `-n 0`: this process started it
-        build.wait(900)
     while not kernels.built() and _alive(pid) and time.monotonic() - t0 < 900:
         time.sleep(0.1)
     state = "built" if kernels.built() else "not built (the tests that need them say so)"
@@ -246,11 +242,12 @@ def pytest_runtestloop(session: pytest.Session) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     import sys
 
-    for build in _KERNEL_BUILDS:
+    if _KERNEL_BUILD is not None:
+        build, log = _KERNEL_BUILD
         build.wait(900)
-        build.log.seek(0)
-        err = build.log.read()
-        build.log.close()
+        log.seek(0)
+        err = log.read()
+        log.close()
         if build.returncode:
             print(f"conftest: the CPU kernels' build ended with exit {build.returncode}: {err.strip()[-500:]}",
                   file=sys.stderr, flush=True)
