@@ -507,7 +507,7 @@ def _report(r: dict[str, Any]) -> list[str]:
              "|---|---|---|---|---|"]
     labels = [(f"ct2-{c}{omp}", f"CTranslate2 {c.replace('float32', 'fp32')}, batch 64, "
                + ("Intel's OpenMP (as ours)" if omp else "its own OpenMP"))
-              for omp in PEER_OPENMP for c in ("int8", "float32")]
+              for omp in ("", IOMP_SUFFIX) for c in ("int8", "float32")]
     labels += [("ours-int8", "ours, int8"), ("ours-none", "ours, fp32")]
     for name, label in labels:
         if name not in m:
