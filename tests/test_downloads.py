@@ -82,3 +82,36 @@ def test_head_on_the_download_routes_answers_as_get_does(client: httpx.Client) -
     assert client.head("/admin/memory", params={"pair": "en2es"}).status_code == 403
     head = client.head("/admin/memory", params={"pair": "en2es"}, headers={"X-Admin-Key": ADMIN_KEY})
     assert head.status_code == 200 and 'filename="en2es.tmx"' in head.headers["content-disposition"]
+
+
+def test_a_downloaded_link_takes_no_share_and_makes_room_first() -> None:
+    """A client translating files one after another (upload, download, next) is never refused; one that leaves its
+    links waiting is, at its share; and a caller that downloads all it uploads cannot push out another's link that
+    is still waiting, however many files it sends."""
+    from hunyuan_mt.errors import RateLimited
+    from hunyuan_mt.web.downloads import DownloadStore
+
+    now = [0.0]
+    store = DownloadStore(ttl_s=900, max_files=4, clock=lambda: now[0], per_caller=2)
+    waiting = store.put(b"k1", "a.txt", "text/plain", caller="k1")
+    for i in range(10):  # k2: upload, download, next
+        store.check_quota("k2")
+        store.taken(store.put(b"k2", f"{i}.txt", "text/plain", caller="k2"))
+        now[0] += 1
+    assert store.get(waiting) is not None and len(store) == 4
+    store.put(b"k2", "x.txt", "text/plain", caller="k2")
+    store.put(b"k2", "y.txt", "text/plain", caller="k2")
+    with pytest.raises(RateLimited, match="2 translated files waiting to be downloaded"):
+        store.check_quota("k2")  # two links waiting: its share
+    assert store.get(waiting) is not None  # the downloaded files made the room
+    store.check_quota("k1")
+
+
+def test_a_get_takes_a_link_and_a_head_does_not(client: httpx.Client, live_server: LiveServer) -> None:
+    store = live_server.app.state.api.downloads
+    files = {"file": ("notes.txt", b"Open the file.", "text/plain")}
+    url = client.post("/translate_file", data={"source": "en", "target": "es"}, files=files).json()[
+        "translatedFileUrl"]
+    token = url.split("/download_file/")[1].split("/")[0]
+    assert client.head(url).status_code == 200 and token not in store._downloaded
+    assert client.get(url).status_code == 200 and token in store._downloaded

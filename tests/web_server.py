@@ -112,9 +112,9 @@ def web_service(web_cfg: Config) -> Any:
 
 
 #: Download links the shared server lets one caller hold. Every test on a worker calls it from 127.0.0.1, and each
-#: /translate_file keeps its link for 15 minutes: with the default 16, the 17th upload of a run answered 429, so a
-#: test's result depended on how many uploads the tests before it on its worker made. The quota itself is tested
-#: on a server of its own (test_hostile_input.py).
+#: /translate_file whose link the test does not download holds a share for 15 minutes: with the default 16, the
+#: 17th such upload of a run answered 429, so a test's result depended on the tests before it on its worker. The
+#: quota itself is tested on a server of its own (test_hostile_input.py) and on the store (test_downloads.py).
 SHARED_DOWNLOADS_PER_CALLER = 100_000
 
 

@@ -186,5 +186,7 @@ class DocumentRoutes:
         if stored is None or filename != stored.filename or not self.policy.may_fetch(
                 stored.owner, self._api_key(request), client_address(request)):
             return JSONResponse({"error": "File not found or expired."}, status_code=404)
+        if request.method == "GET":  # a HEAD only asks about the file
+            self.downloads.taken(token)
         return Response(stored.data, media_type=stored.media_type,
                         headers={"Content-Disposition": attachment(stored.filename)})

@@ -83,34 +83,61 @@ class DownloadStore:
                  clock: Callable[[], float] = time.monotonic, per_caller: int = 16) -> None:
         self._files: TTLCache[str, StoredFile] = TTLCache(max_files, ttl_s, timer=clock)
         self.max_bytes = max_bytes
-        #: Links one caller may hold at once: 64 small uploads from one key pushed another key's link out before
-        #: its 15 minutes were up; now the flooder is refused, before any work.
+        #: Links one caller may hold at once, not yet downloaded: 64 small uploads from one key pushed another
+        #: key's link out before its 15 minutes were up; now the flooder is refused, before any work. A link
+        #: downloaded once stays downloadable until it expires but no longer counts: a client translating its
+        #: files one after the other (upload, download, next) was refused at its 17th for up to 15 minutes.
         self.per_caller = per_caller
+        #: Tokens downloaded at least once (GET): they take no share, and they make room first (`_make_room`).
+        self._downloaded: set[str] = set()
         self._ttl_s = ttl_s
         self._clock = clock
         self._lock = threading.Lock()
 
     def check_quota(self, caller: Any) -> None:
-        """RateLimited (429, Retry-After) when `caller` already holds `per_caller` links."""
+        """RateLimited (429, Retry-After) when `caller` already holds `per_caller` links not yet downloaded."""
         with self._lock:
-            self._files.expire()
-            mine = [f.stored_at for f in self._files.values() if f.caller == caller]
+            self._expire()
+            mine = [f.stored_at for token, f in self._files.items()
+                    if f.caller == caller and token not in self._downloaded]
             if len(mine) < self.per_caller:
                 return
             wait = max(1, math.ceil(min(mine) + self._ttl_s - self._clock()))
         raise RateLimited(f"You hold {len(mine)} translated files waiting to be downloaded, the most one caller "
-                          f"may; try again in {wait} s, when the first of them has expired.", wait)
+                          f"may; try again in {wait} s, when the first of them has expired, or once you have "
+                          "downloaded one.", wait)
 
     def put(self, data: bytes, filename: str, media_type: str, owner: Caller | None = None,
             caller: Any = None) -> str:
         token = secrets.token_hex(16)
         with self._lock:
-            self._files.expire()
-            # Oldest first out when the byte budget would be exceeded.
-            while self._files and sum(len(f.data) for f in self._files.values()) + len(data) > self.max_bytes:
-                self._files.popitem()
+            self._expire()
+            self._make_room(len(data))
             self._files[token] = StoredFile(data, safe_filename(filename), media_type, owner, caller, self._clock())
         return token
+
+    def taken(self, token: str) -> None:
+        """`token`'s file was downloaded: it no longer counts against its caller's share."""
+        with self._lock:
+            if token in self._files:
+                self._downloaded.add(token)
+
+    def _make_room(self, size: int) -> None:
+        """Free a place, and `size` bytes under the byte budget, for one more file: files already downloaded go
+        first (their callers have them), then the oldest. A caller that downloads every link at once takes no
+        share, so without that order its uploads could push out another caller's link before it was fetched."""
+        while self._files and (len(self._files) >= self._files.maxsize
+                               or sum(len(f.data) for f in self._files.values()) + size > self.max_bytes):
+            done = next((token for token in self._files if token in self._downloaded), None)
+            if done is None:
+                self._files.popitem()
+            else:
+                del self._files[done]
+        self._expire()
+
+    def _expire(self) -> None:
+        self._files.expire()
+        self._downloaded.intersection_update(self._files.keys())
 
     def get(self, token: str) -> StoredFile | None:
         if not _TOKEN.match(token):
@@ -120,7 +147,7 @@ class DownloadStore:
 
     def __len__(self) -> int:
         with self._lock:
-            self._files.expire()
+            self._expire()
             return len(self._files)
 
 
