@@ -17,6 +17,14 @@ Random weights are fine for speed: every engine gets the same prompt of `--promp
 llama.cpp (`llama-cpp-python`, a bench extra built from source, never a serving dependency) runs the same
 weights converted to GGUF at Q8_0 and Q4_K_M where it and its converter are installed; the report says so where
 they are not. Ratios are ours ÷ the peer, from one invocation.
+
+OpenMP runtimes: ours runs as `./start.sh` runs the server, on Intel's OpenMP (preloaded where the intel-openmp wheel
+is installed: `hunyuan_mt/host/cpu.py`). llama-cpp-python's build links GNU OpenMP (ggml's default); it runs on
+that, as a user of llama.cpp gets it, and again with Intel's runtime preloaded (rows marked `-iomp`), so that a
+ratio can be read against the peer on the same runtime (CTranslate2 ran 2.6× faster on it, bench/peer.py).
+transformers runs on torch's own libgomp, from the process's first thread, as a script calling it does. Every
+worker's environment is built here, whatever the caller's `LD_PRELOAD` holds, and each row says which runtime the
+process had mapped.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from hunyuan_mt.config import PROJECT_ROOT
+from hunyuan_mt.host.cpu import intel_openmp_loaded, intel_openmp_path, with_intel_openmp
 
 from .report import write_results
 
@@ -305,7 +314,32 @@ def _worker(engine: str, args: argparse.Namespace) -> dict[str, Any]:
         return run_ours(model_dir, adapters, args)
     if engine == "transformers":
         return run_transformers(model_dir, adapters, args)
-    return run_llama_cpp(folder / f"{engine.split(':', 1)[1]}.gguf", args)
+    kind = engine.split(":", 1)[1].removesuffix(IOMP_SUFFIX)
+    return run_llama_cpp(folder / f"{kind}.gguf", args)
+
+
+#: The suffix of a llama.cpp row run on Intel's OpenMP (see the module docstring).
+IOMP_SUFFIX = "-iomp"
+
+
+def openmp_runtime() -> str:
+    """The OpenMP runtime this process has mapped: "intel" (libiomp5), "gnu" (libgomp), or "none"."""
+    if intel_openmp_loaded():
+        return "intel"
+    try:
+        return "gnu" if "libgomp" in Path("/proc/self/maps").read_text() else "none"
+    except OSError:
+        return "none"
+
+
+def worker_env(engine: str, threads: int) -> dict[str, str]:
+    """A worker's environment: the caller's, less any OpenMP preload, with Intel's runtime preloaded for ours and
+    for the llama.cpp rows marked `-iomp` (the module docstring says why)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "KMP_BLOCKTIME")}
+    env["OMP_NUM_THREADS"] = str(threads)
+    if engine == "ours" or engine.endswith(IOMP_SUFFIX):
+        env = with_intel_openmp(env)
+    return env
 
 
 def _spawn(engine: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -314,8 +348,8 @@ def _spawn(engine: str, args: argparse.Namespace) -> dict[str, Any]:
            "--threads", str(args.threads), "--quantization", args.quantization, "--int8-kernel", args.int8_kernel,
            "--slot-dtype", args.slot_dtype] + \
         (["--peft"] if args.peft else []) + (["--compile"] if args.compile else ["--no-compile"])
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=PROJECT_ROOT, env=worker_env(engine, args.threads), capture_output=True,
+                          text=True)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:300]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -397,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.worker:
-        print(json.dumps(_worker(args.worker, args)))
+        result = _worker(args.worker, args)
+        print(json.dumps({**result, "openmp": openmp_runtime()}))
         return 0
     args.peft = args.peft or args.preset == "mid"
     folder = WORK / args.preset
@@ -412,10 +447,27 @@ def main(argv: list[str] | None = None) -> int:
     results["transformers"] = _spawn("transformers", args)
     ggufs, note = gguf_files(folder, model_dir)
     results["llama_cpp_note"] = note
+    runtimes = ("", IOMP_SUFFIX) if intel_openmp_path() is not None else ("",)
     for kind, _ in ggufs.items():
-        results[f"llama.cpp {kind}"] = _spawn(f"llama:{kind}", args)
+        for runtime in runtimes:
+            results[f"llama.cpp {kind}{runtime}"] = _spawn(f"llama:{kind}{runtime}", args)
     write_results(f"hunyuan_cpu-{args.preset}", results, report(results, args))
     return 0
+
+
+#: How the report names each worker's OpenMP runtime (`openmp_runtime`).
+RUNTIME_NAMES = {"intel": "Intel's OpenMP", "gnu": "GNU OpenMP", "none": "no OpenMP"}
+
+
+def _runtime(d: dict[str, Any], lead: str = "; ") -> str:
+    """The runtime a worker ran on, for a row's label ("" for results from before it was recorded)."""
+    name = RUNTIME_NAMES.get(d.get("openmp", ""), "")
+    return f"{lead}{name}" if name else ""
+
+
+def _peer_name(key: str, d: dict[str, Any]) -> str:
+    runtime = _runtime(d, lead="")
+    return f"{key} ({runtime})" if runtime else key
 
 
 def report(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
@@ -440,10 +492,12 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
         d = r[key]
         how = "compiled" if d.get("compiled") else "eager"
         lines.append(row(f"ours {key[5:] or args.quantization} ({d.get('int8_kernel') or 'float32'}, "
-                         f"{d.get('batch', '?')} {how}, adapter attached)", d, d.get("concurrent_tok_s")))
-    lines.append(row("transformers eager (float32; + PEFT one at a time)", hf, hf.get("peft_sequential_tok_s")))
+                         f"{d.get('batch', '?')} {how}, adapter attached{_runtime(d)})", d,
+                         d.get("concurrent_tok_s")))
+    lines.append(row(f"transformers eager (float32; + PEFT one at a time{_runtime(hf)})", hf,
+                     hf.get("peft_sequential_tok_s")))
     for key in [k for k in r if k.startswith("llama.cpp ")]:
-        lines.append(row(key, r[key]))
+        lines.append(row(_peer_name(key, r[key]), r[key]))
     for key in variants:
         ours = r[key]
         if "error" in ours:
@@ -457,7 +511,8 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
             lines.append(f"- {args.requests} concurrent ÷ transformers + PEFT one at a time: "
                          f"**{ours['concurrent_tok_s'] / hf['peft_sequential_tok_s']:.2f}×**")
         for peer in [k for k in r if k.startswith("llama.cpp ") and "error" not in r[k]]:
-            lines.append(f"- ÷ {peer}, decode: **{ours['decode_tok_s'] / r[peer]['decode_tok_s']:.2f}×**")
+            lines.append(f"- ÷ {_peer_name(peer, r[peer])}, decode: "
+                         f"**{ours['decode_tok_s'] / r[peer]['decode_tok_s']:.2f}×**")
         int8_mb, own_mb = max(ours["int8_weight_mb"], 1), max(ours.get("weight_mb", ours["int8_weight_mb"]), 1)
         lines.append(f"- resident {ours['rss_mb']:.0f} MB with 8 adapters attached; the int8 weights {int8_mb:.0f} "
                      f"MB: **{ours['rss_mb'] / int8_mb:.2f}×**" + ("" if abs(own_mb - int8_mb) < 1 else

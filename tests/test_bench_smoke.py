@@ -166,6 +166,63 @@ def test_hunyuan_cpu_bench_runs_ours_and_transformers_on_a_tiny_model(tmp_path: 
     assert "llama.cpp: not installed" in text
 
 
+def test_hunyuan_cpu_workers_get_their_openmp_runtime_whatever_the_callers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ours on Intel's OpenMP (as ./start.sh serves), llama.cpp on its build's GNU OpenMP and again on Intel's
+    (`-iomp`), transformers on torch's own: a caller's LD_PRELOAD reaches none of them (it decided every runtime
+    before, so a ratio could compare engines on different runtimes without saying so)."""
+    from bench import hunyuan_cpu
+
+    monkeypatch.setattr(hunyuan_cpu, "with_intel_openmp",
+                        lambda env: {**env, "LD_PRELOAD": "/x/libiomp5.so", "KMP_BLOCKTIME": "1"})
+    monkeypatch.setenv("LD_PRELOAD", "/elsewhere/libiomp5.so")
+    monkeypatch.setenv("KMP_BLOCKTIME", "200")
+    envs = {e: hunyuan_cpu.worker_env(e, 2) for e in ("ours", "transformers", "llama:q8_0", "llama:q8_0-iomp")}
+    assert {e: (env.get("LD_PRELOAD"), env.get("KMP_BLOCKTIME")) for e, env in envs.items()} == {
+        "ours": ("/x/libiomp5.so", "1"), "transformers": (None, None), "llama:q8_0": (None, None),
+        "llama:q8_0-iomp": ("/x/libiomp5.so", "1")}
+    assert {env["OMP_NUM_THREADS"] for env in envs.values()} == {"2"}
+
+
+def test_a_hunyuan_cpu_worker_reports_the_runtime_it_ran_on() -> None:
+    """The runtime each row names is read in the worker, from what its process mapped."""
+    import subprocess
+    import sys
+
+    from bench import hunyuan_cpu
+    from hunyuan_mt.config import PROJECT_ROOT
+    from hunyuan_mt.host.cpu import intel_openmp_path
+
+    code = "import torch; torch.ones(4).sum(); from bench.hunyuan_cpu import openmp_runtime; print(openmp_runtime())"
+    seen = {}
+    for engine in ("transformers", "ours"):
+        done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, env=hunyuan_cpu.worker_env(engine, 1),
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        seen[engine] = done.stdout.split()[-1]
+    assert seen == {"transformers": "gnu", "ours": "intel" if intel_openmp_path() is not None else "gnu"}
+
+
+def test_the_hunyuan_cpu_report_names_each_rows_runtime_and_compares_on_both() -> None:
+    from bench import hunyuan_cpu
+
+    def engine(decode: float, runtime: str, **extra: float) -> dict:
+        return {"first_token_s": 1.0, "decode_tok_s": decode, "stream_tok_s": decode, "rss_mb": 2000.0,
+                "openmp": runtime, **extra}
+
+    ours = engine(12.0, "intel", concurrent_tok_s=72.0, int8_weight_mb=1700.0, int8_kernel="qgemm")
+    results = {"ours int8:qgemm": ours, "transformers": engine(4.0, "gnu", peft_sequential_tok_s=3.0),
+               "llama.cpp q8_0": engine(8.0, "gnu"), "llama.cpp q8_0-iomp": engine(10.0, "intel"),
+               "cpu": "x", "llama_cpp_note": ""}
+    args = argparse.Namespace(preset="hy-mt1.5-1.8b", threads=2, prompt=60, new=64, runs=3, compile=False,
+                              slot_dtype="bfloat16", ours="int8:qgemm", requests=16, quantization="int8")
+    text = "\n".join(hunyuan_cpu.report(results, args))
+    assert "| llama.cpp q8_0 (GNU OpenMP) | 1.000 | 8.0 |" in text
+    assert "| llama.cpp q8_0-iomp (Intel's OpenMP) | 1.000 | 10.0 |" in text
+    assert "adapter attached; Intel's OpenMP) | 1.000 | 12.0 |" in text
+    assert "- ÷ llama.cpp q8_0 (GNU OpenMP), decode: **1.50×**" in text
+    assert "- ÷ llama.cpp q8_0-iomp (Intel's OpenMP), decode: **1.20×**" in text
+
+
 def test_tagged_bench_files_read_back_their_formatted_pieces() -> None:
     """bench.tagged writes each held-out segment as HTML, .docx, .pptx, .odt and XLIFF with its formatted pieces
     marked; the server's readers see one sentinel pair per formatted piece, and a translator that gives every
