@@ -386,6 +386,16 @@ def gguf_files(folder: Path, model_dir: Path) -> tuple[dict[str, Path], str]:
     return out, ""
 
 
+#: The libraries' own instruction-set caps (bench/isa_invariance.sh): set, they make this CPU run the code a CPU of
+#: that ISA runs, and the report says so.
+ISA_CAPS = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA", "HMT_QGEMM_ISA")
+
+
+def isa_caps() -> dict[str, str]:
+    """The caps set in this environment (the workers inherit them)."""
+    return {name: os.environ[name] for name in ISA_CAPS if os.environ.get(name)}
+
+
 def cpu_line() -> str:
     """The CPU's model name and the ISA flags the kernels choose by, read from /proc/cpuinfo (Linux)."""
     model, flags = platform.processor() or "", set()
@@ -425,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-compile", dest="compile", action="store_false", help="our decode step eager")
     parser.add_argument("--peft", action="store_true", help="also transformers + PEFT one request at a time "
                         "(default for --preset mid)")
+    parser.add_argument("--tag", default="", help="results as bench/results/hunyuan_cpu-PRESET-TAG.{md,json} (e.g. "
+                        "avx2 for a run under bench/isa_invariance.sh's caps), not over the untagged run's")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for key, value in PROFILE.get(args.preset, PROFILE["default"]).items():
@@ -438,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     folder = WORK / args.preset
     model_dir = build(args.preset, folder)
     results: dict[str, Any] = {"preset": args.preset, "shapes": PRESETS[args.preset], "cpu": cpu_line(),
+                               "isa_caps": isa_caps(),
+                               "command": " ".join(["python -m bench.hunyuan_cpu", *(sys.argv[1:] if argv is None
+                                                                                      else argv)]),
                                "args": {k: v for k, v in vars(args).items() if k != "worker"}}
     variants = [v for v in args.ours.split(",") if v] or [f"{args.quantization}:{args.int8_kernel}"]
     for variant in variants:
@@ -451,7 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     for kind, _ in ggufs.items():
         for runtime in runtimes:
             results[f"llama.cpp {kind}{runtime}"] = _spawn(f"llama:{kind}{runtime}", args)
-    write_results(f"hunyuan_cpu-{args.preset}", results, report(results, args))
+    write_results(f"hunyuan_cpu-{args.preset}" + (f"-{args.tag}" if args.tag else ""), results,
+                  report(results, args))
     return 0
 
 
@@ -465,6 +481,18 @@ def _runtime(d: dict[str, Any], lead: str = "; ") -> str:
     return f"{lead}{name}" if name else ""
 
 
+def _command(args: argparse.Namespace) -> str:
+    """The command, for results from before the run recorded its own."""
+    return f"python -m bench.hunyuan_cpu --preset {args.preset}" + (f" --ours {args.ours}" if args.ours else "")
+
+
+def _caps_note(caps: dict[str, str] | None) -> str:
+    if not caps:
+        return ""
+    return (" under instruction-set caps (" + ", ".join(f"{k}={v}" for k, v in caps.items()) + "; llama.cpp: the ISA "
+            "its build was configured for)")
+
+
 def _peer_name(key: str, d: dict[str, Any]) -> str:
     runtime = _runtime(d, lead="")
     return f"{key} ({runtime})" if runtime else key
@@ -473,10 +501,10 @@ def _peer_name(key: str, d: dict[str, Any]) -> str:
 def report(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
     hf = r["transformers"]
     lines = [f"# Hunyuan family on the CPU: {args.preset}", "",
-             f"CPU: {r['cpu']}; {args.threads} threads; prompt {args.prompt} tokens, {args.new} new tokens (EOS "
+             f"CPU: {r['cpu']}{_caps_note(r.get('isa_caps'))}; {args.threads} threads; prompt {args.prompt} "
+             f"tokens, {args.new} new tokens (EOS "
              f"ignored); medians of {args.runs} runs; ours {'compiled' if args.compile else 'eager'}, "
-             f"{args.slot_dtype} slots. Command: `python -m bench.hunyuan_cpu --preset {args.preset}"
-             f"{f' --ours {args.ours}' if args.ours else ''}`",
+             f"{args.slot_dtype} slots. Command: `{r.get('command') or _command(args)}`",
              "", "| engine | first token (s) | decode tok/s | one stream tok/s | "
              f"{args.requests} requests over 8 adapters tok/s | RSS MB |", "|---|---|---|---|---|---|"]
 

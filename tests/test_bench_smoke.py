@@ -212,7 +212,8 @@ def test_the_hunyuan_cpu_report_names_each_rows_runtime_and_compares_on_both() -
     ours = engine(12.0, "intel", concurrent_tok_s=72.0, int8_weight_mb=1700.0, int8_kernel="qgemm")
     results = {"ours int8:qgemm": ours, "transformers": engine(4.0, "gnu", peft_sequential_tok_s=3.0),
                "llama.cpp q8_0": engine(8.0, "gnu"), "llama.cpp q8_0-iomp": engine(10.0, "intel"),
-               "cpu": "x", "llama_cpp_note": ""}
+               "cpu": "x", "llama_cpp_note": "", "isa_caps": {"ATEN_CPU_CAPABILITY": "avx2"},
+               "command": "python -m bench.hunyuan_cpu --preset hy-mt1.5-1.8b --tag avx2"}
     args = argparse.Namespace(preset="hy-mt1.5-1.8b", threads=2, prompt=60, new=64, runs=3, compile=False,
                               slot_dtype="bfloat16", ours="int8:qgemm", requests=16, quantization="int8")
     text = "\n".join(hunyuan_cpu.report(results, args))
@@ -221,6 +222,9 @@ def test_the_hunyuan_cpu_report_names_each_rows_runtime_and_compares_on_both() -
     assert "adapter attached; Intel's OpenMP) | 1.000 | 12.0 |" in text
     assert "- ÷ llama.cpp q8_0 (GNU OpenMP), decode: **1.50×**" in text
     assert "- ÷ llama.cpp q8_0-iomp (Intel's OpenMP), decode: **1.20×**" in text
+    # A run under the ISA caps says so, and names its command as given.
+    assert "CPU: x under instruction-set caps (ATEN_CPU_CAPABILITY=avx2; llama.cpp: the ISA its build" in text
+    assert "Command: `python -m bench.hunyuan_cpu --preset hy-mt1.5-1.8b --tag avx2`" in text
 
 
 def test_tagged_bench_files_read_back_their_formatted_pieces() -> None:
