@@ -222,3 +222,24 @@ def test_review_below_one_marks_even_a_segment_whose_confidence_rounds_to_one(we
     for review_below, origin in ((1.0, ORIGIN_MODEL), (0.5, ORIGIN_MODEL_SURE)):
         monkeypatch.setattr(cfg, "quality", dataclasses.replace(cfg.quality, review_below=review_below))
         assert web_service._model_origin(job) == origin
+
+
+@pytest.mark.parametrize("rows", [1, 3, 64])
+def test_the_in_place_logsumexp_is_torchs_to_the_bit(rows: int) -> None:
+    """The token choice takes each row's log-sum-exp in its own copy of the logits (`logsumexp_in_place`), without
+    torch's two temporaries: the same bits as torch.logsumexp, on one thread and two, for finite rows, rows with
+    -inf entries (banned tokens) and a row all -inf."""
+    from hunyuan_mt.decode.batch import logsumexp_in_place
+
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 8012, generator=gen) * 8
+    x[:, :3] = -float("inf")
+    if rows > 1:
+        x[1] = -float("inf")
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert torch.equal(logsumexp_in_place(x.clone()), torch.logsumexp(x, dim=-1))
+    finally:
+        torch.set_num_threads(before)

@@ -168,6 +168,16 @@ class Prefill:
             self._pieces.close()
 
 
+def logsumexp_in_place(x: torch.Tensor) -> torch.Tensor:
+    """`torch.logsumexp(x, dim=-1)`, to the bit (the same operations in the same order: its row maximum, ±inf
+    maxima taken as 0, exp of the difference, sum, log, plus the maximum), computed in `x`, which it overwrites.
+    torch's allocates two temporaries the size of `x`; at 64 rows of the demo's 8,012 logits those are 2 MB each,
+    and a step's token choice spent 0.73 ms in it, most of it on their fresh pages."""
+    maxes = x.amax(dim=-1, keepdim=True)
+    maxes.masked_fill_(maxes.abs() == float("inf"), 0)
+    return x.sub_(maxes).exp_().sum(dim=-1).log_().add_(maxes[:, 0])
+
+
 class RunningBatch(ABC):
     """Shared bookkeeping; subclasses implement `_prefill`, `_merge`, `_decode` and `_select`."""
 
@@ -359,13 +369,16 @@ class RunningBatch(ABC):
                         forbidden[i] = token
         scored = [i for i, row in enumerate(live) if row.seq.scored]
         # Copied before the picking rules, which may write into the logits (bans, penalties): the model's own
-        # distribution. Only the scored rows: a 64-row step of the demo spent 0.24 ms on the whole block.
-        raw = logits[scored].float() if scored else None
+        # distribution. Only the scored rows: a 64-row step of the demo spent 0.24 ms on the whole block. Through
+        # index_select: indexing with the Python list took 200 µs for 64 demo rows on 2 threads, index_select 62
+        # (the same values). With that and `logsumexp_in_place`, the token choice of the 600-sentence benchmark's
+        # 184 steps took 0.218-0.227 s against 0.254-0.270 (Intel Xeon, 2026-12-08).
+        raw = (logits.index_select(0, torch.tensor(scored, device=logits.device)).float() if scored else None)
         tokens = self.picker.pick(logits, [r.tokens for r in live], forbidden)
         if raw is not None:
             # Each row's log-softmax of its own logits: a row's value is the same alone or in any batch (tested).
-            taken = raw.gather(1, torch.tensor([[tokens[i]] for i in scored], device=raw.device))[:, 0]
-            for i, value in zip(scored, (taken - torch.logsumexp(raw, dim=-1)).tolist()):
+            taken = raw.gather(1, torch.tensor([tokens[i] for i in scored], device=raw.device)[:, None])[:, 0]
+            for i, value in zip(scored, (taken - logsumexp_in_place(raw)).tolist()):
                 live[i].logprobs.append(value)
         for row, token in zip(live, tokens):
             row.generated.append(token)
