@@ -18,12 +18,9 @@ llama.cpp (`llama-cpp-python`, a bench extra built from source, never a serving 
 weights converted to GGUF at Q8_0 and Q4_K_M where it and its converter are installed; the report says so where
 they are not. Ratios are ours ÷ the peer, from one invocation.
 
-OpenMP runtimes: ours runs as `./start.sh` runs the server, on Intel's OpenMP (preloaded where the intel-openmp wheel
-is installed: `hunyuan_mt/host/cpu.py`). llama-cpp-python's build links GNU OpenMP (ggml's default); it runs on
-that, as a user of llama.cpp gets it, and again with Intel's runtime preloaded (rows marked `-iomp`), so that a
-ratio can be read against the peer on the same runtime (CTranslate2 ran 2.6× faster on it, bench/peer.py).
-transformers runs on torch's own libgomp, from the process's first thread, as a script calling it does. Every
-worker's environment is built here, whatever the caller's `LD_PRELOAD` holds, and each row says which runtime the
+OpenMP runtimes (`bench/openmp.py`): ours on Intel's, as `./start.sh` serves; llama-cpp-python's build links GNU
+OpenMP (ggml's default), and llama.cpp runs on that and again on Intel's (rows marked `-iomp`); transformers on
+torch's own libgomp, from the process's first thread, as a script calling it does. Each row names the runtime its
 process had mapped.
 """
 
@@ -41,8 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from hunyuan_mt.config import PROJECT_ROOT
-from hunyuan_mt.host.cpu import intel_openmp_loaded, intel_openmp_path, with_intel_openmp
+from hunyuan_mt.host.cpu import openmp_runtime
 
+from . import openmp
+from .openmp import IOMP_SUFFIX
 from .report import write_results
 
 WORK = PROJECT_ROOT / "bench" / "results" / "tmp" / "hunyuan_cpu"
@@ -318,27 +317,10 @@ def _worker(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     return run_llama_cpp(folder / f"{kind}.gguf", args)
 
 
-#: The suffix of a llama.cpp row run on Intel's OpenMP (see the module docstring).
-IOMP_SUFFIX = "-iomp"
-
-
-def openmp_runtime() -> str:
-    """The OpenMP runtime this process has mapped: "intel" (libiomp5), "gnu" (libgomp), or "none"."""
-    if intel_openmp_loaded():
-        return "intel"
-    try:
-        return "gnu" if "libgomp" in Path("/proc/self/maps").read_text() else "none"
-    except OSError:
-        return "none"
-
-
 def worker_env(engine: str, threads: int) -> dict[str, str]:
-    """A worker's environment: the caller's, less any OpenMP preload, with Intel's runtime preloaded for ours and
-    for the llama.cpp rows marked `-iomp` (the module docstring says why)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "KMP_BLOCKTIME")}
+    """A worker's environment (`bench.openmp`): Intel's OpenMP for ours and for the llama.cpp rows marked `-iomp`."""
+    env = openmp.worker_env(os.environ, intel=engine == "ours" or engine.endswith(IOMP_SUFFIX))
     env["OMP_NUM_THREADS"] = str(threads)
-    if engine == "ours" or engine.endswith(IOMP_SUFFIX):
-        env = with_intel_openmp(env)
     return env
 
 
@@ -462,9 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     results["transformers"] = _spawn("transformers", args)
     ggufs, note = gguf_files(folder, model_dir)
     results["llama_cpp_note"] = note
-    runtimes = ("", IOMP_SUFFIX) if intel_openmp_path() is not None else ("",)
     for kind, _ in ggufs.items():
-        for runtime in runtimes:
+        for runtime in openmp.peer_runtimes():
             results[f"llama.cpp {kind}{runtime}"] = _spawn(f"llama:{kind}{runtime}", args)
     write_results(f"hunyuan_cpu-{args.preset}" + (f"-{args.tag}" if args.tag else ""), results,
                   report(results, args))

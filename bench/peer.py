@@ -52,8 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from hunyuan_mt.config import PROJECT_ROOT
-from hunyuan_mt.host.cpu import intel_openmp_path, with_intel_openmp
-
+from . import openmp
+from .openmp import IOMP_SUFFIX
 from .report import write_results
 
 WORK = PROJECT_ROOT / "bench" / "results" / "tmp" / "peer"
@@ -340,12 +340,6 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The suffix of the CTranslate2 runs on Intel's OpenMP (see the module docstring).
-IOMP_SUFFIX = "-iomp"
-#: CTranslate2's runtimes here: its own, and Intel's where the intel-openmp wheel is installed.
-PEER_OPENMP = ("", IOMP_SUFFIX) if intel_openmp_path() is not None else ("",)
-
-
 def _spawn(kind: str, extra: list[str], args: argparse.Namespace, tag: str,
            intel_openmp: bool = False) -> dict[str, Any]:
     """One worker process. Ours runs as ./start.sh runs it (Intel's OpenMP preloaded where installed); CTranslate2
@@ -353,10 +347,8 @@ def _spawn(kind: str, extra: list[str], args: argparse.Namespace, tag: str,
     out = WORK / f"{tag}.json"
     cmd = [sys.executable, "-m", "bench.peer", "--worker", kind, "--out", str(out), "--threads", str(args.threads),
            "--repeat", str(args.passes)] + extra + (["--quick"] if args.quick else [])
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(PROJECT_ROOT))
-    env = {k: v for k, v in env.items() if k not in ("LD_PRELOAD", "KMP_BLOCKTIME")}
-    if kind == "ours" or intel_openmp:
-        env = with_intel_openmp(env)
+    env = openmp.worker_env(dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                                 PYTHONPATH=str(PROJECT_ROOT)), intel=kind == "ours" or intel_openmp)
     subprocess.run(cmd, cwd=PROJECT_ROOT, env=env, check=True)
     return json.loads(out.read_text(encoding="utf-8"))
 
@@ -395,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     speed, shipped = _as_shipped(args.threads)
     with_int8 = args.int8 == "always" or (args.int8 == "auto" and shipped == "int8")
     ours = ["ours-int8", "ours-none"] if with_int8 else ["ours-none"]
-    peers = [f"ct2-{compute}{omp}" for omp in PEER_OPENMP for compute in ("float32", "int8")]
+    peers = [f"ct2-{compute}{omp}" for omp in openmp.peer_runtimes() for compute in ("float32", "int8")]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in (*peers, *ours)}
     for r in range(args.runs):
         # Interleaved, so drift in the machine's load hits every engine alike.
@@ -529,8 +521,8 @@ def _report(r: dict[str, Any]) -> list[str]:
 
     lines += ["", "| measure | ours | peer | ours ÷ peer | ours ÷ CTranslate2 on its own OpenMP |",
               "|---|---|---|---|---|",
-              row(f"{r['sentences']} sentences, one pair: ours as shipped ({kind}) vs CTranslate2 int8", shipped["seconds"],
-                  ct8["seconds"], own8["seconds"], "s"),
+              row(f"{r['sentences']} sentences, one pair: ours as shipped ({kind}) vs CTranslate2 int8",
+                  shipped["seconds"], ct8["seconds"], own8["seconds"], "s"),
               row("the same over 8 pairs mixed vs CTranslate2 int8 on one merged model", shipped["mixed_seconds"],
                   ct8["seconds"], own8["seconds"], "s", runs_of(shipped["mixed_runs"])),
               row("fp32: ours vs CTranslate2 fp32", o32["seconds"], ct32["seconds"], own32["seconds"], "s"),
@@ -543,8 +535,8 @@ def _report(r: dict[str, Any]) -> list[str]:
                   own8["short_ms"], "ms"),
               row("one short sentence, idle, over HTTP, vs CTranslate2 int8 in-process", shipped["http_short_ms"],
                   ct8["short_ms"], own8["short_ms"], "ms"),
-              f"| cores busy during the {r['sentences']} (as shipped) | {shipped['busy']:.2f} | {ct8['busy']:.2f} | – | "
-              f"{own8['busy']:.2f} (its own OpenMP) |",
+              f"| cores busy during the {r['sentences']} (as shipped) | {shipped['busy']:.2f} | {ct8['busy']:.2f} | "
+              f"– | {own8['busy']:.2f} (its own OpenMP) |",
               "", "Agreement (last run's outputs):", "",
               "| engine | identical to CTranslate2 fp32 | chrF vs CTranslate2 fp32 | chrF vs references |",
               "|---|---|---|---|"]

@@ -170,9 +170,9 @@ def test_hunyuan_cpu_workers_get_their_openmp_runtime_whatever_the_callers(monke
     """Ours on Intel's OpenMP (as ./start.sh serves), llama.cpp on its build's GNU OpenMP and again on Intel's
     (`-iomp`), transformers on torch's own: a caller's LD_PRELOAD reaches none of them (it decided every runtime
     before, so a ratio could compare engines on different runtimes without saying so)."""
-    from bench import hunyuan_cpu
+    from bench import hunyuan_cpu, openmp
 
-    monkeypatch.setattr(hunyuan_cpu, "with_intel_openmp",
+    monkeypatch.setattr(openmp, "with_intel_openmp",
                         lambda env: {**env, "LD_PRELOAD": "/x/libiomp5.so", "KMP_BLOCKTIME": "1"})
     monkeypatch.setenv("LD_PRELOAD", "/elsewhere/libiomp5.so")
     monkeypatch.setenv("KMP_BLOCKTIME", "200")
@@ -192,7 +192,8 @@ def test_a_hunyuan_cpu_worker_reports_the_runtime_it_ran_on() -> None:
     from hunyuan_mt.config import PROJECT_ROOT
     from hunyuan_mt.host.cpu import intel_openmp_path
 
-    code = "import torch; torch.ones(4).sum(); from bench.hunyuan_cpu import openmp_runtime; print(openmp_runtime())"
+    code = ("import torch; torch.ones(4).sum(); from hunyuan_mt.host.cpu import openmp_runtime; "
+            "print(openmp_runtime())")
     seen = {}
     for engine in ("transformers", "ours"):
         done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, env=hunyuan_cpu.worker_env(engine, 1),

@@ -73,7 +73,7 @@ def test_ctranslate2_workers_get_the_intel_runtime_only_when_asked(monkeypatch, 
     import argparse
     import json
 
-    from bench import peer
+    from bench import openmp, peer
 
     seen: list[dict] = []
 
@@ -83,8 +83,8 @@ def test_ctranslate2_workers_get_the_intel_runtime_only_when_asked(monkeypatch, 
 
     monkeypatch.setattr(peer.subprocess, "run", run)
     monkeypatch.setattr(peer, "WORK", tmp_path)
-    monkeypatch.setattr(peer, "with_intel_openmp", lambda env: {**env, "LD_PRELOAD": "/x/libiomp5.so",
-                                                                 "KMP_BLOCKTIME": "1"})
+    monkeypatch.setattr(openmp, "with_intel_openmp", lambda env: {**env, "LD_PRELOAD": "/x/libiomp5.so",
+                                                                   "KMP_BLOCKTIME": "1"})
     monkeypatch.setenv("LD_PRELOAD", "/elsewhere/libiomp5.so")
     args = argparse.Namespace(threads=2, passes=1, quick=True)
     peer._spawn("ct2", [], args, "a")

@@ -27,10 +27,17 @@ def usable_cores() -> int:
 
 def intel_openmp_loaded() -> bool:
     """Whether Intel's OpenMP runtime is mapped into this process (preloaded by start.sh)."""
+    return openmp_runtime() == "intel"
+
+
+def openmp_runtime() -> str:
+    """The OpenMP runtime mapped into this process: "intel" (libiomp5, which then serves every OpenMP call), "gnu"
+    (libgomp, torch's own), or "none" (none yet, or /proc cannot be read)."""
     try:
-        return IOMP in Path("/proc/self/maps").read_text()
+        maps = Path("/proc/self/maps").read_text()
     except OSError:
-        return False
+        return "none"
+    return "intel" if IOMP in maps else "gnu" if "libgomp" in maps else "none"
 
 
 def default_threads() -> int:

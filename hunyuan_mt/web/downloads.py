@@ -133,7 +133,7 @@ class DownloadStore:
                 self._files.popitem()
             else:
                 del self._files[done]
-        self._expire()
+        self._downloaded.intersection_update(self._files.keys())
 
     def _expire(self) -> None:
         self._files.expire()
