@@ -1210,3 +1210,22 @@ def test_inline_code_is_one_sentinel_of_its_sentence_and_comes_back_whole():
     out = doc.render([s.upper() for s in doc.segments]).data.decode()
     assert out == ('<p>CALL <code>f(x &lt; 2)</code> TO WRITE THE <b>FILE</b>.</p><pre><code>x = 1</code></pre>'
                    '<p>PRESS <kbd>Ctrl</kbd>+<kbd>C</kbd> TO COPY; <span translate="no">Hunyuan</span> STAYS.</p>')
+
+
+def test_format_libraries_load_on_first_use_and_every_format_resolves():
+    """A server's start imports none of the Office, PDF or e-book libraries (they cost every process ~0.7 s); each
+    extension's reader is found where its entry says, so a misnamed entry fails here, not at a user's upload."""
+    import subprocess
+    import sys
+
+    from hunyuan_mt.documents import reader
+
+    code = ("import sys; import hunyuan_mt.documents, hunyuan_mt.service.translation; "
+            "print(sorted(m for m in ('docx', 'pptx', 'openpyxl', 'pypdf', 'ebooklib', 'polib') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    for ext in SUPPORTED_EXTENSIONS:
+        assert callable(reader._resolve(reader._FORMATS[ext].reader)), ext
+    assert all(callable(reader._resolve(target)) for target in reader._LAYOUT_WRITERS.values())

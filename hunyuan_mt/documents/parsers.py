@@ -46,7 +46,7 @@ from ..errors import Busy, Cancelled, InputTooLarge, InvalidInput, ServerStoppin
 from ..host.helpers import become_helper, main_not_rerun
 from ..scheduler.shares import Share, TimeBudget
 from .base import Document, RenderedDocument
-from .reader import read_document, render_layout, upload_name
+from .reader import import_all_formats, read_document, render_layout, upload_name
 
 log = logging.getLogger(__name__)
 
@@ -452,9 +452,11 @@ class _BoundedLog(logging.Filter):
 
 
 def _import_readers() -> None:
-    """What a first upload would import beyond this module's imports (every format module and its library came
-    with `reader`), so that no call pays for it."""
+    """What a first upload would import (every format's module and library: `reader` imports them on first use),
+    so that no call pays for it within its deadline."""
     from ruamel.yaml import YAML  # noqa: F401 - imported by the YAML reader on first use
+
+    import_all_formats()
 
 
 #: What a read sends back: the name, kind, markup flag and segments, and the layout a format can be written from

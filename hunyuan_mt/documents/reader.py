@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import Any
 
 from ..text import masking
 from ..config import LimitsConfig
@@ -14,20 +16,7 @@ from ..text.glossary import Glossary, has_terms
 from . import alignment
 from .base import (ORIGIN_MEMORY, ORIGIN_MEMORY_NEAR, ORIGIN_MODEL, Document, RenderedDocument, check_not_empty,
                    check_segment_limits, plural)
-from .ebook import read_epub
-from .gettext import read_gettext
-from .htmlpage import read_html
-from .markdown import read_markdown
-from .opendocument import read_odp, read_ods, read_odt
-from .pdf import read_pdf, write_pdf_translation
-from .presentation import read_presentation
-from .spreadsheet import read_spreadsheet
-from .structured import read_json, read_yaml
-from .plaintext import read_text
 from .sniff import describe_text_content, magic_kind
-from .subtitles import read_subtitles
-from .word import read_word
-from .xliff import read_xliff
 
 Progress = Callable[[int, int], None]
 TranslateSegments = Callable[[list[str], Progress | None], list[str]]
@@ -38,33 +27,51 @@ Reader = Callable[[bytes, str, LimitsConfig], Document]
 @dataclass(frozen=True)
 class _Format:
     label: str
-    read: Callable[[bytes, str, LimitsConfig], Document]
+    #: "module:function" in this package: imported on the first upload of the format, not when the server starts.
+    #: The Office, PDF and e-book libraries took ~0.7 s of every process's start, servers and CLI runs alike, most
+    #: of which never read such a file.
+    reader: str
     #: "text", "zip" or "pdf": what the bytes must look like.
     content: str
 
+    def read(self, data: bytes, filename: str, limits: LimitsConfig) -> Document:
+        return _resolve(self.reader)(data, filename, limits)
+
+
+def _resolve(target: str) -> Callable[..., Any]:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+
+
+def import_all_formats() -> None:
+    """Every format's module and library, now: for a process whose reads run against a deadline (the document
+    helpers), which must not spend a read's time importing."""
+    for target in {fmt.reader for fmt in _FORMATS.values()} | set(_LAYOUT_WRITERS.values()):
+        _resolve(target)
+
 
 _FORMATS: dict[str, _Format] = {
-    ".txt": _Format("a plain-text file", read_text, "text"),
-    ".md": _Format("a Markdown file", read_markdown, "text"),
-    ".markdown": _Format("a Markdown file", read_markdown, "text"),
-    ".srt": _Format("an SRT subtitle file", read_subtitles, "text"),
-    ".docx": _Format("a Word document", read_word, "zip"),
-    ".pptx": _Format("a PowerPoint presentation", read_presentation, "zip"),
-    ".xlsx": _Format("an Excel workbook", read_spreadsheet, "zip"),
-    ".odt": _Format("an OpenDocument text document", read_odt, "zip"),
-    ".ods": _Format("an OpenDocument spreadsheet", read_ods, "zip"),
-    ".odp": _Format("an OpenDocument presentation", read_odp, "zip"),
-    ".epub": _Format("an EPUB book", read_epub, "zip"),
-    ".pdf": _Format("a PDF", read_pdf, "pdf"),
-    ".html": _Format("an HTML page", read_html, "text"),
-    ".htm": _Format("an HTML page", read_html, "text"),
-    ".po": _Format("a gettext catalogue", read_gettext, "text"),
-    ".pot": _Format("a gettext template", read_gettext, "text"),
-    ".json": _Format("a JSON file", read_json, "text"),
-    ".yaml": _Format("a YAML file", read_yaml, "text"),
-    ".yml": _Format("a YAML file", read_yaml, "text"),
-    ".xlf": _Format("an XLIFF file", read_xliff, "text"),
-    ".xliff": _Format("an XLIFF file", read_xliff, "text"),
+    ".txt": _Format("a plain-text file", "plaintext:read_text", "text"),
+    ".md": _Format("a Markdown file", "markdown:read_markdown", "text"),
+    ".markdown": _Format("a Markdown file", "markdown:read_markdown", "text"),
+    ".srt": _Format("an SRT subtitle file", "subtitles:read_subtitles", "text"),
+    ".docx": _Format("a Word document", "word:read_word", "zip"),
+    ".pptx": _Format("a PowerPoint presentation", "presentation:read_presentation", "zip"),
+    ".xlsx": _Format("an Excel workbook", "spreadsheet:read_spreadsheet", "zip"),
+    ".odt": _Format("an OpenDocument text document", "opendocument:read_odt", "zip"),
+    ".ods": _Format("an OpenDocument spreadsheet", "opendocument:read_ods", "zip"),
+    ".odp": _Format("an OpenDocument presentation", "opendocument:read_odp", "zip"),
+    ".epub": _Format("an EPUB book", "ebook:read_epub", "zip"),
+    ".pdf": _Format("a PDF", "pdf:read_pdf", "pdf"),
+    ".html": _Format("an HTML page", "htmlpage:read_html", "text"),
+    ".htm": _Format("an HTML page", "htmlpage:read_html", "text"),
+    ".po": _Format("a gettext catalogue", "gettext:read_gettext", "text"),
+    ".pot": _Format("a gettext template", "gettext:read_gettext", "text"),
+    ".json": _Format("a JSON file", "structured:read_json", "text"),
+    ".yaml": _Format("a YAML file", "structured:read_yaml", "text"),
+    ".yml": _Format("a YAML file", "structured:read_yaml", "text"),
+    ".xlf": _Format("an XLIFF file", "xliff:read_xliff", "text"),
+    ".xliff": _Format("an XLIFF file", "xliff:read_xliff", "text"),
 }
 
 #: Extensions the upload widgets accept, in the order they are listed to users.
@@ -106,13 +113,13 @@ def _check_content(data: bytes, filename: str, ext: str, fmt: _Format) -> None:
 
 
 #: The formats written from their layout alone (`Document.layout`), by kind: no second read of the file.
-_LAYOUT_WRITERS: dict[str, Callable[..., RenderedDocument]] = {"pdf": write_pdf_translation}
+_LAYOUT_WRITERS: dict[str, str] = {"pdf": "pdf:write_pdf_translation"}
 
 
 def render_layout(kind: str, filename: str, layout: object, translations: list[str],
                   target: str | None) -> RenderedDocument:
     """A translation written from a document's layout (what `Document.layout` gave), without its file."""
-    return _LAYOUT_WRITERS[kind](filename, layout, translations, target)
+    return _resolve(_LAYOUT_WRITERS[kind])(filename, layout, translations, target)
 
 
 def upload_name(filename: str) -> str:
