@@ -64,15 +64,23 @@ class Lines:
                 self._cv.wait(left)
 
 
+def _sigint_ignored(argv: list[str]) -> list[str]:
+    """`argv` run by a shell that ignores SIGINT and execs it, so that it starts with SIGINT ignored. Not a
+    `preexec_fn`: that runs Python in the forked child of this multi-threaded worker, where the Ray tests leave
+    gRPC's fork handlers, and such a child once aborted in them (SIGABRT, "epoll_wait error: Bad file
+    descriptor") before it ran anything."""
+    return ["sh", "-c", 'trap "" INT; exec "$@"', "sh", *argv]
+
+
 @pytest.fixture()
 def serve_ray() -> Iterator[tuple[subprocess.Popen, Lines, int]]:
     port = free_port()
     # Started as a script starts it in the background: with SIGINT ignored (POSIX shells do that when job control
     # is off, and so does a test runner run with `&`); serve-ray must still stop on it.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hunyuan_mt", "serve-ray", "--replicas", "2", "--num-cpus", "2", "--port", str(port)],
-        cwd=PROJECT_ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        _sigint_ignored([sys.executable, "-m", "hunyuan_mt", "serve-ray", "--replicas", "2", "--num-cpus", "2",
+                         "--port", str(port)]),
+        cwd=PROJECT_ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         yield proc, Lines(proc), port
     finally:
@@ -139,8 +147,8 @@ def test_sigint_and_sigterm_stop_serve_ray_even_when_sigint_was_inherited_ignore
         "        raise SystemExit(f'{sig!r} did not stop it')\n"
         "    except KeyboardInterrupt:\n"
         "        print('stopped by', signal.Signals(sig).name)\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, env=_env(), capture_output=True, text=True,
-                          timeout=120, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    done = subprocess.run(_sigint_ignored([sys.executable, "-c", code]), cwd=PROJECT_ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["stopped by SIGINT", "stopped by SIGTERM"]
 
