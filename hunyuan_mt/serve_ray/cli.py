@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(var, "1")
+    os.environ.update(slow_start_env(os.environ))
     # "local": a node of its own, as --address's help says. Without an address ray.init joins a cluster that another
     # process on this machine started (a second serve-ray, a test's), and with --num-cpus given it then fails.
     init: dict[str, Any] = {"address": args.address or "local"}
@@ -121,6 +123,20 @@ def run(args: argparse.Namespace) -> int:
         serve.shutdown()
         ray.shutdown()
     return 0
+
+
+#: How long Serve's controller waits for its HTTP proxy's first answer before it counts a failed start (Ray's
+#: default, 5 s, then 10, 15): a proxy that starts with nothing compiled yet (a fresh .venv writes the bytecode of
+#: Ray's and uvicorn's modules as it imports them) on a busy 2-core machine took longer three times running, the
+#: controller killed it, and `serve.start` failed with "The actor is dead because it was killed by `ray.kill`".
+PROXY_READY_CHECK_S = 60
+
+
+def slow_start_env(env: Mapping[str, str]) -> dict[str, str]:
+    """What a local cluster's processes (they inherit the driver's environment) need on a slow first start, where
+    `env` does not say otherwise."""
+    return {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": env.get("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S",
+                                                             str(PROXY_READY_CHECK_S))}
 
 
 def _stop_on_signals() -> None:
