@@ -125,10 +125,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-#: How long Serve's controller waits for its HTTP proxy's first answer before it counts a failed start (Ray's
-#: default, 5 s, then 10, 15): a proxy that starts with nothing compiled yet (a fresh .venv writes the bytecode of
-#: Ray's and uvicorn's modules as it imports them) on a busy 2-core machine took longer three times running, the
-#: controller killed it, and `serve.start` failed with "The actor is dead because it was killed by `ray.kill`".
+#: How long each of Serve's ready checks waits for a starting HTTP proxy (Ray's default: 5 s; three missed in a row
+#: and the controller kills the proxy). A proxy that starts with nothing compiled yet (a fresh .venv writes the
+#: bytecode of Ray's and uvicorn's modules as it imports them) on a busy 2-core machine missed them, and
+#: `serve.start` failed with "The actor is dead because it was killed by `ray.kill`". `serve.start` itself waits
+#: 60 s for the proxy, and says so when that passes.
 PROXY_READY_CHECK_S = 60
 
 
