@@ -147,8 +147,8 @@ class GroupedLoRA:
     def release_stacks(self) -> None:
         """Forget the stacks of slots (`_stack`) that are copies, and the last forward's tensors; what was derived
         per adapter (`_kept`) stays, so stacking again copies and quantizes nothing new. A one-slot stack over int8
-        weights is that slot's kept pieces themselves (`_stack_weights`): it stays, as it costs no memory, and a
-        lone request's 18 stackings on the demo took 0.84 ms of its ~15 (Intel Xeon, 2026-12-08)."""
+        weights is that slot's kept pieces themselves (`_shares_pieces`): it stays, as it costs no memory, and a
+        lone request's 18 stackings on the demo took 0.60-0.72 ms of its 16-20 (Intel Xeon, 2026-12-08)."""
         self._state = None
         weights = self._weights
         if weights is not None:
@@ -158,8 +158,9 @@ class GroupedLoRA:
                 self._weights = None
 
     def _shares_pieces(self, used: tuple[int, ...]) -> bool:
-        """Whether the stack of the slots `used` holds the kept pieces themselves, not a copy (`_stack_weights`)."""
-        return len(used) == 1 and self.int8_base is not None and not self.packed
+        """Whether the stack of the slots `used` is the kept pieces themselves, not a copy: one slot over an int8
+        base (`_stack_weights`; qgemm's packed stacks are only made over other bases, and are copies)."""
+        return len(used) == 1 and self.int8_base is not None
 
     def _stack(self, per_row: int, device: torch.device, complete: bool, padding: int) -> LoRATensors:
         mapping = self.mapping
@@ -225,10 +226,10 @@ class GroupedLoRA:
             else:
                 b = torch.stack(bs)   # [P, U·r, out]: one bmm
             return a, b.contiguous(), None, None
-        quantized = [self._quantized(s) for s in used]
-        if len(quantized) == 1:
-            a_q, a_scale, b_q, b_scale = quantized[0]
+        if self._shares_pieces(used):
+            a_q, a_scale, b_q, b_scale = self._quantized(used[0])
             return None, None, (a_q, a_scale), (b_q, b_scale)
+        quantized = [self._quantized(s) for s in used]
         # Columns run projection by projection, then slot by slot (the mask's and B's layout); columns quantize
         # independently, so these equal quantizing the stacked A at once. B's rows run slot by slot.
         p, r = len(layers), self._shape()[0]
