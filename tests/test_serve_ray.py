@@ -27,7 +27,7 @@ serve = pytest.importorskip("ray.serve")
 
 from hunyuan_mt.config import PROJECT_ROOT, load_config  # noqa: E402
 from hunyuan_mt.serve_ray import APP_NAME, GroupSpec, ServeSettings, build_application  # noqa: E402
-from hunyuan_mt.serve_ray.cli import slow_start_env  # noqa: E402
+from hunyuan_mt.serve_ray.cli import set_slow_start_defaults  # noqa: E402
 from hunyuan_mt.serve_ray.replica import TranslatorReplica  # noqa: E402
 from hunyuan_mt.serve_ray.settings import group_for  # noqa: E402
 
@@ -176,7 +176,7 @@ def cluster(settings: ServeSettings) -> Any:
     tests_dir = str(Path(__file__).resolve().parent)
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), tests_dir, saved) if p)
-    os.environ.update(slow_start_env(os.environ))  # as serve-ray starts its local cluster
+    set_slow_start_defaults(os.environ)  # as serve-ray starts its local cluster
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     cluster.add_node(num_cpus=1)
     ray.init(address=cluster.address, namespace=NAMESPACE, log_to_driver=False)

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH")) if p)
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         os.environ.setdefault(var, "1")
-    os.environ.update(slow_start_env(os.environ))
+    set_slow_start_defaults(os.environ)
     # "local": a node of its own, as --address's help says. Without an address ray.init joins a cluster that another
     # process on this machine started (a second serve-ray, a test's), and with --num-cpus given it then fails.
     init: dict[str, Any] = {"address": args.address or "local"}
@@ -133,11 +133,10 @@ def run(args: argparse.Namespace) -> int:
 PROXY_READY_CHECK_S = 60
 
 
-def slow_start_env(env: Mapping[str, str]) -> dict[str, str]:
-    """What a local cluster's processes (they inherit the driver's environment) need on a slow first start, where
-    `env` does not say otherwise."""
-    return {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": env.get("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S",
-                                                             str(PROXY_READY_CHECK_S))}
+def set_slow_start_defaults(env: MutableMapping[str, str]) -> None:
+    """What a local cluster's processes (they inherit the driver's environment) need on a slow first start, put in
+    `env` where it does not say otherwise."""
+    env.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", str(PROXY_READY_CHECK_S))
 
 
 def _stop_on_signals() -> None:
